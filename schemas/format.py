@@ -1,0 +1,149 @@
+"""The preprocessed-corpus artifact format: schemas, version and the checks every reader makes.
+
+This module is the code half of ``schemas/FORMAT.md``. Writers (``pipeline.build_shards``) stamp
+``FORMAT_VERSION`` into every shard's Arrow schema metadata and into ``manifest.json``; readers
+(``pipeline.verify``, the trainer's loader, ``pipeline.report``) call :func:`check_format_version`
+and refuse a major version they do not know.
+
+Only pyarrow is needed here, so other teams can vendor this one file.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import pyarrow as pa
+
+FORMAT_NAME = "spanprep-preprocessed-corpus"
+# MAJOR.MINOR. A reader accepts any MINOR of a MAJOR it knows (minor versions only add
+# optional metadata or files); a new MAJOR means a column changed meaning or type.
+FORMAT_VERSION = "1.0"
+SUPPORTED_MAJOR_VERSIONS = (1,)
+
+MANIFEST_FILE = "manifest.json"
+TOKENIZER_FILE = "tokenizer.json"
+UNIGRAM_FILE = "unigram.arrow"
+SHARDS_DIR = "shards"
+DEAD_LETTER_DIR = "dead_letter"
+REPORT_DIR = "report"
+
+# Arrow schema metadata keys (bytes, as Arrow stores them).
+META_FORMAT = b"spanprep.format"
+META_FORMAT_VERSION = b"spanprep.format_version"
+
+# Rows per Arrow record batch in a shard. Small enough that a loader can shuffle at batch
+# granularity and read one batch without decompressing a whole shard.
+ROWS_PER_BATCH = 128
+# Arrow IPC body compression of shards; zstd is deterministic for a given level and input.
+SHARD_COMPRESSION = "zstd"
+
+UINT16_VOCAB_LIMIT = 65536
+
+# Candidate span kinds, in column order. The value is the shard column holding them.
+CANDIDATE_KINDS = {
+    "entities": "entity_spans",
+    "noun_phrases": "noun_phrase_spans",
+    "ngrams": "ngram_spans",
+}
+
+
+class FormatError(ValueError):
+    """The artifact is not one this code can read (unknown version, wrong schema, incomplete)."""
+
+
+def shard_filename(index: int, num_shards: int) -> str:
+    """``shards/part-00003-of-00064.arrow``: relative to the artifact root."""
+    return f"{SHARDS_DIR}/part-{index:05d}-of-{num_shards:05d}.arrow"
+
+
+def token_id_type(vocab_size: int) -> pa.DataType:
+    """uint16 when every id fits (vocab_size <= 65,536), else int32."""
+    if vocab_size <= 0:
+        raise ValueError(f"vocab_size must be positive, got {vocab_size}")
+    return pa.uint16() if vocab_size <= UINT16_VOCAB_LIMIT else pa.int32()
+
+
+_SPAN = pa.struct([pa.field("start", pa.int32(), nullable=False), pa.field("end", pa.int32(), nullable=False)])
+_LABELED_SPAN = pa.struct(
+    [
+        pa.field("start", pa.int32(), nullable=False),
+        pa.field("end", pa.int32(), nullable=False),
+        pa.field("label", pa.string(), nullable=False),
+    ]
+)
+
+
+def shard_schema(vocab_size: int) -> pa.Schema:
+    """The exact Arrow schema of every shard of an artifact whose tokenizer has ``vocab_size`` ids.
+
+    See ``schemas/FORMAT.md`` for what each column means; ``tests/test_schema.py`` pins this.
+    """
+    ids = token_id_type(vocab_size)
+    fields = [
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("seq_index", pa.int32(), nullable=False),
+        pa.field("input_ids", pa.list_(pa.field("item", ids, nullable=False)), nullable=False),
+        pa.field("word_start", pa.list_(pa.field("item", pa.bool_(), nullable=False)), nullable=False),
+        pa.field("sentence_start", pa.list_(pa.field("item", pa.bool_(), nullable=False)), nullable=False),
+        pa.field("entity_spans", pa.list_(pa.field("item", _LABELED_SPAN, nullable=False)), nullable=False),
+        pa.field("noun_phrase_spans", pa.list_(pa.field("item", _SPAN, nullable=False)), nullable=False),
+        pa.field("ngram_spans", pa.list_(pa.field("item", _SPAN, nullable=False)), nullable=False),
+    ]
+    metadata = {META_FORMAT: FORMAT_NAME.encode(), META_FORMAT_VERSION: FORMAT_VERSION.encode()}
+    return pa.schema(fields, metadata=metadata)
+
+
+def unigram_schema() -> pa.Schema:
+    """``unigram.arrow``: one row per vocabulary id, in id order."""
+    return pa.schema(
+        [
+            pa.field("token_id", pa.int32(), nullable=False),
+            pa.field("token", pa.string(), nullable=False),
+            pa.field("count", pa.int64(), nullable=False),
+        ],
+        metadata={META_FORMAT: FORMAT_NAME.encode(), META_FORMAT_VERSION: FORMAT_VERSION.encode()},
+    )
+
+
+def parse_version(version: str) -> tuple[int, int]:
+    try:
+        major, minor = version.split(".")
+        return int(major), int(minor)
+    except (AttributeError, ValueError):
+        raise FormatError(f"malformed format version {version!r}: expected MAJOR.MINOR, e.g. {FORMAT_VERSION!r}")
+
+
+def check_format_version(version: str | None, where: str) -> tuple[int, int]:
+    """Raise :class:`FormatError` naming ``where`` unless ``version`` has a major version we know."""
+    if version is None:
+        raise FormatError(f"{where}: no format version found; this is not a {FORMAT_NAME} artifact (or it predates versioning)")
+    major, minor = parse_version(version)
+    if major not in SUPPORTED_MAJOR_VERSIONS:
+        known = ", ".join(f"{m}.x" for m in SUPPORTED_MAJOR_VERSIONS)
+        raise FormatError(
+            f"{where}: format version {version} is not supported by this reader (it reads {known}); "
+            f"upgrade spanprep or rebuild the artifact"
+        )
+    return major, minor
+
+
+def check_schema_metadata(schema: pa.Schema, where: str) -> tuple[int, int]:
+    """Check the version stamped in an Arrow file's schema metadata."""
+    meta = schema.metadata or {}
+    if meta.get(META_FORMAT) != FORMAT_NAME.encode():
+        raise FormatError(f"{where}: Arrow schema metadata lacks {META_FORMAT.decode()}={FORMAT_NAME}; not a spanprep shard")
+    raw = meta.get(META_FORMAT_VERSION)
+    return check_format_version(raw.decode() if raw is not None else None, where)
+
+
+def check_manifest(manifest: Mapping[str, Any], where: str) -> tuple[int, int]:
+    """Check a parsed manifest's identity and version; return (major, minor)."""
+    if manifest.get("format") != FORMAT_NAME:
+        raise FormatError(f"{where}: 'format' is {manifest.get('format')!r}, expected {FORMAT_NAME!r}")
+    return check_format_version(manifest.get("format_version"), where)
+
+
+def dumps_manifest(manifest: Mapping[str, Any]) -> str:
+    """Canonical manifest JSON: sorted keys, 2-space indent, trailing newline."""
+    return json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -1,0 +1,1 @@
+"""spanprep trainer: SpanBERT-style pre-training with PyTorch and DeepSpeed ZeRO on preprocessed-corpus artifacts."""
