@@ -19,7 +19,7 @@ _HEADING = re.compile(r"^ *(=(?: =)*) (?!=)(.*?) \1 *$")
 # Split-punctuation markers: " @-@ " -> "-", " @,@ " -> ",", " @.@ " -> ".".
 _AT_MARKERS = re.compile(r" ?@([-,.])@ ?")
 # No space before closing punctuation and clitics.
-_SPACE_BEFORE = re.compile(r" (?=[.,;:!?%)\]}]|'s\b|'S\b|n't\b|'re\b|'ve\b|'ll\b|'d\b|'m\b)")
+_SPACE_BEFORE = re.compile(r" (?=[.,;:!?%)\]}]|'s\b|'S\b|n't\b|'t\b|'re\b|'ve\b|'ll\b|'d\b|'m\b)")
 # No space after opening brackets.
 _SPACE_AFTER_OPEN = re.compile(r"([(\[{]) ")
 _MULTISPACE = re.compile(r" {2,}")
@@ -68,7 +68,7 @@ def detokenize(text: str, unk: str | None = UNK) -> str:
 
     1. ``" @-@ "`` -> ``"-"``, ``" @,@ "`` -> ``","``, ``" @.@ "`` -> ``"."``;
     2. double quotes paired left to right: ``' " a b " '`` -> ``' "a b" '``;
-    3. no space before ``. , ; : ! ? % ) ] }`` and the clitics ``'s n't 're 've 'll 'd 'm``;
+    3. no space before ``. , ; : ! ? % ) ] }`` and the clitics ``'s n't 't 're 've 'll 'd 'm``;
     4. no space after ``( [ {``; runs of spaces collapsed; leading/trailing space removed.
     """
     if unk is None:
