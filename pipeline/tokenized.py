@@ -1,0 +1,210 @@
+"""TokenizeDocuments: documents -> tokenized documents (ids, word starts, sentence starts, spans).
+
+Each document is encoded once, whole, without special tokens; sentence boundaries from Punkt are
+mapped to tokens through the tokenizer's character offsets, so the concatenation of a document's
+rows is exactly the tokenization of its text. Candidate spans found on characters (spaCy) are
+aligned to tokens the same way; n-gram spans come from the segmenter over the tokenizer's words.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from pipeline import readers
+from pipeline.packing import TokenizedDocument
+from pipeline.sentences import sentence_spans
+from pipeline.tokenization import TokenizerSpec
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTERS = "dead_letters"
+
+
+@dataclass(frozen=True)
+class CharSpans:
+    """Candidate spans of one kind on a document's characters: [start, end) pairs and labels."""
+
+    kind: str
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+    labels: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class AnnotatedDocument:
+    """A document with candidate spans found on its text (output of FindMaskCandidates)."""
+
+    document: readers.Document
+    spans: tuple[CharSpans, ...]
+
+
+def char_spans_to_tokens(starts: np.ndarray, ends: np.ndarray, token_starts: np.ndarray, token_ends: np.ndarray, word_start: np.ndarray):
+    """Map character spans to token spans ``[first, last + 1)`` covering them.
+
+    A token belongs to a span when its characters overlap the span. The result is widened to
+    whole words (a span never starts or ends inside a word). Returns (token_spans (k, 2) int32,
+    keep mask) where spans covering no token are not kept.
+    """
+    if len(starts) == 0:
+        return np.empty((0, 2), np.int32), np.zeros(0, bool)
+    first = np.searchsorted(token_ends, starts, side="right")  # first token ending after span start
+    last = np.searchsorted(token_starts, ends, side="left")  # one past the last token starting before span end
+    keep = last > first
+    first = first[keep]
+    last = last[keep]
+    if len(first):
+        # widen to word boundaries
+        word_id = np.cumsum(word_start) - 1
+        word_first = np.flatnonzero(word_start)
+        word_end = np.append(word_first[1:], len(word_start))
+        first = word_first[word_id[first]]
+        last = word_end[word_id[last - 1]]
+    return np.stack([first, last], axis=1).astype(np.int32), keep
+
+
+class _TokenizeFn(beam.DoFn):
+    def __init__(self, spec: TokenizerSpec, ids_dtype: str, language: str = "english", segmenter_path: str | None = None):
+        self._spec = spec
+        self._ids_dtype = ids_dtype
+        self._language = language
+        self._segmenter_path = segmenter_path
+        self._documents = Metrics.counter("tokenize", "documents")
+        self._tokens = Metrics.counter("tokenize", "tokens")
+
+    def setup(self):
+        self._tok = self._spec.load()
+        self._dtype = np.dtype(self._ids_dtype)
+        sentence_spans("Warm up. Punkt.", self._language)
+        self._segmenter = None
+        if self._segmenter_path:
+            from pipeline.segmenter import Segmenter
+
+            self._segmenter = Segmenter.from_dictionary(self._segmenter_path)
+
+    def process(self, element):
+        if isinstance(element, AnnotatedDocument):
+            doc, char_spans = element.document, element.spans
+        else:
+            doc, char_spans = element, ()
+        yield from self._tokenize(doc, char_spans)
+
+    def _tokenize(self, doc: readers.Document, char_spans):
+        enc = self._tok.encode(doc.text, add_special_tokens=False)
+        ids = enc.ids
+        n = len(ids)
+        if n == 0:
+            yield beam.pvalue.TaggedOutput(
+                DEAD_LETTERS,
+                readers.DeadLetter(readers.NO_TOKENS, "the tokenizer produced no tokens for this text", doc.source, doc.doc_id, readers.preview(doc.text)),
+            )
+            return
+        ids_arr = np.array(ids, dtype=self._dtype)
+        word_ids = enc.word_ids
+        if None in word_ids:  # special tokens inside text have no word: each is its own word
+            word_ids = [-1 - i if w is None else w for i, w in enumerate(word_ids)]
+        w = np.array(word_ids, dtype=np.int64)
+        word_start = np.empty(n, dtype=bool)
+        word_start[0] = True
+        np.not_equal(w[1:], w[:-1], out=word_start[1:])
+        offsets = np.array(enc.offsets, dtype=np.int64).reshape(n, 2)
+        token_starts = offsets[:, 0]
+        token_ends = offsets[:, 1]
+
+        sentence_start = np.zeros(n, dtype=bool)
+        sent = sentence_spans(doc.text, self._language)
+        if sent:
+            idx = np.searchsorted(token_starts, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent)), side="left")
+            idx = idx[idx < n]
+            sentence_start[idx] = True
+        sentence_start[0] = True
+        # a sentence always starts at a word start (punkt splits at whitespace)
+        sentence_start &= word_start | (np.arange(n) == 0)
+
+        spans: dict[str, np.ndarray] = {}
+        labels: dict[str, list[str]] = {}
+        for cs in char_spans:
+            tok_spans, keep = char_spans_to_tokens(
+                np.asarray(cs.starts, np.int64), np.asarray(cs.ends, np.int64), token_starts, token_ends, word_start
+            )
+            lab = [l for l, k in zip(cs.labels, keep.tolist()) if k] if cs.labels is not None else None
+            tok_spans, lab = _sorted_unique(tok_spans, lab)
+            spans[cs.kind] = tok_spans
+            if lab is not None:
+                labels[cs.kind] = lab
+        if self._segmenter is not None:
+            spans["ngrams"] = self._ngram_spans(doc.text, word_start, token_starts, token_ends)
+
+        self._documents.inc()
+        self._tokens.inc(n)
+        yield TokenizedDocument(
+            doc_id=doc.doc_id,
+            source_path=doc.source.path,
+            source_line=doc.source.line,
+            source_offset=doc.source.byte_offset,
+            ids=ids_arr,
+            word_start=word_start,
+            sentence_start=sentence_start,
+            cleaned=doc.cleaned,
+            spans=spans,
+            span_labels=labels,
+        )
+
+    def _ngram_spans(self, text: str, word_start, token_starts, token_ends) -> np.ndarray:
+        """Multi-word segments of the greedy longest-match segmentation, per sentence."""
+        word_first = np.flatnonzero(word_start)
+        word_last = np.append(word_first[1:], len(word_start)) - 1
+        w_starts = token_starts[word_first]
+        w_ends = token_ends[word_last]
+        words = [text[s:e] for s, e in zip(w_starts.tolist(), w_ends.tolist())]
+        out = []
+        sentence_word_bounds = self._sentence_word_bounds(text, w_starts)
+        for a, b in sentence_word_bounds:
+            for s, e in self._segmenter.multiword_segments(words[a:b]):
+                out.append((word_first[a + s], word_last[a + e - 1] + 1))
+        if not out:
+            return np.empty((0, 2), np.int32)
+        return np.array(out, dtype=np.int32)
+
+    def _sentence_word_bounds(self, text: str, w_starts: np.ndarray) -> list[tuple[int, int]]:
+        sent = sentence_spans(text, self._language)
+        if not sent:
+            return [(0, len(w_starts))]
+        firsts = np.searchsorted(w_starts, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent)))
+        firsts[0] = 0
+        bounds = np.append(np.unique(firsts), len(w_starts))
+        return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def _sorted_unique(spans: np.ndarray, labels: list[str] | None):
+    if len(spans) == 0:
+        return spans.reshape(0, 2), labels
+    order = np.lexsort((spans[:, 1], spans[:, 0]))
+    spans = spans[order]
+    labels = [labels[i] for i in order.tolist()] if labels is not None else None
+    # identical token ranges can arise when two character spans widen to the same words
+    keep = np.ones(len(spans), bool)
+    keep[1:] = np.any(spans[1:] != spans[:-1], axis=1)
+    if labels is not None:
+        labels = [l for l, k in zip(labels, keep.tolist()) if k]
+    return spans[keep], labels
+
+
+class TokenizeDocuments(beam.PTransform):
+    """Encode each document (or annotated document) once and find its word and sentence starts.
+
+    Returns a dict: ``documents`` (:class:`TokenizedDocument`) and ``dead_letters`` (documents
+    that produced no token at all, e.g. only characters the normalizer removes).
+    """
+
+    def __init__(self, spec: TokenizerSpec, ids_dtype: str, segmenter_path: str | None = None):
+        super().__init__()
+        self._fn = _TokenizeFn(spec, ids_dtype, segmenter_path=segmenter_path)
+
+    def expand(self, documents):
+        out = documents | "Tokenize" >> beam.ParDo(self._fn).with_outputs(DEAD_LETTERS, main="documents")
+        return {"documents": out["documents"], DEAD_LETTERS: out[DEAD_LETTERS]}
