@@ -231,7 +231,7 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenization.TokenizerSpec, static
 
 
 def _configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr, force=True)
     for noisy in ("apache_beam", "apache_beam.runners", "absl"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -23,13 +23,8 @@ from schemas import format as fmt
 
 log = logging.getLogger(__name__)
 
-HISTOGRAM_BIN_WIDTH = 32
-
-
-def shard_of(doc_id: str, num_shards: int) -> int:
-    """Stable across processes, machines and Python versions (unlike ``hash``)."""
-    digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % num_shards
+HISTOGRAM_BIN_WIDTH = fmt.HISTOGRAM_BIN_WIDTH
+shard_of = fmt.shard_of
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ Only pyarrow is needed here, so other teams can vendor this one file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Mapping
 
@@ -39,6 +40,8 @@ ROWS_PER_BATCH = 128
 SHARD_COMPRESSION = "zstd"
 
 UINT16_VOCAB_LIMIT = 65536
+# manifest row_length_histogram: counts[i] = rows with length in [i*w + 1, (i+1)*w].
+HISTOGRAM_BIN_WIDTH = 32
 
 # Candidate span kinds, in column order. The value is the shard column holding them.
 CANDIDATE_KINDS = {
@@ -50,6 +53,12 @@ CANDIDATE_KINDS = {
 
 class FormatError(ValueError):
     """The artifact is not one this code can read (unknown version, wrong schema, incomplete)."""
+
+
+def shard_of(doc_id: str, num_shards: int) -> int:
+    """The shard a document's rows go to: stable across processes, machines and Python versions."""
+    digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % num_shards
 
 
 def shard_filename(index: int, num_shards: int) -> str:

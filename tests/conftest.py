@@ -1,0 +1,55 @@
+"""Shared fixtures: real corpora from ../shared/data (skipped when absent) and artifacts built from them."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+WIKITEXT2 = SHARED_DATA / "wikitext-2"
+WIKIPEDIA_SAMPLE = SHARED_DATA / "wikipedia-en-sample" / "pages.jsonl.zst"
+DEMO_CORPUS = REPO / "pipeline" / "data" / "demo_corpus.jsonl"
+
+# Options every test artifact shares; tests compare against runs with these.
+WIKITEXT2_BUILD = ["--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "8000", "--num-shards", "4"]
+
+
+def wikitext2(split: str = "valid") -> Path:
+    path = WIKITEXT2 / f"wiki.{split}.tokens"
+    if not path.exists():
+        pytest.skip(f"real data not available: {path} (../shared is absent on this machine)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build(inputs, output: Path, *extra: str) -> dict:
+    from pipeline import build_shards
+
+    argv = []
+    for p in [inputs] if isinstance(inputs, (str, Path)) else inputs:
+        argv += ["--input", str(p)]
+    return build_shards.run(argv + ["--output", str(output), "--runner", "FnApiRunner", *extra])
+
+
+@pytest.fixture(scope="session")
+def wikitext2_artifact(tmp_path_factory) -> Path:
+    """Artifact of WikiText-2's validation split (60 articles): 8k cased WordPiece, 4 shards."""
+    out = tmp_path_factory.mktemp("wikitext2") / "artifact"
+    build(wikitext2("valid"), out, *WIKITEXT2_BUILD)
+    return out
+
+
+@pytest.fixture(scope="session")
+def demo_artifact(tmp_path_factory) -> Path:
+    """Artifact of the embedded demo corpus (always available): 4k cased WordPiece, 4 shards."""
+    out = tmp_path_factory.mktemp("demo") / "artifact"
+    build(DEMO_CORPUS, out, "--input-format", "jsonl", "--train-tokenizer", "--vocab-size", "4000", "--num-shards", "4")
+    return out
