@@ -1,0 +1,69 @@
+"""Packing rules: whole sentences, never over the limit, long sentences cut at word boundaries."""
+
+import numpy as np
+import pytest
+
+from pipeline.packing import TokenizedDocument, pack_doc_sentences, pack_full_sentences, pack_ranges
+
+
+def doc(sentence_lengths, word_every=1, doc_id="d", spans=None, labels=None):
+    n = sum(sentence_lengths)
+    ss = np.zeros(n, bool)
+    ss[np.cumsum([0] + list(sentence_lengths[:-1]))] = True
+    ws = np.zeros(n, bool)
+    ws[::word_every] = True
+    ws |= ss
+    return TokenizedDocument(doc_id, "f", 1, 0, np.arange(n, dtype=np.uint16) % 50 + 5, ws, ss,
+                             spans=spans or {}, span_labels=labels or {})
+
+
+def test_whole_sentences_fill_rows_greedily():
+    ranges, cut = pack_ranges(np.array([0, 4, 7, 9]), 12, np.ones(12, bool), limit=6)
+    assert ranges == [(0, 4), (4, 9), (9, 12)] and cut == 0
+
+
+def test_long_sentence_starts_a_row_and_is_cut_at_word_starts():
+    ws = np.zeros(20, bool)
+    ws[[0, 2, 3, 7, 9, 14, 18]] = True
+    ranges, cut = pack_ranges(np.array([0, 2]), 20, ws, limit=6)
+    # sentence [0, 2) stays alone; sentence [2, 20) is cut, each time at the last word start within 6 tokens
+    assert ranges == [(0, 2), (2, 7), (7, 9), (9, 14), (14, 20)]
+    assert cut == 1
+    assert all(e - s <= 6 for s, e in ranges)
+    assert all(ws[s] for s, _ in ranges)
+
+
+def test_a_word_longer_than_a_row_is_cut_between_tokens():
+    ws = np.zeros(10, bool)
+    ws[0] = True
+    ranges, _ = pack_ranges(np.array([0]), 10, ws, limit=4)
+    assert ranges == [(0, 4), (4, 8), (8, 10)]
+
+
+def test_doc_rows_partition_the_document_and_keep_sequence_numbers():
+    d = doc([5, 9, 3, 2, 8], word_every=2)
+    rows, stats = pack_doc_sentences(d, limit=8)
+    assert np.array_equal(np.concatenate([r.ids for r in rows]), d.ids)
+    assert [r.seq_index for r in rows] == list(range(len(rows)))
+    assert all(1 <= len(r.ids) <= 8 for r in rows)
+    assert stats["sentences_cut"] == 1
+
+
+def test_spans_cut_by_a_row_boundary_are_dropped_and_counted():
+    spans = {"entities": np.array([[0, 2], [3, 7], [8, 10]], np.int32)}
+    d = doc([5, 5], spans=spans, labels={"entities": ["PERSON", "ORG", "GPE"]})
+    rows, stats = pack_doc_sentences(d, limit=5)
+    assert [r.spans["entities"].tolist() for r in rows] == [[[0, 2]], [[3, 5]]]
+    assert [r.span_labels["entities"] for r in rows] == [["PERSON"], ["GPE"]]
+    assert stats["dropped"] == {"entities": 1}
+
+
+def test_full_sentences_cross_documents_with_a_separator_never_at_a_row_edge():
+    docs = [doc([3, 3], doc_id="a"), doc([2], doc_id="b"), doc([4], doc_id="c")]
+    rows, _ = pack_full_sentences(docs, limit=7, separator_id=3)
+    flat = [r.ids.tolist() for r in rows]
+    assert [r.doc_id for r in rows] == ["a", "b"]
+    assert flat[0] == docs[0].ids.tolist()  # [a a a a a a] + sep would end the row: dropped
+    assert flat[1] == docs[1].ids.tolist() + [3] + docs[2].ids.tolist()
+    assert all(r.ids[0] != 3 and r.ids[-1] != 3 for r in rows)
+    assert [r.seq_index for r in rows] == [0, 1]
