@@ -81,6 +81,8 @@ class BuildShardsOptions(PipelineOptions):
         g.add_argument("--pack", default="doc-sentences", choices=["doc-sentences", "full-sentences"],
                        help="doc-sentences: never cross documents (SpanBERT); full-sentences: RoBERTa's, across documents")
         g.add_argument("--language", default="english", help="Punkt sentence-splitting model")
+        g.add_argument("--spill-buffer-mb", "--spill_buffer_mb", dest="spill_buffer_mb", type=int, default=256,
+                       help="per-worker memory for documents before they are spilled, sorted, to run files")
 
 
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, PipelineOptions]:
@@ -108,6 +110,8 @@ def _validate(o: argparse.Namespace) -> None:
         raise UsageError(f"--num-shards must be at least 1, got {o.num_shards}")
     if o.max_record_bytes < 1:
         raise UsageError("--max-record-bytes must be positive")
+    if o.spill_buffer_mb < 1:
+        raise UsageError("--spill-buffer-mb must be at least 1")
     sources = [s for s in ("tokenizer", "vocab") if getattr(o, s)] + (["train_tokenizer"] if o.train_tokenizer else [])
     if len(sources) > 1:
         raise UsageError("give only one of --tokenizer, --vocab, --train-tokenizer")
@@ -219,7 +223,7 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenization.TokenizerSpec, static
 
     read = p | "ReadDocuments" >> ReadDocuments(o.input, _reader_options(o, unk))
     tokenized = read["documents"] | "TokenizeDocuments" >> TokenizeDocuments(spec, ids_dtype)
-    shards = tokenized["documents"] | "WriteShards" >> WriteShards(shard_spec)
+    shards = tokenized["documents"] | "WriteShards" >> WriteShards(shard_spec, buffer_bytes=o.spill_buffer_mb << 20)
     dead_letters = (
         (read["dead_letters"], tokenized["dead_letters"])
         | "AllDeadLetters" >> beam.Flatten()

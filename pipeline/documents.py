@@ -67,9 +67,10 @@ class ReadDocuments(beam.PTransform):
         records = paths | "ReadFiles" >> beam.ParDo(_ReadFileFn(self._options)).with_outputs(
             DEAD_LETTERS, INPUT_SUMMARIES, main=DOCUMENTS
         )
-        documents = records[DOCUMENTS] | "SpreadDocuments" >> beam.Reshuffle()
+        # No reshuffle of the documents: reading fuses with tokenizing and spilling, so texts are
+        # never materialised; parallelism comes from the files (split big corpora into many).
         return {
-            DOCUMENTS: documents,
+            DOCUMENTS: records[DOCUMENTS],
             DEAD_LETTERS: records[DEAD_LETTERS],
             INPUT_SUMMARIES: records[INPUT_SUMMARIES],
         }

@@ -24,3 +24,17 @@ def atomic_write(path: str, data: bytes) -> None:
 def read_bytes(path: str) -> bytes:
     with FileSystems.open(path) as f:
         return f.read()
+
+
+def delete_tree(path: str) -> None:
+    """Delete every file under ``path`` and, on filesystems that have them, the directories."""
+    from apache_beam.io.filesystem import BeamIOError
+
+    matched = FileSystems.match([path.rstrip("/") + "/**"])[0].metadata_list
+    if matched:
+        FileSystems.delete([m.path for m in matched])
+    try:
+        if FileSystems.exists(path):
+            FileSystems.delete([path])  # local: the (now empty) directory tree
+    except BeamIOError:
+        pass  # object stores have no directories left once their objects are gone

@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import __version__
-from pipeline.files import atomic_write
-from pipeline.shards import HISTOGRAM_BIN_WIDTH, write_arrow_file
+from pipeline.files import atomic_write, delete_tree
+from pipeline.shards import HISTOGRAM_BIN_WIDTH, TMP_DIR, write_arrow_file
 from pipeline.tokenization import TokenizerSpec
 from schemas import format as fmt
 
@@ -125,6 +125,7 @@ class _WriteManifestFn(beam.DoFn):
         nbytes, sha = write_arrow_file(f"{out}/{fmt.UNIGRAM_FILE}", table.schema, table.to_batches())
         unigram = {"file": fmt.UNIGRAM_FILE, "sha256": sha, "bytes": nbytes, "total": int(counts.sum())}
         manifest = build_manifest(self._static, tokenizer, [i.as_dict() for i in inputs], list(shards), list(dead_letters), unigram)
+        delete_tree(f"{out}/{TMP_DIR}")  # sorted runs of the shard writer, all merged by now
         atomic_write(f"{out}/{fmt.MANIFEST_FILE}", fmt.dumps_manifest(manifest).encode("utf-8"))
         log.info("wrote %s/%s", out, fmt.MANIFEST_FILE)
         yield manifest

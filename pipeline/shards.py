@@ -4,20 +4,31 @@ Documents go to shard ``blake2b(doc_id) % num_shards``; each shard's documents a
 ``(doc_id, source path, source offset)``, packed into rows and written as one Arrow IPC file.
 Nothing here depends on bundle boundaries, worker count or arrival order, so the bytes of every
 shard are a function of the input and the options only.
+
+Scale: documents never pass through the runner's shuffle. Each worker spills its documents, per
+shard and sorted, to temporary *run* files (bounded buffer); only run paths are grouped by shard;
+each shard is then written by a streaming k-way merge of its runs. Memory per worker is bounded
+by the spill buffer and one record batch per run, whatever the corpus size.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import logging
+import uuid
 from dataclasses import dataclass
+from typing import Iterator
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
-from pipeline.files import atomic_write
 from pipeline.packing import Row, TokenizedDocument, pack_doc_sentences, pack_full_sentences
 from schemas import format as fmt
 
@@ -77,20 +88,244 @@ def rows_to_record_batch(rows: list[Row], schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+class _HashingSink:
+    """File-like wrapper counting and hashing what pyarrow writes through it."""
+
+    def __init__(self, f):
+        self._f = f
+        self.sha256 = hashlib.sha256()
+        self.bytes = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        data = bytes(data)
+        self.sha256.update(data)
+        self.bytes += len(data)
+        self._f.write(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.bytes
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ArrowFileWriter:
+    """Stream record batches into an Arrow IPC file written under a temporary name.
+
+    ``close()`` renames it into place and returns ``(bytes, sha256)``: readers never see a
+    partial file, and memory holds one record batch at a time whatever the file size.
+    """
+
+    def __init__(self, path: str, schema: pa.Schema, compression: str | None = fmt.SHARD_COMPRESSION, file_format: bool = True):
+        directory, name = path.rsplit("/", 1)
+        self._path = path
+        self._tmp = f"{directory}/.{name}.tmp-{uuid.uuid4().hex}"
+        self._raw = FileSystems.create(self._tmp)
+        self._sink = _HashingSink(self._raw)
+        options = pa.ipc.IpcWriteOptions(compression=compression)
+        out = pa.PythonFile(self._sink, mode="w")
+        self._writer = pa.ipc.new_file(out, schema, options=options) if file_format else pa.ipc.new_stream(out, schema, options=options)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
+
+    def close(self) -> tuple[int, str]:
+        self._writer.close()
+        self._raw.close()
+        if FileSystems.exists(self._path):  # a retried bundle: the content is identical
+            FileSystems.delete([self._path])
+        FileSystems.rename([self._tmp], [self._path])
+        return self._sink.bytes, self._sink.sha256.hexdigest()
+
+
 def write_arrow_file(path: str, schema: pa.Schema, batches) -> tuple[int, str]:
-    """Write an Arrow IPC file atomically (temp name, then rename); return (bytes, sha256)."""
-    sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression=fmt.SHARD_COMPRESSION)
-    with pa.ipc.new_file(sink, schema, options=options) as writer:
-        for batch in batches:
-            writer.write_batch(batch)
-    data = sink.getvalue().to_pybytes()
-    atomic_write(path, data)
-    return len(data), hashlib.sha256(data).hexdigest()
+    """Write an Arrow IPC file atomically; return (bytes, sha256)."""
+    writer = ArrowFileWriter(path, schema)
+    for batch in batches:
+        writer.write(batch)
+    return writer.close()
 
 
-class _WriteShardFn(beam.DoFn):
-    def __init__(self, spec: ShardSpec):
+# -- sorted runs: one bundle's documents of one shard, sorted, in a temporary Arrow stream ------
+
+TMP_DIR = "_tmp"
+RUNS_DIR = f"{TMP_DIR}/runs"
+RUN_BATCH_DOCS = 32
+_META_COLUMNS = 5  # doc_id, source_path, source_line, source_offset, cleaned
+
+
+def run_schema(vocab_size: int) -> pa.Schema:
+    shard = fmt.shard_schema(vocab_size)
+    fields = [
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("source_path", pa.string(), nullable=False),
+        pa.field("source_line", pa.int64(), nullable=False),
+        pa.field("source_offset", pa.int64(), nullable=False),
+        pa.field("cleaned", pa.bool_(), nullable=False),
+    ]
+    fields += [shard.field(name) for name in ("input_ids", "word_start", "sentence_start", *fmt.CANDIDATE_KINDS.values())]
+    return pa.schema(fields)
+
+
+def _row_view(run: pa.Schema) -> pa.Schema:
+    """The shard columns of a run schema, so documents can be converted like rows."""
+    return pa.schema([pa.field("doc_id", pa.string(), nullable=False), pa.field("seq_index", pa.int32(), nullable=False)] + [run.field(i) for i in range(_META_COLUMNS, len(run))])
+
+
+def docs_to_record_batch(docs: list[TokenizedDocument], schema: pa.Schema) -> pa.RecordBatch:
+    as_rows = [Row(d.doc_id, 0, d.ids, d.word_start, d.sentence_start, d.spans, d.span_labels) for d in docs]
+    columns = rows_to_record_batch(as_rows, _row_view(schema)).columns[2:]
+    meta = [
+        pa.array([d.doc_id for d in docs], pa.string()),
+        pa.array([d.source_path for d in docs], pa.string()),
+        pa.array([d.source_line for d in docs], pa.int64()),
+        pa.array([d.source_offset for d in docs], pa.int64()),
+        pa.array([d.cleaned for d in docs], pa.bool_()),
+    ]
+    return pa.RecordBatch.from_arrays(meta + list(columns), schema=schema)
+
+
+def record_batch_to_docs(batch: pa.RecordBatch) -> list[TokenizedDocument]:
+    doc_ids = batch.column("doc_id").to_pylist()
+    paths = batch.column("source_path").to_pylist()
+    lines = batch.column("source_line").to_pylist()
+    sources = batch.column("source_offset").to_pylist()
+    cleaned = batch.column("cleaned").to_pylist()
+    ids_col = batch.column("input_ids")
+    offsets = ids_col.offsets.to_numpy()
+    ids = ids_col.values.to_numpy()
+    ws = batch.column("word_start").values.to_numpy(zero_copy_only=False)
+    ss = batch.column("sentence_start").values.to_numpy(zero_copy_only=False)
+    spans = {}
+    for kind, column in fmt.CANDIDATE_KINDS.items():
+        col = batch.column(column)
+        values = col.values
+        pairs = np.stack([values.field("start").to_numpy(), values.field("end").to_numpy()], axis=1).reshape(-1, 2)
+        labels = values.field("label").to_pylist() if values.type.num_fields == 3 else None
+        spans[kind] = (col.offsets.to_numpy(), pairs, labels)
+    docs = []
+    for i, doc_id in enumerate(doc_ids):
+        a, b = offsets[i], offsets[i + 1]
+        doc_spans, doc_labels = {}, {}
+        for kind, (so, pairs, labels) in spans.items():
+            doc_spans[kind] = pairs[so[i] : so[i + 1]]
+            if labels is not None:
+                doc_labels[kind] = labels[so[i] : so[i + 1]]
+        docs.append(TokenizedDocument(doc_id, paths[i], lines[i], sources[i], ids[a:b], ws[a:b], ss[a:b], cleaned[i], doc_spans, doc_labels))
+    return docs
+
+
+def iter_run(path: str) -> Iterator[TokenizedDocument]:
+    """Documents of one run file, in order, one record batch in memory at a time."""
+    with FileSystems.open(path) as f:
+        for batch in pa.ipc.open_stream(pa.PythonFile(f, mode="r")):
+            yield from record_batch_to_docs(batch)
+
+
+class _SpillRunsFn(beam.DoFn):
+    """Buffers documents per shard; when the buffer is full and at the end of each bundle, writes
+    each shard's buffered documents, sorted, to a run file and emits ``(shard, run path)``."""
+
+    def __init__(self, spec: "ShardSpec", buffer_bytes: int):
+        self._spec = spec
+        self._buffer_bytes = buffer_bytes
+        self._runs = Metrics.counter("shards", "runs")
+
+    def setup(self):
+        self._schema = run_schema(self._spec.vocab_size)
+
+    def start_bundle(self):
+        self._buffers: dict[int, list[TokenizedDocument]] = {}
+        self._buffered = 0
+
+    def process(self, doc: TokenizedDocument):
+        shard = fmt.shard_of(doc.doc_id, self._spec.num_shards)
+        self._buffers.setdefault(shard, []).append(doc)
+        self._buffered += doc.ids.nbytes + 2 * len(doc.ids) + 256
+        if self._buffered >= self._buffer_bytes:
+            yield from self._flush()
+
+    def finish_bundle(self):
+        for shard_and_path in self._flush():
+            yield WindowedValue(shard_and_path, MIN_TIMESTAMP, [GlobalWindow()])
+
+    def _flush(self):
+        buffers, self._buffers, self._buffered = self._buffers, {}, 0
+        for shard in sorted(buffers):
+            docs = sorted(buffers[shard], key=lambda d: d.sort_key)
+            path = f"{self._spec.output}/{RUNS_DIR}/{uuid.uuid4().hex}-shard-{shard:05d}.arrows"
+            writer = ArrowFileWriter(path, self._schema, compression=None, file_format=False)
+            for i in range(0, len(docs), RUN_BATCH_DOCS):
+                writer.write(docs_to_record_batch(docs[i : i + RUN_BATCH_DOCS], self._schema))
+            writer.close()
+            self._runs.inc()
+            yield shard, path
+
+
+class _ShardStats:
+    """Counts, histogram and unigram counts of one shard, accumulated as rows are written."""
+
+    def __init__(self, spec: "ShardSpec"):
+        self.spec = spec
+        self.documents = self.rows = self.tokens = self.cleaned = self.duplicates = 0
+        self.sentences = self.sentences_cut = 0
+        self.last_doc_id: str | None = None
+        self.bins = -(-spec.max_row_tokens // HISTOGRAM_BIN_WIDTH)
+        self.histogram = np.zeros(self.bins, np.int64)
+        self.unigram = np.zeros(spec.vocab_size, np.int64)
+        self.spans = {kind: 0 for kind in fmt.CANDIDATE_KINDS}
+        self.dropped = {kind: 0 for kind in fmt.CANDIDATE_KINDS}
+
+    def add_doc(self, doc: TokenizedDocument) -> None:
+        self.documents += 1
+        self.cleaned += int(doc.cleaned)
+        self.duplicates += int(doc.doc_id == self.last_doc_id)
+        self.last_doc_id = doc.doc_id
+        self.sentences += doc.num_sentences
+
+    def add_info(self, info: dict) -> None:
+        self.sentences_cut += info["sentences_cut"]
+        for kind, n in info["dropped"].items():
+            self.dropped[kind] += n
+
+    def add_rows(self, rows: list[Row]) -> None:
+        if not rows:
+            return
+        lengths = np.fromiter((len(r.ids) for r in rows), dtype=np.int64, count=len(rows))
+        self.rows += len(rows)
+        self.tokens += int(lengths.sum())
+        self.histogram += np.bincount((lengths - 1) // HISTOGRAM_BIN_WIDTH, minlength=self.bins)[: self.bins]
+        ids = np.concatenate([r.ids for r in rows]).astype(np.int64)
+        self.unigram += np.bincount(ids, minlength=self.spec.vocab_size)[: self.spec.vocab_size]
+        for r in rows:
+            for kind, sp in r.spans.items():
+                self.spans[kind] += len(sp)
+
+    def result(self) -> dict:
+        return {
+            "rows": self.rows,
+            "tokens": self.tokens,
+            "documents": self.documents,
+            "documents_cleaned": self.cleaned,
+            "duplicate_doc_ids": self.duplicates,
+            "sentences": self.sentences,
+            "sentences_cut": self.sentences_cut,
+            "spans": self.spans,
+            "dropped": self.dropped,
+            "histogram": self.histogram.tolist(),
+            "unigram": self.unigram,
+        }
+
+
+class _MergeAndWriteFn(beam.DoFn):
+    """Merges a shard's sorted runs (k-way, streaming), packs rows and writes the shard file."""
+
+    def __init__(self, spec: "ShardSpec"):
         self._spec = spec
         self._rows = Metrics.counter("shards", "rows")
         self._tokens = Metrics.counter("shards", "tokens")
@@ -98,80 +333,67 @@ class _WriteShardFn(beam.DoFn):
     def setup(self):
         self._schema = fmt.shard_schema(self._spec.vocab_size)
 
-    def process(self, shard_and_docs):
-        index, docs = shard_and_docs
+    def process(self, shard_and_runs):
+        index, runs = shard_and_runs
         spec = self._spec
-        docs = sorted((d for d in docs if d is not None), key=lambda d: d.sort_key)
-        rows: list[Row] = []
-        sentences_cut = 0
-        dropped: dict[str, int] = {kind: 0 for kind in fmt.CANDIDATE_KINDS}
+        runs = sorted(r for r in runs if r is not None)
+        docs = heapq.merge(*(iter_run(r) for r in runs), key=lambda d: d.sort_key)
+        relative = fmt.shard_filename(index, spec.num_shards)
+        writer = ArrowFileWriter(f"{spec.output}/{relative}", self._schema)
+        stats = _ShardStats(spec)
+        pending: list[Row] = []
+
+        def emit(rows: list[Row]) -> None:
+            pending.extend(rows)
+            stats.add_rows(rows)
+            while len(pending) >= fmt.ROWS_PER_BATCH:
+                writer.write(rows_to_record_batch(pending[: fmt.ROWS_PER_BATCH], self._schema))
+                del pending[: fmt.ROWS_PER_BATCH]
+
         if spec.pack == "doc-sentences":
             for doc in docs:
-                doc_rows, stats = pack_doc_sentences(doc, spec.max_row_tokens)
-                rows.extend(doc_rows)
-                sentences_cut += stats["sentences_cut"]
-                for kind, n in stats["dropped"].items():
-                    dropped[kind] += n
-        else:
-            rows, stats = pack_full_sentences(docs, spec.max_row_tokens, spec.separator_id)
-            sentences_cut = stats["sentences_cut"]
-            for kind, n in stats["dropped"].items():
-                dropped[kind] += n
-
-        batches = [rows_to_record_batch(rows[i : i + fmt.ROWS_PER_BATCH], self._schema) for i in range(0, len(rows), fmt.ROWS_PER_BATCH)]
-        relative = fmt.shard_filename(index, spec.num_shards)
-        nbytes, sha = write_arrow_file(f"{spec.output}/{relative}", self._schema, batches)
-
-        lengths = np.fromiter((len(r.ids) for r in rows), dtype=np.int64, count=len(rows))
-        tokens = int(lengths.sum())
-        bins = -(-spec.max_row_tokens // HISTOGRAM_BIN_WIDTH)
-        histogram = np.bincount((lengths - 1) // HISTOGRAM_BIN_WIDTH, minlength=bins)[:bins] if len(rows) else np.zeros(bins, np.int64)
-        all_ids = np.concatenate([r.ids for r in rows]) if rows else np.empty(0, np.int64)
-        unigram = np.bincount(all_ids, minlength=spec.vocab_size).astype(np.int64)
-        doc_ids = [d.doc_id for d in docs]
-        duplicates = sum(1 for a, b in zip(doc_ids, doc_ids[1:]) if a == b)
-        spans = {kind: int(sum(len(r.spans.get(kind, ())) for r in rows)) for kind in fmt.CANDIDATE_KINDS}
-        self._rows.inc(len(rows))
-        self._tokens.inc(tokens)
-        log.info("wrote %s: %d documents, %d rows, %d tokens, %d bytes", relative, len(docs), len(rows), tokens, nbytes)
-        yield {
-            "index": index,
-            "path": relative,
-            "rows": len(rows),
-            "tokens": tokens,
-            "bytes": nbytes,
-            "sha256": sha,
-            "documents": len(docs),
-            "documents_cleaned": sum(1 for d in docs if d.cleaned),
-            "duplicate_doc_ids": duplicates,
-            "sentences": sum(d.num_sentences for d in docs),
-            "sentences_cut": sentences_cut,
-            "spans": spans,
-            "dropped": dropped,
-            "histogram": histogram.tolist(),
-            "unigram": unigram,
-        }
+                stats.add_doc(doc)
+                rows, info = pack_doc_sentences(doc, spec.max_row_tokens)
+                stats.add_info(info)
+                emit(rows)
+        else:  # FULL-SENTENCES packs a shard as one stream, so its documents are held in memory
+            all_docs = list(docs)
+            for doc in all_docs:
+                stats.add_doc(doc)
+            rows, info = pack_full_sentences(all_docs, spec.max_row_tokens, spec.separator_id)
+            stats.add_info(info)
+            emit(rows)
+        if pending:
+            writer.write(rows_to_record_batch(pending, self._schema))
+        nbytes, sha = writer.close()
+        self._rows.inc(stats.rows)
+        self._tokens.inc(stats.tokens)
+        log.info("wrote %s: %d documents, %d rows, %d tokens, %d bytes", relative, stats.documents, stats.rows, stats.tokens, nbytes)
+        yield {"index": index, "path": relative, "bytes": nbytes, "sha256": sha, **stats.result()}
 
 
 class WriteShards(beam.PTransform):
-    """Key documents by shard, gather each shard, pack its rows and write its Arrow file.
+    """Spill each bundle's documents as sorted runs per shard, gather each shard's runs, merge
+    them in order, pack rows and write one Arrow file per shard.
 
     Every shard index gets a file, even one no document hashed to (an empty shard is a valid
     file with the schema). Output: one result dict per shard (path, rows, tokens, bytes, sha256,
-    counts, row-length histogram, unigram counts).
+    counts, row-length histogram, unigram counts). Run files live under ``_tmp/`` in the output
+    and are deleted by WriteManifest.
     """
 
-    def __init__(self, spec: ShardSpec):
+    def __init__(self, spec: ShardSpec, buffer_bytes: int = 256 << 20):
         super().__init__()
         self._spec = spec
+        self._buffer_bytes = buffer_bytes
 
     def expand(self, documents):
         n = self._spec.num_shards
-        shard_to_document = documents | "KeyByShard" >> beam.Map(lambda d: (shard_of(d.doc_id, n), d))
+        shard_to_run = documents | "SpillSortedRuns" >> beam.ParDo(_SpillRunsFn(self._spec, self._buffer_bytes))
         every_shard = documents.pipeline | "EveryShard" >> beam.Create([(i, None) for i in range(n)])
         return (
-            (shard_to_document, every_shard)
+            (shard_to_run, every_shard)
             | "Flatten" >> beam.Flatten()
-            | "GroupByShard" >> beam.GroupByKey()
-            | "PackAndWrite" >> beam.ParDo(_WriteShardFn(self._spec))
+            | "GroupRunsByShard" >> beam.GroupByKey()
+            | "MergePackWrite" >> beam.ParDo(_MergeAndWriteFn(self._spec))
         )

@@ -105,9 +105,10 @@ class _TokenizeFn(beam.DoFn):
             return
         ids_arr = np.array(ids, dtype=self._dtype)
         word_ids = enc.word_ids
-        if None in word_ids:  # special tokens inside text have no word: each is its own word
-            word_ids = [-1 - i if w is None else w for i, w in enumerate(word_ids)]
-        w = np.array(word_ids, dtype=np.int64)
+        try:
+            w = np.array(word_ids, dtype=np.int64)
+        except TypeError:  # special tokens inside text have no word: each is its own word
+            w = np.array([-1 - i if v is None else v for i, v in enumerate(word_ids)], dtype=np.int64)
         word_start = np.empty(n, dtype=bool)
         word_start[0] = True
         np.not_equal(w[1:], w[:-1], out=word_start[1:])

@@ -1,0 +1,149 @@
+"""Throughput of the shard job against the raw tokenizer, same texts, same machine, same run.
+
+    .venv/bin/python benchmarks/bench_shards.py                 # whole Wikipedia sample, 2 workers
+    .venv/bin/python benchmarks/bench_shards.py --docs 1000     # quicker
+
+Input: ../shared/data/wikipedia-en-sample/pages.jsonl.zst (4,576 articles, ~5 M words). The
+tokenizer is trained once beforehand (not timed) and passed with --tokenizer. Printed:
+
+- baseline: ``Tokenizer.encode_batch`` over the same texts (Rust, all cores): the practical limit;
+- the job: ``python -m pipeline.build_shards`` as a user runs it (a subprocess, FnApiRunner with
+  ``--direct_running_mode multi_processing --direct_num_workers N``), wall time from start to
+  manifest, so it includes reading, decompression, sentence splitting, packing and writing;
+- ratio = job tokens/s / baseline tokens/s; and the peak RSS of the job's whole process tree at
+  two corpus sizes (half and all), to show memory does not grow with the corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import zstandard
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO.parent / "shared" / "data" / "wikipedia-en-sample" / "pages.jsonl.zst"
+sys.path.insert(0, str(REPO))
+
+
+def load_texts(n: int | None) -> list[dict]:
+    rows = []
+    with open(SAMPLE, "rb") as f:
+        for line in io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), encoding="utf-8"):
+            rows.append(json.loads(line))
+            if n and len(rows) >= n:
+                break
+    return rows
+
+
+def write_corpus(rows: list[dict], directory: Path, files: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    per = -(-len(rows) // files)
+    for i in range(files):
+        part = rows[i * per : (i + 1) * per]
+        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part).encode()
+        (directory / f"part-{i:03d}.jsonl.zst").write_bytes(zstandard.ZstdCompressor(level=3).compress(data))
+
+
+class PeakRss:
+    """Polls the summed RSS of a process and all its descendants."""
+
+    def __init__(self, pid: int):
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                procs = [self.proc] + self.proc.children(recursive=True)
+                total = 0
+                for p in procs:
+                    try:
+                        total += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+                self.peak = max(self.peak, total)
+            except psutil.Error:
+                pass
+            time.sleep(0.1)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def run_job(corpus: Path, tokenizer: Path, out: Path, workers: int) -> tuple[float, dict, int]:
+    cmd = [sys.executable, "-m", "pipeline.build_shards", "--input", str(corpus / "*.jsonl.zst"), "--input-format", "jsonl",
+           "--output", str(out), "--tokenizer", str(tokenizer), "--num-shards", "8", "--overwrite"]
+    if workers > 1:
+        cmd += ["--direct_running_mode", "multi_processing", "--direct_num_workers", str(workers)]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    rss = PeakRss(proc.pid)
+    _, err = proc.communicate()
+    elapsed = time.perf_counter() - started
+    peak = rss.stop()
+    if proc.returncode != 0:
+        raise SystemExit(f"job failed:\n{err[-3000:]}")
+    return elapsed, json.loads((out / "manifest.json").read_text()), peak
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--docs", type=int, default=None, help="use the first N articles (default: all 4,576)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--files", type=int, default=8, help="split the corpus into this many .jsonl.zst files")
+    args = ap.parse_args()
+    if not SAMPLE.exists():
+        raise SystemExit(f"{SAMPLE} not found: this benchmark needs ../shared/data")
+
+    from pipeline import tokenization
+
+    rows = load_texts(args.docs)
+    texts = [r["text"] for r in rows]
+    mb = sum(len(t.encode()) for t in texts) / 1e6
+    print(f"corpus: {len(texts):,} Wikipedia articles, {mb:.1f} MB of text")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        tok = tokenization.train(texts[:2000], vocab_size=28996)
+        spec = tokenization.make_spec(tok, "trained")
+        (tmp / "tokenizer.json").write_text(spec.json)
+
+        t = time.perf_counter()
+        encodings = tok.encode_batch(texts, add_special_tokens=False)
+        base_s = time.perf_counter() - t
+        base_tokens = sum(len(e.ids) for e in encodings)
+        del encodings
+        base_rate = base_tokens / base_s
+        print(f"baseline  encode_batch: {base_tokens:,} tokens in {base_s:.2f} s = {base_rate:,.0f} tokens/s ({os.cpu_count()} threads)")
+
+        half = rows[: len(rows) // 2]
+        write_corpus(half, tmp / "half", args.files)
+        write_corpus(rows, tmp / "all", args.files)
+        _, m_half, peak_half = run_job(tmp / "half", tmp / "tokenizer.json", tmp / "out-half", args.workers)
+        elapsed, m, peak = run_job(tmp / "all", tmp / "tokenizer.json", tmp / "out-all", args.workers)
+        tokens = m["counts"]["tokens"]
+        rate = tokens / elapsed
+        print(f"job ({args.workers} workers): {tokens:,} tokens in {elapsed:.2f} s = {rate:,.0f} tokens/s "
+              f"({m['counts']['rows']:,} rows, {m['counts']['documents_written']:,} documents)")
+        print(f"ratio job / encode_batch: {rate / base_rate:.2f}  (target >= 0.6)")
+        print(f"peak RSS of the job's process tree: {peak_half / 2**20:,.0f} MiB on half the corpus, {peak / 2**20:,.0f} MiB on all of it")
+        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+
+
+if __name__ == "__main__":
+    main()
