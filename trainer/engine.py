@@ -1,0 +1,786 @@
+"""Everything that touches DeepSpeed: distributed set-up, ``deepspeed.initialize``, the training loop,
+checkpoints (with the data loader's position) and the monitor. The model (``trainer.model``) knows
+nothing of it.
+
+Layout of a run directory (``--output-dir RUN_DIR``)::
+
+    RUN_DIR/config.json                    the resolved configuration (every option, the DeepSpeed JSON as used)
+    RUN_DIR/checkpoints/latest             DeepSpeed's pointer to the newest checkpoint
+    RUN_DIR/checkpoints/global_stepN/      DeepSpeed's model/optimizer files + spanprep_trainer.json + tokenizer.json
+    RUN_DIR/monitor/*.csv                  DeepSpeed CSV monitor: train_loss.csv, train_lr.csv, eval_mlm_acc.csv, ...
+    RUN_DIR/tensorboard/                   DeepSpeed TensorBoard monitor (when tensorboard is installed)
+
+Device-agnostic: ``deepspeed.init_distributed()`` picks the backend of DeepSpeed's accelerator (nccl on
+GPUs, gloo on CPU), the device comes from ``deepspeed.get_accelerator()`` and the local rank.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+
+# DeepSpeed's ZeRO calls a torch.distributed function that torch marks deprecated, once per step and rank.
+warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*is deprecated", category=FutureWarning)
+
+from trainer.config import (
+    CHECKPOINT_META_FILE,
+    CHECKPOINT_TOKENIZER_FILE,
+    ConfigError,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    WarmupLinearDecay,
+    dumps,
+    to_jsonable,
+)
+from trainer.model import SpanBert
+
+log = logging.getLogger("trainer")
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+CHECKPOINTS = "checkpoints"
+TAG_PREFIX = "global_step"
+# Keys of the DeepSpeed JSON that the trainer's own options own (one source for every value).
+_OWNED_TOP_LEVEL = {
+    "train_batch_size": "set train_micro_batch_size_per_gpu and gradient_accumulation_steps instead, so one config serves any world size",
+    "gradient_clipping": "use --grad-clip",
+    "scheduler": "the warmup + linear decay schedule comes from --lr, --warmup-steps and --max-steps",
+}
+_OWNED_OPTIMIZER_PARAMS = {"lr": "--lr", "betas": "--adam-beta1/--adam-beta2", "eps": "--adam-eps", "weight_decay": "--weight-decay"}
+# Peak dense bf16 TFLOP/s per accelerator, for model FLOPs utilisation (GPU only; --peak-tflops overrides).
+PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "A800": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0, "V100": 125.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# Distributed environment
+# ---------------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def default_single_process_env(local_rank: int | None = None) -> None:
+    """Make ``python trainer/pretrain.py`` one process of a world of one.
+
+    The ``deepspeed`` launcher (and torchrun) set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT;
+    without them DeepSpeed would try MPI discovery and fail. Under mpirun (OMPI_*/PMI_* set) DeepSpeed's own
+    MPI discovery is left to work.
+    """
+    env = os.environ
+    if local_rank is not None and local_rank >= 0:
+        env.setdefault("LOCAL_RANK", str(local_rank))
+    if "RANK" in env or "OMPI_COMM_WORLD_RANK" in env or "PMI_RANK" in env:
+        return
+    env.setdefault("RANK", "0")
+    env.setdefault("WORLD_SIZE", "1")
+    env.setdefault("LOCAL_RANK", "0")
+    env.setdefault("MASTER_ADDR", "127.0.0.1")
+    env.setdefault("MASTER_PORT", str(_free_port()))
+
+
+def env_rank() -> tuple[int, int, int]:
+    """(rank, local rank, world size) from the environment, before torch.distributed is up."""
+    env = os.environ
+    rank = int(env.get("RANK", env.get("OMPI_COMM_WORLD_RANK", env.get("PMI_RANK", "0"))))
+    local = int(env.get("LOCAL_RANK", env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
+    world = int(env.get("WORLD_SIZE", env.get("OMPI_COMM_WORLD_SIZE", env.get("PMI_SIZE", "1"))))
+    return rank, local, world
+
+
+@dataclass
+class Dist:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type != "cpu"
+
+
+def init_distributed() -> Dist:
+    import deepspeed
+    import torch.distributed as torch_dist
+
+    accelerator = deepspeed.get_accelerator()
+    deepspeed.init_distributed()  # backend: the accelerator's (nccl on GPUs, gloo on CPU)
+    rank, world = torch_dist.get_rank(), torch_dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if accelerator.device_name() == "cpu":
+        device = torch.device("cpu")
+        torch.set_flush_denormal(True)  # denormals make CPU kernels crawl
+    else:
+        accelerator.set_device(local_rank)
+        device = torch.device(accelerator.device_name(local_rank))
+    return Dist(rank=rank, local_rank=local_rank, world_size=world, device=device)
+
+
+def accelerator_is_gpu() -> bool:
+    import deepspeed
+
+    return deepspeed.get_accelerator().device_name() != "cpu"
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed configuration
+# ---------------------------------------------------------------------------------------------
+def default_deepspeed_config_path(on_gpu: bool) -> str:
+    return os.path.join(CONFIG_DIR, "zero2.json" if on_gpu else "zero2_cpu.json")
+
+
+def load_deepspeed_json(path: str, on_gpu: bool) -> tuple[str, dict]:
+    if path == "auto":
+        path = default_deepspeed_config_path(on_gpu)
+    if not os.path.isfile(path):
+        raise ConfigError(f"--deepspeed_config {path}: no such file (the shipped ones are in {CONFIG_DIR})")
+    try:
+        with open(path) as f:
+            ds = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--deepspeed_config {path}: not valid JSON ({e})") from None
+    if not isinstance(ds, dict):
+        raise ConfigError(f"--deepspeed_config {path}: expected a JSON object")
+    return path, ds
+
+
+def resolve_deepspeed_config(path: str, ds: dict, optim: OptimConfig, run_dir: str, on_gpu: bool) -> dict:
+    """The DeepSpeed config as used: the JSON's system settings plus the trainer's optimizer options,
+    gradient clipping and the monitor under RUN_DIR. Refuses what would make a value ambiguous or fail later."""
+    ds = json.loads(json.dumps(ds))  # deep copy
+    where = f"--deepspeed_config {path}"
+    for key, why in _OWNED_TOP_LEVEL.items():
+        if key in ds:
+            raise ConfigError(f"{where}: remove {key!r}: {why}")
+    micro = ds.get("train_micro_batch_size_per_gpu")
+    if not isinstance(micro, int) or isinstance(micro, bool) or micro < 1:
+        raise ConfigError(f"{where}: train_micro_batch_size_per_gpu must be a positive integer, got {micro!r}")
+    accum = ds.setdefault("gradient_accumulation_steps", 1)
+    if not isinstance(accum, int) or isinstance(accum, bool) or accum < 1:
+        raise ConfigError(f"{where}: gradient_accumulation_steps must be a positive integer, got {accum!r}")
+    stage = ds.get("zero_optimization", {}).get("stage", 0)
+    if stage not in (0, 1, 2, 3):
+        raise ConfigError(f"{where}: zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")
+    if ds.get("fp16", {}).get("enabled") and ds.get("bf16", {}).get("enabled"):
+        raise ConfigError(f"{where}: enable at most one of fp16 and bf16")
+    if not on_gpu and ds.get("fp16", {}).get("enabled"):
+        raise ConfigError(f"{where}: fp16 needs a GPU; on CPU use fp32 or bf16 (trainer/configs/zero*_cpu.json)")
+
+    optimizer = ds.setdefault("optimizer", {"type": "AdamW", "params": {}})
+    if str(optimizer.get("type", "")).lower() not in ("adam", "adamw"):
+        raise ConfigError(f"{where}: optimizer.type must be Adam or AdamW (the trainer's options are Adam's), got {optimizer.get('type')!r}")
+    params = optimizer.setdefault("params", {})
+    for key, flag in _OWNED_OPTIMIZER_PARAMS.items():
+        if key in params:
+            raise ConfigError(f"{where}: remove optimizer.params.{key}: it is set with {flag}")
+    offload = ds.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none") not in (None, "none")
+    if not on_gpu and not params.get("torch_adam", False) and not offload:
+        raise ConfigError(
+            f"{where}: uses DeepSpeed's fused Adam, which needs a GPU; on CPU use a *_cpu.json config "
+            f"(optimizer.params.torch_adam: true)"
+        )
+    params.update(lr=optim.lr, betas=[optim.adam_beta1, optim.adam_beta2], eps=optim.adam_eps, weight_decay=optim.weight_decay)
+    ds["gradient_clipping"] = optim.grad_clip
+
+    ds["csv_monitor"] = {**ds.get("csv_monitor", {"enabled": True}), "output_path": run_dir, "job_name": "monitor"}
+    tensorboard = dict(ds.get("tensorboard", {"enabled": True}))
+    if tensorboard.get("enabled"):
+        try:
+            import torch.utils.tensorboard  # noqa: F401
+        except ImportError:
+            log.warning("tensorboard is not installed: TensorBoard monitor off (pip install 'spanprep[report]')")
+            tensorboard["enabled"] = False
+    ds["tensorboard"] = {**tensorboard, "output_path": run_dir, "job_name": "tensorboard"}
+    ds.setdefault("steps_per_print", 10**9)  # the trainer reports progress itself
+    ds.setdefault("wall_clock_breakdown", False)
+    return ds
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """BERT's rule: no weight decay on biases and LayerNorm weights."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if name.endswith(".bias") or "LayerNorm" in name or ".ln" in name else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------------
+def checkpoint_dir(run_dir: str) -> str:
+    return os.path.join(run_dir, CHECKPOINTS)
+
+
+def latest_tag(ckpt_dir: str) -> str | None:
+    path = os.path.join(ckpt_dir, "latest")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return f.read().strip() or None
+
+
+def checkpoint_tags(ckpt_dir: str) -> list[tuple[int, str]]:
+    """(step, tag) of the checkpoints in ``ckpt_dir``, oldest first."""
+    out = []
+    for path in glob.glob(os.path.join(ckpt_dir, TAG_PREFIX + "*")):
+        m = re.fullmatch(re.escape(TAG_PREFIX) + r"(\d+)", os.path.basename(path))
+        if m and os.path.isdir(path):
+            out.append((int(m.group(1)), os.path.basename(path)))
+    return sorted(out)
+
+
+def optimizer_state_bytes(ckpt_dir: str, tag: str) -> list[int]:
+    """Bytes of optimizer tensors (fp32 master partition, Adam moments) in each rank's ZeRO file, by rank."""
+    files = sorted(glob.glob(os.path.join(ckpt_dir, tag, "*zero_pp_rank_*_optim_states.pt")),
+                   key=lambda p: int(re.search(r"zero_pp_rank_(\d+)_", os.path.basename(p)).group(1)))
+
+    def tensor_bytes(obj: Any) -> int:
+        if torch.is_tensor(obj):
+            return obj.numel() * obj.element_size()
+        if isinstance(obj, dict):
+            return sum(tensor_bytes(v) for v in obj.values())
+        if isinstance(obj, (list, tuple)):
+            return sum(tensor_bytes(v) for v in obj)
+        return 0
+
+    return [tensor_bytes(torch.load(f, map_location="cpu", weights_only=False)["optimizer_state_dict"]) for f in files]
+
+
+# ---------------------------------------------------------------------------------------------
+# Data (trainer.data / trainer.masking own the loader; this adapts it to the loop)
+# ---------------------------------------------------------------------------------------------
+def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    non_blocking = device.type != "cpu"
+    return {k: v.to(device, non_blocking=non_blocking) for k, v in batch.items()}
+
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "labels", "span_left", "span_right", "span_position")
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------
+class StopRequested:
+    """SIGTERM/SIGINT set a flag; the loop saves a checkpoint at the end of the step and exits 0."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+        self._pid = os.getpid()
+
+    def __enter__(self) -> "StopRequested":
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if os.getpid() != self._pid:  # a forked child (DataLoader worker) before its worker_init_fn ran
+            return
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
+        self.signum = signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+
+def ignore_stop_signals_in_worker(worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: workers ignore SIGTERM/SIGINT and leave stopping to their rank.
+
+    PyTorch's workers die on a SIGTERM that does not come from their parent (its C handler re-raises it), and
+    the rank's SIGCHLD handler then raises at an arbitrary point, e.g. inside a collective. Schedulers and the
+    ``deepspeed`` launcher signal whole process trees, so the workers must survive until their rank has saved
+    and exited (a worker also exits when its parent is gone).
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _ChainedWorkerInit:
+    def __init__(self, previous):
+        self.previous = previous
+
+    def __call__(self, worker_id: int) -> None:
+        ignore_stop_signals_in_worker(worker_id)
+        if self.previous is not None:
+            self.previous(worker_id)
+
+
+def protect_workers(loader) -> None:
+    """Make ``loader``'s workers ignore stop signals (see :func:`ignore_stop_signals_in_worker`)."""
+    if loader is not None and not isinstance(loader.worker_init_fn, _ChainedWorkerInit):
+        loader.worker_init_fn = _ChainedWorkerInit(loader.worker_init_fn)
+
+
+@dataclass
+class TrainSetup:
+    """Everything the loop needs, resolved and validated before any process group exists."""
+
+    model: ModelConfig
+    optim: OptimConfig
+    run: RunConfig
+    data: Any  # trainer.data.DataConfig
+    masking: Any  # trainer.masking.MaskingConfig
+    deepspeed_path: str
+    deepspeed: dict  # resolved DeepSpeed config
+    artifact: Any  # schemas.artifact.Artifact
+    train_loader: Any  # trainer.data.StreamLoader of this rank (not iterated yet)
+    eval_loader: Any  # trainer.data.StreamLoader over the held-out shards, or None
+
+    def resolved(self, world_size: int) -> dict:
+        ds = self.deepspeed
+        return {
+            "model": to_jsonable(self.model),
+            "optim": to_jsonable(self.optim),
+            "run": to_jsonable(self.run),
+            "data": to_jsonable(self.data),
+            "masking": to_jsonable(self.masking),
+            "deepspeed_config_file": self.deepspeed_path,
+            "deepspeed": ds,
+            "world_size": world_size,
+            "global_batch_size": ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * world_size,
+            "artifact": {
+                "uri": self.artifact.uri,
+                "format_version": self.artifact.manifest.get("format_version"),
+                "tokenizer": self.artifact.manifest["tokenizer"],
+                "max_seq_len": self.artifact.manifest.get("max_seq_len"),
+                "rows": self.artifact.manifest.get("counts", {}).get("rows"),
+            },
+            "versions": _versions(),
+        }
+
+
+def _versions() -> dict:
+    import deepspeed
+
+    return {"python": sys.version.split()[0], "torch": torch.__version__, "deepspeed": deepspeed.__version__}
+
+
+class Trainer:
+    def __init__(self, setup: TrainSetup, dist: Dist):
+        self.s = setup
+        self.dist = dist
+        self.run_dir = setup.run.output_dir
+        self.ckpt_dir = checkpoint_dir(self.run_dir)
+        self.micro = setup.deepspeed["train_micro_batch_size_per_gpu"]
+        self.accum = setup.deepspeed["gradient_accumulation_steps"]
+        self.tokenizer_json = setup.artifact.tokenizer_json()
+        self.step = 0
+
+    # -- set-up --------------------------------------------------------------------------------
+    def build(self) -> None:
+        import deepspeed
+
+        s = self.s
+        logging.getLogger("DeepSpeed").setLevel(s.run.log_level.upper())
+        torch.manual_seed(s.run.seed)  # identical initial weights on every rank
+        model = SpanBert(s.model)
+        schedule = WarmupLinearDecay(s.optim.warmup_steps, s.run.max_steps)
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=model,
+            model_parameters=parameter_groups(model, s.optim.weight_decay),
+            config=s.deepspeed,
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule),
+        )
+        self.monitor = self.engine.monitor
+        self.train_loader = s.train_loader
+        self.eval_loader = s.eval_loader
+        protect_workers(self.train_loader)
+        protect_workers(self.eval_loader)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def _meta(self) -> dict:
+        art = self.s.artifact
+        return {
+            "step": self.step,
+            "model": to_jsonable(self.s.model),
+            "tokenizer": art.manifest["tokenizer"],
+            "max_seq_len": art.manifest.get("max_seq_len"),
+            "artifact": art.uri,
+            "world_size": self.dist.world_size,
+            "deepspeed_config_file": self.s.deepspeed_path,
+        }
+
+    def save(self, data_state: dict) -> str:
+        tag = f"{TAG_PREFIX}{self.step}"
+        if self.dist.is_main:
+            os.makedirs(os.path.join(self.ckpt_dir, tag), exist_ok=True)
+            with open(os.path.join(self.ckpt_dir, tag, CHECKPOINT_META_FILE), "w") as f:
+                f.write(dumps(self._meta()))
+            with open(os.path.join(self.ckpt_dir, tag, CHECKPOINT_TOKENIZER_FILE), "w", encoding="utf-8") as f:
+                f.write(self.tokenizer_json)
+        client_state = {"step": self.step, "data": data_state, "world_size": self.dist.world_size}
+        self.engine.save_checkpoint(self.ckpt_dir, tag=tag, client_state=client_state)
+        torch.distributed.barrier()
+        if self.dist.is_main and self.s.run.keep_checkpoints:
+            for _, old in checkpoint_tags(self.ckpt_dir)[: -self.s.run.keep_checkpoints]:
+                if old != tag:
+                    shutil.rmtree(os.path.join(self.ckpt_dir, old), ignore_errors=True)
+        return tag
+
+    def resume(self) -> bool:
+        tag = latest_tag(self.ckpt_dir)
+        if tag is None:
+            return False
+        path, client = self.engine.load_checkpoint(self.ckpt_dir, tag=tag)
+        if path is None:
+            raise RuntimeError(f"{self.ckpt_dir}/{tag}: DeepSpeed could not load the checkpoint")
+        self.step = int(client["step"])
+        # The loader's state is global (epoch, consumed samples), the same on every rank.
+        self.train_loader.load_state_dict(client["data"])
+        return True
+
+    # -- the loop --------------------------------------------------------------------------------
+    def _data_left(self) -> bool:
+        """False when a finite stream (--num-epochs) cannot fill another optimizer step."""
+        left = self.train_loader.dataset.num_batches
+        return left is None or left >= self.accum
+
+    def train(self) -> int:
+        run = self.s.run
+        if self.step >= run.max_steps:
+            self._print(f"step {self.step} >= --max-steps {run.max_steps}: nothing to do")
+            return 0
+        progress = None
+        if self.dist.is_main and run.progress:
+            from tqdm import tqdm
+
+            progress = tqdm(total=run.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
+                            mininterval=1.0, file=sys.stderr)
+        self._progress = progress
+        self.engine.train()
+        window = _Window()
+        data_state = self.train_loader.state_dict()
+        with StopRequested() as stop:
+            batches = iter(self.train_loader)  # forks the workers inside the signal context
+            while self.step < run.max_steps:
+                if not self._data_left():
+                    self._print(f"the training data ended (--num-epochs {self.s.data.num_epochs}) at step {self.step}")
+                    self.save(data_state)
+                    break
+                stats = self._train_step(batches)
+                self.step += 1
+                data_state = self.train_loader.state_dict()
+                # One all-reduce per step: the metrics and whether any rank was asked to stop.
+                stats["stop"] = 1.0 if stop.requested else 0.0
+                totals = self._all_reduce(stats)
+                window.add(totals)
+                if progress is not None:
+                    progress.update(1)
+                    progress.set_postfix(loss=f"{totals['loss'] / totals['micro_batches']:.3f}", refresh=False)
+                if self.step % run.log_every == 0 or self.step == run.max_steps or totals["stop"]:
+                    self._log_train(window)
+                    window = _Window()
+                if run.eval_every and self.step % run.eval_every == 0:
+                    self._evaluate()
+                if totals["stop"]:
+                    tag = self.save(data_state)
+                    self._print(f"stopped by signal at step {self.step}; checkpoint {self.ckpt_dir}/{tag}")
+                    break
+                if self.step == run.max_steps or (run.save_every and self.step % run.save_every == 0):
+                    self.save(data_state)
+        if progress is not None:
+            progress.close()
+        if self.step >= run.max_steps:
+            self._print(f"done: {self.step} steps; checkpoint {self.ckpt_dir}/{latest_tag(self.ckpt_dir)}")
+        return 0
+
+    def _train_step(self, batches: Iterator[dict]) -> dict[str, float]:
+        t0 = time.perf_counter()
+        sums = dict(loss=0.0, mlm_loss=0.0, sbo_loss=0.0, sequences=0.0, tokens=0.0, padded_tokens=0.0, targets=0.0)
+        lr = self.scheduler.get_last_lr()[0]  # the rate this step's update uses
+        for micro in range(self.accum):
+            batch = next(batches)
+            inputs = _to_device({k: batch[k] for k in MODEL_INPUTS if k in batch}, self.dist.device)
+            # Dropout is a pure function of (seed, step, micro-batch, rank), so a resumed run repeats the
+            # uninterrupted one. Seeded after fetching: a DataLoader draws from the global generator when it
+            # starts an epoch.
+            torch.manual_seed(((self.s.run.seed * 1_000_003 + self.step) * 257 + micro) * 65_537 + self.dist.rank)
+            out = self.engine(**inputs)
+            self.engine.backward(out["loss"])
+            self.engine.step()
+            sums["loss"] += out["loss"].item()
+            sums["mlm_loss"] += out["mlm_loss"].item()
+            if "sbo_loss" in out:
+                sums["sbo_loss"] += out["sbo_loss"].item()
+            sums["sequences"] += inputs["input_ids"].size(0)
+            sums["tokens"] += float(inputs["attention_mask"].sum().item())
+            sums["padded_tokens"] += inputs["input_ids"].numel()
+            sums["targets"] += float(out["num_targets"].item())
+        sums["micro_batches"] = float(self.accum)
+        sums["seconds"] = time.perf_counter() - t0
+        sums["lr"] = lr
+        return sums
+
+    def _all_reduce(self, stats: dict[str, float]) -> dict[str, float]:
+        keys = sorted(stats)
+        t = torch.tensor([stats[k] for k in keys], dtype=torch.float64, device=self.dist.device)
+        torch.distributed.all_reduce(t)
+        out = dict(zip(keys, t.tolist()))
+        out["seconds"] = out["seconds"] / self.dist.world_size  # mean wall time of the step
+        out["lr"] = stats["lr"]
+        return out
+
+    def _log_train(self, w: "_Window") -> None:
+        t = w.totals
+        if not t:
+            return
+        n = t["micro_batches"]
+        loss, mlm, sbo = t["loss"] / n, t["mlm_loss"] / n, t["sbo_loss"] / n
+        seq_s = t["sequences"] / t["seconds"]
+        tok_s = t["tokens"] / t["seconds"]
+        events = [
+            ("train/loss", loss, self.step),
+            ("train/mlm_loss", mlm, self.step),
+            ("train/lr", w.last["lr"], self.step),
+            ("train/seq_per_s", seq_s, self.step),
+            ("train/tokens_per_s", tok_s, self.step),
+        ]
+        if self.s.model.use_sbo:
+            events.append(("train/sbo_loss", sbo, self.step))
+        mfu = self._mfu(t)
+        if mfu is not None:
+            events.append(("train/mfu", mfu, self.step))
+        self.monitor.write_events(events)
+        if self.dist.is_main:
+            parts = [f"step {self.step}/{self.s.run.max_steps}", f"loss {loss:.4f}", f"mlm {mlm:.4f}"]
+            if self.s.model.use_sbo:
+                parts.append(f"sbo {sbo:.4f}")
+            parts += [f"lr {w.last['lr']:.3g}", f"{seq_s:.1f} seq/s", f"{tok_s:,.0f} tok/s"]
+            if mfu is not None:
+                parts.append(f"MFU {100 * mfu:.1f}%")
+            self._print("  ".join(parts))
+
+    def _mfu(self, t: dict[str, float]) -> float | None:
+        """Model FLOPs utilisation; GPUs only (a CPU has no meaningful peak to compare with)."""
+        if not self.dist.on_gpu:
+            return None
+        peak = self.s.run.peak_tflops
+        if not peak:
+            name = torch.cuda.get_device_name(self.dist.local_rank) if self.dist.device.type == "cuda" else ""
+            peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), 0.0)
+        if not peak or not t["sequences"]:
+            return None
+        seq_len = t["padded_tokens"] / t["sequences"]
+        flops = t["sequences"] * self.engine.module.flops_per_sequence(seq_len, t["targets"] / t["sequences"])
+        return flops / (t["seconds"] * self.dist.world_size * peak * 1e12)
+
+    @torch.no_grad()
+    def _evaluate(self) -> dict[str, float]:
+        self.engine.eval()
+        keys = ("batches", "targets", "mlm_loss_sum", "mlm_correct", "sbo_loss_sum", "sbo_correct")
+        sums = dict.fromkeys(keys, 0.0)
+        it = iter(self.eval_loader)
+        for _ in range(self.s.run.eval_batches):
+            batch = next(it, None)
+            # ZeRO-3 gathers parameters collectively: all ranks run the same number of forwards.
+            have = torch.tensor([0.0 if batch is None else 1.0], device=self.dist.device)
+            torch.distributed.all_reduce(have, op=torch.distributed.ReduceOp.MIN)
+            if have.item() == 0:
+                break
+            inputs = _to_device({k: batch[k] for k in MODEL_INPUTS if k in batch}, self.dist.device)
+            out = self.engine(**inputs)
+            n = float(out["num_targets"].item())
+            sums["batches"] += 1
+            sums["targets"] += n
+            sums["mlm_loss_sum"] += out["mlm_loss"].item() * n
+            sums["mlm_correct"] += float(out["mlm_correct"].item())
+            if "sbo_loss" in out:
+                sums["sbo_loss_sum"] += out["sbo_loss"].item() * n
+                sums["sbo_correct"] += float(out["sbo_correct"].item())
+        t = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self.dist.device)
+        torch.distributed.all_reduce(t)
+        sums = dict(zip(keys, t.tolist()))
+        self.engine.train()
+        if not sums["targets"]:
+            self._print("eval: the held-out split yielded no targets")
+            return {}
+        n = sums["targets"]
+        result = {"mlm_loss": sums["mlm_loss_sum"] / n, "mlm_acc": sums["mlm_correct"] / n}
+        if self.s.model.use_sbo:
+            result.update(sbo_loss=sums["sbo_loss_sum"] / n, sbo_acc=sums["sbo_correct"] / n)
+        self.monitor.write_events([(f"eval/{k}", v, self.step) for k, v in result.items()])
+        self._print(f"eval step {self.step}: " + "  ".join(f"{k} {v:.4f}" for k, v in result.items())
+                    + f"  ({int(n)} targets)")
+        return result
+
+    def _print(self, message: str) -> None:
+        if not self.dist.is_main:
+            return
+        if getattr(self, "_progress", None) is not None:
+            self._progress.write(message, file=sys.stdout)
+        else:
+            print(message, flush=True)
+
+
+class _Window:
+    """Sums of per-step totals between two log lines."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    def add(self, step_totals: dict[str, float]) -> None:
+        for k, v in step_totals.items():
+            if k != "lr":
+                self.totals[k] = self.totals.get(k, 0.0) + v
+        self.last = step_totals
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolving and validating the options (no process group yet: every error here is a clear message)
+# ---------------------------------------------------------------------------------------------
+# Errors `prepare` reports as one line (FormatError and ConfigError are ValueErrors; the data side's
+# config classes raise ValueError; unreadable files are OSErrors).
+SETUP_ERRORS = (ValueError, OSError)
+# DataConfig fields the trainer fills in from its own options and the artifact.
+DATA_FIELDS_SET_BY_TRAINER = ("artifact", "seed", "micro_batch_size", "max_seq_len")
+
+
+def _check_model_matches_artifact(model_given: dict, artifact) -> dict:
+    """vocab_size and pad_token_id come from the artifact; if also given, they must agree."""
+    tok = artifact.manifest["tokenizer"]
+    ids = artifact.special_token_ids
+    vocab = artifact.vocab_size
+    for name in ("pad", "unk", "cls", "sep", "mask"):
+        if name not in ids or not 0 <= int(ids[name]) < vocab:
+            raise ConfigError(f"{artifact.uri}: the tokenizer's special token {name!r} has no id below its vocabulary size {vocab}")
+    fixed = {"vocab_size": vocab, "pad_token_id": int(ids["pad"])}
+    for key, value in fixed.items():
+        if key in model_given and model_given[key] != value:
+            raise ConfigError(
+                f"--{key.replace('_', '-')} {model_given[key]} does not match the artifact {artifact.uri}: its tokenizer "
+                f"({tok.get('file')}, sha256 {str(tok.get('sha256'))[:12]}) has {key} {value}"
+            )
+    return fixed
+
+
+def _check_resume(run: RunConfig, model: ModelConfig, artifact, world_size: int) -> None:
+    ckpt = checkpoint_dir(run.output_dir)
+    tag = latest_tag(ckpt)
+    if tag is None:
+        return
+    if not run.resume:
+        raise ConfigError(
+            f"{run.output_dir} already holds checkpoints (latest: {tag}); pass --resume to continue that run, "
+            f"or choose another --output-dir"
+        )
+    meta_path = os.path.join(ckpt, tag, CHECKPOINT_META_FILE)
+    if not os.path.isfile(meta_path):
+        raise ConfigError(f"{meta_path}: missing; cannot resume from a checkpoint the trainer did not write")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    saved_tok, tok = meta.get("tokenizer", {}), artifact.manifest["tokenizer"]
+    if saved_tok.get("sha256") != tok.get("sha256") or saved_tok.get("special_token_ids") != tok.get("special_token_ids"):
+        raise ConfigError(
+            f"cannot resume {ckpt}/{tag} on {artifact.uri}: the checkpoint was trained with another tokenizer "
+            f"(sha256 {str(saved_tok.get('sha256'))[:12]}, vocabulary {saved_tok.get('vocab_size')}, special ids "
+            f"{saved_tok.get('special_token_ids')}) than the artifact's (sha256 {str(tok.get('sha256'))[:12]}, "
+            f"vocabulary {tok.get('vocab_size')}, special ids {tok.get('special_token_ids')})"
+        )
+    saved_model, now = meta.get("model", {}), to_jsonable(model)
+    diff = [f"{k}: checkpoint {saved_model.get(k)!r}, now {now[k]!r}" for k in now if saved_model.get(k) != now[k]]
+    if diff:
+        raise ConfigError(f"cannot resume {ckpt}/{tag} with another model configuration: " + "; ".join(diff))
+    if meta.get("world_size") not in (None, world_size):
+        raise ConfigError(
+            f"cannot resume {ckpt}/{tag} (saved by {meta['world_size']} ranks) with {world_size} ranks: ZeRO partitions "
+            f"the optimizer by rank; resume with {meta['world_size']} ranks"
+        )
+
+
+def prepare(args) -> TrainSetup:
+    """Build and cross-check every config from the parsed command line, open and check the artifact."""
+    from schemas.artifact import Artifact
+    from trainer import data as data_mod
+    from trainer import masking as masking_mod
+    from trainer.config import check_schedule, dataclass_from_args, given_fields
+
+    run = dataclass_from_args(RunConfig, args, deepspeed_config=args.deepspeed_config or "auto")
+    optim = dataclass_from_args(OptimConfig, args)
+    check_schedule(optim, run)
+    model_given = given_fields(args, ModelConfig)
+    ModelConfig.preset(args.preset, **model_given)  # report a bad model option before opening the artifact
+
+    artifact = Artifact.open(run.data)
+    fixed = _check_model_matches_artifact(model_given, artifact)
+    model = ModelConfig.preset(args.preset, **{**model_given, **fixed})
+    max_seq_len = int(artifact.manifest.get("max_seq_len", 512))
+    if model.max_position_embeddings < max_seq_len:
+        raise ConfigError(
+            f"--max-position-embeddings {model.max_position_embeddings} is smaller than the artifact's "
+            f"max_seq_len {max_seq_len} ({artifact.uri})"
+        )
+
+    masking = dataclass_from_args(masking_mod.MaskingConfig, args, dest_prefix="masking.",
+                                  seed=run.seed % (1 << 32), max_span_positions=model.sbo_max_span_positions)
+    on_gpu = accelerator_is_gpu()
+    ds_path, ds_raw = load_deepspeed_json(run.deepspeed_config, on_gpu)
+    ds = resolve_deepspeed_config(ds_path, ds_raw, optim, run.output_dir, on_gpu)
+    data = dataclass_from_args(data_mod.DataConfig, args, dest_prefix="data.", artifact=run.data, seed=run.seed,
+                               micro_batch_size=ds["train_micro_batch_size_per_gpu"], max_seq_len=max_seq_len)
+    if run.eval_every and data.eval_shards == 0:
+        raise ConfigError("--eval-every needs held-out shards: set --eval-shards >= 1, or --eval-every 0 to not evaluate")
+    rank, _, world_size = env_rank()
+    _check_resume(run, model, artifact, world_size)
+    # The loaders only index the shards here (no reading, no workers yet), so their errors are clear messages too.
+    expected = dict(expected_vocab_size=model.vocab_size, expected_special_token_ids={"pad": model.pad_token_id})
+    train_loader, _ = data_mod.build_train_loader(data, masking, rank=rank, world_size=world_size, **expected)
+    eval_loader = None
+    if run.eval_every:
+        eval_loader, _ = data_mod.build_eval_loader(data, masking, rank=rank, world_size=world_size, **expected)
+    return TrainSetup(model=model, optim=optim, run=run, data=data, masking=masking, deepspeed_path=ds_path,
+                      deepspeed=ds, artifact=artifact, train_loader=train_loader, eval_loader=eval_loader)
+
+
+def write_resolved_config(setup: TrainSetup, dist: Dist) -> None:
+    if dist.is_main:
+        os.makedirs(setup.run.output_dir, exist_ok=True)
+        with open(os.path.join(setup.run.output_dir, "config.json"), "w") as f:
+            f.write(dumps(setup.resolved(dist.world_size)))
+
+
+def train(setup: TrainSetup) -> int:
+    """Run (or resume) training as configured; every rank calls this after :func:`init_distributed`."""
+    dist = init_distributed()
+    trainer = Trainer(setup, dist)
+    trainer.build()
+    if setup.run.resume:
+        if trainer.resume():
+            trainer._print(f"resumed from {trainer.ckpt_dir}/{latest_tag(trainer.ckpt_dir)} at step {trainer.step}")
+        else:
+            trainer._print(f"--resume: no checkpoint in {trainer.ckpt_dir}; starting at step 0")
+    write_resolved_config(setup, dist)
+    return trainer.train()
+
+
+__all__ = [
+    "TrainSetup", "Trainer", "train", "init_distributed", "default_single_process_env", "env_rank",
+    "load_deepspeed_json", "resolve_deepspeed_config", "checkpoint_dir", "latest_tag", "checkpoint_tags",
+    "optimizer_state_bytes", "parameter_groups", "accelerator_is_gpu", "prepare", "SETUP_ERRORS",
+]

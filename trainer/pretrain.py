@@ -1,0 +1,95 @@
+"""Pre-train SpanBERT (or the BERT-1seq baseline) on a preprocessed-corpus artifact with DeepSpeed ZeRO.
+
+One GPU node, 8 GPUs, ZeRO-2, BERT-base sizes:
+
+    deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json \\
+        --data ARTIFACT --preset base --max-steps 100000 --output-dir runs/base
+
+Several nodes (a hostfile of ``hostname slots=8`` lines; RUN_DIR on a shared filesystem):
+
+    deepspeed --hostfile hostfile trainer/pretrain.py --deepspeed_config trainer/configs/zero3.json \\
+        --data gs://bucket/artifact --preset large --max-steps 2400000 --output-dir /shared/runs/large
+
+CPU, two processes (gloo), the tiny preset (what the tests and ``make demo`` run):
+
+    OMP_NUM_THREADS=1 deepspeed --num_gpus 2 trainer/pretrain.py --deepspeed_config trainer/configs/zero2_cpu.json \\
+        --data demo/artifact --preset tiny --max-steps 40 --warmup-steps 4 --lr 1e-3 --output-dir runs/tiny
+
+One process without the launcher (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT are filled in):
+
+    python trainer/pretrain.py --data demo/artifact --preset tiny --max-steps 40 --warmup-steps 4 --output-dir runs/tiny
+
+Resume after a stop (SIGTERM/SIGINT save a checkpoint and exit 0): add ``--resume``. The BERT-1seq baseline:
+``--objective mlm``. Masking scheme: ``--scheme span|whole_word|subword|entity|noun_phrase|ngram``.
+Export: ``python -m trainer.export RUN_DIR/checkpoints --out hf_model``. All options: ``--help``;
+docs/TRAINING.md explains them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainer.config import (
+    ModelConfig,
+    OptimConfig,
+    PRESETS,
+    RunConfig,
+    add_dataclass_arguments,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from trainer import data, masking
+
+    p = argparse.ArgumentParser(
+        prog="trainer/pretrain.py",
+        description="SpanBERT pre-training with DeepSpeed; see the launch commands in docs/TRAINING.md",
+    )
+    p.add_argument("--local_rank", "--local-rank", type=int, default=-1, help="set by the deepspeed launcher")
+    g = p.add_argument_group("run")
+    add_dataclass_arguments(g, RunConfig, skip=("deepspeed_config",))
+    g.add_argument("--deepspeed_config", "--deepspeed-config", dest="deepspeed_config", default=None,
+                   help=RunConfig.__dataclass_fields__["deepspeed_config"].metadata["help"])
+    g = p.add_argument_group("model")
+    g.add_argument("--preset", choices=list(PRESETS), default="base", help="model sizes (default: base)")
+    add_dataclass_arguments(g, ModelConfig)
+    add_dataclass_arguments(p.add_argument_group("optimizer"), OptimConfig)
+    add_dataclass_arguments(p.add_argument_group("data"), data.DataConfig, skip=data_fields_set_by_trainer(), dest_prefix="data.")
+    add_dataclass_arguments(p.add_argument_group("masking"), masking.MaskingConfig, skip=MASKING_FIELDS_SET_BY_TRAINER,
+                            dest_prefix="masking.")
+    for action in p._actions:
+        if action.dest == "masking.scheme":
+            action.choices = list(masking.SCHEMES)
+            action.metavar = None
+            action.help = "masking scheme (default: span, SpanBERT's)"
+    return p
+
+
+# Filled in from other options, so they cannot disagree.
+MASKING_FIELDS_SET_BY_TRAINER = ("seed", "max_span_positions")
+
+
+def data_fields_set_by_trainer() -> tuple[str, ...]:
+    from trainer import engine
+
+    return engine.DATA_FIELDS_SET_BY_TRAINER
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trainer import engine
+
+    args = build_parser().parse_args(argv)
+    engine.default_single_process_env(args.local_rank)
+    try:
+        setup = engine.prepare(args)
+    except engine.SETUP_ERRORS as e:
+        _, local_rank, _ = engine.env_rank()
+        if local_rank == 0:  # every rank of a node fails the same way: say it once per node
+            print(f"pretrain: error: {e}", file=sys.stderr)
+        return 2
+    return engine.train(setup)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
