@@ -1,0 +1,218 @@
+"""Export a trainer checkpoint to Hugging Face format.
+
+    python -m trainer.export RUN_DIR/checkpoints --out DIR [--tag global_step5000]
+
+CHECKPOINT_DIR is the DeepSpeed checkpoint directory (the one holding ``latest``); any ZeRO stage works
+because the weights are consolidated with DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint``.
+DIR receives what ``transformers.BertForMaskedLM.from_pretrained(DIR)`` and
+``transformers.AutoTokenizer.from_pretrained(DIR)`` load:
+
+    config.json             BertConfig (architectures: BertForMaskedLM)
+    model.safetensors       encoder + MLM head in Hugging Face's names (the decoder is tied, as HF saves it)
+    tokenizer.json          the artifact's tokenizer, byte for byte
+    tokenizer_config.json   BertTokenizer, lower-casing as the artifact's tokenizer, model_max_length
+    vocab.txt               the WordPiece vocabulary in id order
+    special_tokens_map.json
+
+The SBO head is a pre-training device and is not exported (BertForMaskedLM has no place for it).
+Needs the ``hf`` extra's ``safetensors`` (and DeepSpeed's consolidation needs ``huggingface_hub``);
+``transformers`` itself is not needed to export.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import io
+import json
+import os
+import sys
+
+import torch
+
+from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ConfigError, ModelConfig
+from trainer.model import SpanBert
+
+
+class ExportError(RuntimeError):
+    """The checkpoint cannot be exported; the message says why."""
+
+
+def resolve_tag(checkpoint_dir: str, tag: str | None = None) -> str:
+    if not os.path.isdir(checkpoint_dir):
+        raise ExportError(f"{checkpoint_dir}: checkpoint directory does not exist")
+    if tag is None:
+        latest = os.path.join(checkpoint_dir, "latest")
+        if not os.path.isfile(latest):
+            raise ExportError(
+                f"{checkpoint_dir}: no 'latest' file; pass the DeepSpeed checkpoint directory "
+                f"(RUN_DIR/checkpoints) or name a checkpoint with --tag"
+            )
+        with open(latest) as f:
+            tag = f.read().strip()
+    if not os.path.isdir(os.path.join(checkpoint_dir, tag)):
+        raise ExportError(f"{checkpoint_dir}/{tag}: checkpoint does not exist")
+    return tag
+
+
+def read_meta(checkpoint_dir: str, tag: str) -> dict:
+    """The trainer's description of a checkpoint: model config, tokenizer summary, step."""
+    path = os.path.join(checkpoint_dir, tag, CHECKPOINT_META_FILE)
+    if not os.path.isfile(path):
+        raise ExportError(f"{path}: missing; this checkpoint was not written by trainer/pretrain.py")
+    with open(path) as f:
+        return json.load(f)
+
+
+def consolidated_state_dict(checkpoint_dir: str, tag: str) -> dict[str, torch.Tensor]:
+    """fp32 weights of the whole model from the (possibly partitioned) DeepSpeed checkpoint."""
+    tag_dir = os.path.join(checkpoint_dir, tag)
+    if not glob.glob(os.path.join(tag_dir, "*zero_pp_rank_*optim_states.pt")):
+        # ZeRO stage 0: the full module is in the model-states file.
+        states = torch.load(os.path.join(tag_dir, "mp_rank_00_model_states.pt"), map_location="cpu", weights_only=False)
+        return {k: v.float() for k, v in states["module"].items()}
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints progress lines
+        return get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag=tag)
+
+
+def load_model(checkpoint_dir: str, tag: str | None = None) -> tuple[SpanBert, dict]:
+    """Our model with the checkpoint's fp32 weights, in eval mode, and the checkpoint's meta."""
+    tag = resolve_tag(checkpoint_dir, tag)
+    meta = read_meta(checkpoint_dir, tag)
+    model = SpanBert(ModelConfig(**meta["model"]))
+    state = consolidated_state_dict(checkpoint_dir, tag)
+    if "mlm_head.decoder.weight" not in state:  # tied: one tensor, two names
+        state["mlm_head.decoder.weight"] = state["embeddings.word_embeddings.weight"]
+    model.load_state_dict(state, strict=True)
+    return model.eval(), meta
+
+
+def to_hf_state_dict(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Our parameter names -> Hugging Face BertForMaskedLM's (what its save_pretrained writes)."""
+    H = cfg.hidden_size
+    out: dict[str, torch.Tensor] = {}
+
+    def put(name: str, tensor: torch.Tensor) -> None:
+        out[name] = tensor.detach().to(torch.float32).contiguous().clone()
+
+    put("bert.embeddings.word_embeddings.weight", state["embeddings.word_embeddings.weight"])
+    put("bert.embeddings.position_embeddings.weight", state["embeddings.position_embeddings.weight"])
+    if cfg.type_vocab_size:
+        put("bert.embeddings.token_type_embeddings.weight", state["embeddings.token_type_embeddings.weight"])
+    else:  # no token types in our model: all-zero embeddings add nothing, and pairs can still be fine-tuned
+        put("bert.embeddings.token_type_embeddings.weight", torch.zeros(2, H))
+    for p in ("weight", "bias"):
+        put(f"bert.embeddings.LayerNorm.{p}", state[f"embeddings.LayerNorm.{p}"])
+    for i in range(cfg.num_layers):
+        src, dst = f"layers.{i}.", f"bert.encoder.layer.{i}."
+        for p in ("weight", "bias"):
+            q, k, v = state[src + f"attn.qkv.{p}"].split(H, dim=0)
+            put(dst + f"attention.self.query.{p}", q)
+            put(dst + f"attention.self.key.{p}", k)
+            put(dst + f"attention.self.value.{p}", v)
+            put(dst + f"attention.output.dense.{p}", state[src + f"attn.proj.{p}"])
+            put(dst + f"attention.output.LayerNorm.{p}", state[src + f"ln1.{p}"])
+            put(dst + f"intermediate.dense.{p}", state[src + f"fc1.{p}"])
+            put(dst + f"output.dense.{p}", state[src + f"fc2.{p}"])
+            put(dst + f"output.LayerNorm.{p}", state[src + f"ln2.{p}"])
+    for p in ("weight", "bias"):
+        put(f"cls.predictions.transform.dense.{p}", state[f"mlm_head.transform.dense.{p}"])
+        put(f"cls.predictions.transform.LayerNorm.{p}", state[f"mlm_head.transform.LayerNorm.{p}"])
+    # The decoder weight is tied to the word embeddings and its bias to cls.predictions.bias.
+    put("cls.predictions.bias", state["mlm_head.decoder.bias"])
+    return out
+
+
+def hf_config(cfg: ModelConfig) -> dict:
+    return {
+        "architectures": ["BertForMaskedLM"],
+        "model_type": "bert",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "intermediate_size": cfg.intermediate_size,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": cfg.hidden_dropout,
+        "attention_probs_dropout_prob": cfg.attention_dropout,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "type_vocab_size": cfg.type_vocab_size or 2,
+        "initializer_range": cfg.initializer_range,
+        "layer_norm_eps": cfg.layer_norm_eps,
+        "pad_token_id": cfg.pad_token_id,
+        "tie_word_embeddings": True,
+        "is_decoder": False,
+        "dtype": "float32",
+    }
+
+
+def write_tokenizer_files(tokenizer_json: str, tokenizer_meta: dict, max_seq_len: int, out: str) -> None:
+    """tokenizer.json as trained, plus the files BertTokenizer / AutoTokenizer expect next to it."""
+    with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write(tokenizer_json)
+    vocab = json.loads(tokenizer_json)["model"]["vocab"]
+    by_id = sorted(vocab.items(), key=lambda kv: kv[1])
+    if [i for _, i in by_id] != list(range(len(by_id))):
+        raise ExportError("the tokenizer's vocabulary ids are not 0..N-1 without gaps; cannot write vocab.txt")
+    with open(os.path.join(out, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.writelines(token + "\n" for token, _ in by_id)
+    special = tokenizer_meta["special_tokens"]
+    special_map = {f"{k}_token": special[k] for k in ("unk", "sep", "pad", "cls", "mask")}
+    with open(os.path.join(out, "special_tokens_map.json"), "w", encoding="utf-8") as f:
+        json.dump(special_map, f, indent=2, sort_keys=True)
+    tokenizer_config = {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": bool(tokenizer_meta.get("lowercase", False)),
+        "model_max_length": max_seq_len,
+        "clean_up_tokenization_spaces": False,
+        **special_map,
+    }
+    with open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(tokenizer_config, f, indent=2, sort_keys=True)
+
+
+def export(checkpoint_dir: str, out: str, tag: str | None = None) -> dict:
+    """Write the Hugging Face files for one checkpoint; returns a short summary."""
+    try:
+        from safetensors.torch import save_file
+    except ImportError:
+        raise ExportError("export needs safetensors: pip install 'spanprep[hf]'") from None
+    tag = resolve_tag(checkpoint_dir, tag)
+    meta = read_meta(checkpoint_dir, tag)
+    cfg = ModelConfig(**meta["model"])
+    tokenizer_path = os.path.join(checkpoint_dir, tag, CHECKPOINT_TOKENIZER_FILE)
+    if not os.path.isfile(tokenizer_path):
+        raise ExportError(f"{tokenizer_path}: missing; the checkpoint does not carry its tokenizer")
+    state = consolidated_state_dict(checkpoint_dir, tag)
+    hf_state = to_hf_state_dict(state, cfg)
+    os.makedirs(out, exist_ok=True)
+    save_file(hf_state, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(hf_config(cfg), f, indent=2, sort_keys=True)
+    with open(tokenizer_path, encoding="utf-8") as f:
+        tokenizer_json = f.read()
+    write_tokenizer_files(tokenizer_json, meta["tokenizer"], int(meta.get("max_seq_len", cfg.max_position_embeddings)), out)
+    return {"tag": tag, "step": meta.get("step"), "parameters": sum(t.numel() for t in hf_state.values()), "out": out}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.export", description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint_dir", help="DeepSpeed checkpoint directory (holds 'latest'), e.g. RUN_DIR/checkpoints")
+    parser.add_argument("--out", required=True, help="output directory for the Hugging Face files")
+    parser.add_argument("--tag", default=None, help="checkpoint to export (default: the one 'latest' names)")
+    args = parser.parse_args(argv)
+    try:
+        summary = export(args.checkpoint_dir, args.out, args.tag)
+    except (ExportError, ConfigError) as e:
+        print(f"export: error: {e}", file=sys.stderr)
+        return 2
+    print(f"exported {args.checkpoint_dir}/{summary['tag']} (step {summary['step']}, "
+          f"{summary['parameters']:,} parameters) to {summary['out']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
