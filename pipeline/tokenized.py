@@ -8,6 +8,7 @@ aligned to tokens the same way; n-gram spans come from the segmenter over the to
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
 
@@ -86,15 +87,21 @@ class _TokenizeFn(beam.DoFn):
 
             self._segmenter = Segmenter.from_dictionary(self._segmenter_path)
 
-    def process(self, element):
-        if isinstance(element, AnnotatedDocument):
-            doc, char_spans = element.document, element.spans
-        else:
-            doc, char_spans = element, ()
-        yield from self._tokenize(doc, char_spans)
+    def process(self, batch: list):
+        """A batch of documents is encoded with one ``encode_batch`` call (Rust threads, GIL released)."""
+        docs, spans = [], []
+        for element in batch:
+            if isinstance(element, AnnotatedDocument):
+                docs.append(element.document)
+                spans.append(element.spans)
+            else:
+                docs.append(element)
+                spans.append(())
+        encodings = self._tok.encode_batch([d.text for d in docs], add_special_tokens=False)
+        for doc, char_spans, enc in zip(docs, spans, encodings):
+            yield from self._tokenize(doc, char_spans, enc)
 
-    def _tokenize(self, doc: readers.Document, char_spans):
-        enc = self._tok.encode(doc.text, add_special_tokens=False)
+    def _tokenize(self, doc: readers.Document, char_spans, enc):
         ids = enc.ids
         n = len(ids)
         if n == 0:
@@ -112,7 +119,7 @@ class _TokenizeFn(beam.DoFn):
         word_start = np.empty(n, dtype=bool)
         word_start[0] = True
         np.not_equal(w[1:], w[:-1], out=word_start[1:])
-        offsets = np.array(enc.offsets, dtype=np.int64).reshape(n, 2)
+        offsets = np.fromiter(itertools.chain.from_iterable(enc.offsets), dtype=np.int64, count=2 * n).reshape(n, 2)
         token_starts = offsets[:, 0]
         token_ends = offsets[:, 1]
 
@@ -201,10 +208,15 @@ class TokenizeDocuments(beam.PTransform):
     that produced no token at all, e.g. only characters the normalizer removes).
     """
 
-    def __init__(self, spec: TokenizerSpec, ids_dtype: str, segmenter_path: str | None = None):
+    def __init__(self, spec: TokenizerSpec, ids_dtype: str, segmenter_path: str | None = None, batch_size: int = 32):
         super().__init__()
         self._fn = _TokenizeFn(spec, ids_dtype, segmenter_path=segmenter_path)
+        self._batch_size = batch_size
 
     def expand(self, documents):
-        out = documents | "Tokenize" >> beam.ParDo(self._fn).with_outputs(DEAD_LETTERS, main="documents")
+        out = (
+            documents
+            | "Batch" >> beam.BatchElements(min_batch_size=self._batch_size, max_batch_size=self._batch_size)
+            | "Tokenize" >> beam.ParDo(self._fn).with_outputs(DEAD_LETTERS, main="documents")
+        )
         return {"documents": out["documents"], DEAD_LETTERS: out[DEAD_LETTERS]}
