@@ -7,6 +7,7 @@ import shutil
 import numpy as np
 import pyarrow.ipc as ipc
 import pytest
+import torch
 
 from schemas import format as fmt
 from schemas.artifact import Artifact
@@ -274,6 +275,25 @@ def test_collate_pads_to_a_multiple_of_8():
     assert batch["input_ids"][0, :6].tolist()[0] == 2 and batch["input_ids"][0, 4] == 3 and (batch["input_ids"][0, 5:] == 0).all()
     assert batch["attention_mask"].sum(1).tolist() == [5, 11]
     assert batch["sample_id"].tolist() == [5, 6]
+
+
+def test_chunk_collation_equals_batch_collation_in_one_storage():
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(5, 200, 21)
+    ids = [rng.integers(5, 64, int(k)) for k in lengths]
+    ws = [np.r_[True, rng.random(int(k) - 1) < 0.5] for k in lengths]
+    rows = Rows.from_lists(ids, ws)
+    masker = plain_masker(MaskingConfig(scheme="span"))
+    m = masker.mask(rows, np.arange(21) + 1000, 1)
+    chunk = masker.collate_chunk(m, 8)
+    assert [b["sample_id"].shape[0] for b in chunk] == [8, 8, 5]
+    storages = {t.untyped_storage().data_ptr() for b in chunk for t in b.values()}
+    assert len(storages) == 1
+    for j, b in enumerate(chunk):
+        ref = masker.collate(m, 8 * j, min(8 * j + 8, 21))
+        assert b.keys() == ref.keys()
+        for k in b:
+            assert torch.equal(b[k], ref[k]), k
 
 
 @pytest.mark.parametrize(

@@ -103,8 +103,9 @@ from trainer.masking import Masker, MaskingConfig, Rows
 
 STATE_FORMAT = "spanprep-loader-state"
 STATE_VERSION = 1
-# A worker masks and collates this many rows at most at a time (a chunk of micro-batches).
-MAX_CHUNK_ROWS = 1024
+# A worker masks and collates this many rows at most at a time (a chunk of micro-batches); the chunk's
+# tensors share one storage, so it crosses to the training process as one shared-memory segment.
+MAX_CHUNK_ROWS = 256
 _SEED_LIMIT = 1 << 32
 
 
@@ -127,7 +128,7 @@ class DataConfig:
     max_seq_len: int = 512  # [CLS] + row + [SEP] must fit; the artifact's rows must be <= max_seq_len - 2
     eval_shards: int = 1  # the last eval_shards shards (manifest order) are held out for evaluation
     num_epochs: int | None = None  # None: the training stream never ends; else it stops after num_epochs epochs
-    worker_chunk_batches: int | None = None  # micro-batches per worker chunk; None: about one shuffle window
+    worker_chunk_batches: int | None = None  # micro-batches per worker chunk; None: one shuffle window, at most 256 rows
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -637,7 +638,7 @@ class ArtifactStream(IterableDataset):
         sample_ids = b.first_sample[blk] + row
         mask_epoch = epoch if self.split == "train" else 0
         masked = self.masker.mask(rows, sample_ids, mask_epoch)
-        return [self.masker.collate(masked, j * B, (j + 1) * B) for j in range(len(firsts))]
+        return self.masker.collate_chunk(masked, B)
 
     def __iter__(self) -> Iterator[list[dict[str, torch.Tensor]]]:
         info = get_worker_info()

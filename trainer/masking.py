@@ -258,6 +258,23 @@ def _greedy_fit(row: np.ndarray, tokens: np.ndarray, budget: np.ndarray, num_row
         rem -= np.bincount(row[take], weights=tokens[take], minlength=num_rows).astype(np.int64)
 
 
+def _order_by_priority(unit_row: np.ndarray, prio: np.ndarray, valid: np.ndarray, num_rows: int) -> np.ndarray:
+    """Indices of the valid units sorted by (row, priority). Units must be grouped by row (``unit_row``
+    non-decreasing). A padded [rows, units] argsort: much faster than a lexsort over all units."""
+    if len(unit_row) == 0:
+        return np.zeros(0, np.int64)
+    counts = np.bincount(unit_row, minlength=num_rows)
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    width = int(counts.max())
+    key = np.full((num_rows, width), np.inf)
+    within = np.arange(len(unit_row)) - start[unit_row]
+    key[unit_row, within] = np.where(valid, prio, np.inf)
+    order = np.argsort(key, axis=1)
+    nvalid = np.bincount(unit_row[valid], minlength=num_rows)
+    keep = np.arange(width)[None, :] < nvalid[:, None]
+    return (start[:, None] + order)[keep]
+
+
 class Masker:
     """Masks chunks of rows and collates them into batches (see the module docstring)."""
 
@@ -284,6 +301,8 @@ class Masker:
         self.pad_id, self.cls_id, self.sep_id, self.mask_id = (self.special[k] for k in ("pad", "cls", "sep", "mask"))
         # Never targets: padding, [CLS], [SEP], [MASK] (UNK is an ordinary token to BERT).
         self.forbidden_ids = np.array(sorted({self.pad_id, self.cls_id, self.sep_id, self.mask_id}), dtype=np.int64)
+        self._forbidden_lut = np.zeros(max(self.vocab_size, int(self.forbidden_ids.max()) + 1), dtype=bool)
+        self._forbidden_lut[self.forbidden_ids] = True
         self.max_seq_len = int(max_seq_len)
         self.M = int(candidates_per_block)
         counts = np.asarray(unigram_counts, dtype=np.float64).copy()
@@ -335,7 +354,9 @@ class Masker:
             raise ValueError(f"row of sample {int(sample_ids[i])} has {int(n[i])} tokens; max_seq_len {self.max_seq_len} allows {self.max_seq_len - 2}")
         total = int(offsets[-1])
         tok_row = np.repeat(np.arange(R), n)
-        forbidden = np.isin(ids, self.forbidden_ids)
+        if len(ids) and (ids.min() < 0 or ids.max() >= len(self._forbidden_lut)):
+            raise ValueError(f"token ids must be in [0, {self.vocab_size}); got {int(ids.min())}..{int(ids.max())}")
+        forbidden = self._forbidden_lut[ids]
         maskable = n - np.bincount(tok_row[forbidden], minlength=R)
         budget = np.floor(cfg.mask_ratio * maskable + 0.5).astype(np.int64)
         budget = np.where(maskable > 0, np.maximum(budget, 1), 0)
@@ -368,7 +389,7 @@ class Masker:
             units = self._greedy_units(gens, rows, R, offsets, n, budget, ids, forbidden, tok_row, wpos, wend, woff, nw, word_bad)
         u_row, u_start, u_end, u_words, u_act_u, u_cand = units
 
-        order = np.lexsort((u_start, u_row))
+        order = np.argsort((u_row << 20) | u_start, kind="stable")  # by row, then start (starts < 2**20)
         u_row, u_start, u_end, u_words, u_act_u, u_cand = (a[order] for a in (u_row, u_start, u_end, u_words, u_act_u, u_cand))
         action = np.where(u_act_u < cfg.mask_prob, ACTION_MASK, np.where(u_act_u < cfg.mask_prob + cfg.random_prob, ACTION_RANDOM, ACTION_KEEP))
 
@@ -501,7 +522,7 @@ class Masker:
             fcum = np.concatenate([[0], np.cumsum(forbidden)])
             ok &= (fcum[ge] - fcum[gs]) == 0
             # ignore candidates overlapping an earlier one (in (start, end) order) of the same row
-            order = np.lexsort((ce, cs, crow))
+            order = np.argsort((crow << 40) | (np.clip(cs, 0, (1 << 20) - 1) << 20) | np.clip(ce, 0, (1 << 20) - 1), kind="stable")
             big = np.int64(1 << 20)
             key_e = crow[order] * big + ce[order]
             prev_max = np.maximum.accumulate(key_e)
@@ -509,8 +530,7 @@ class Masker:
             overl = np.zeros(len(cs), bool)
             overl[order] = (crow[order] * big + cs[order]) < prev
             ok &= ~overl
-            idx = np.flatnonzero(ok)
-            o2 = idx[np.lexsort((prio[idx], crow[idx]))]
+            o2 = _order_by_priority(crow, prio, ok, R)
             cbudget = np.minimum(np.floor(cfg.candidate_share * budget + 0.5).astype(np.int64), budget)
             take = _greedy_fit(crow[o2], (ce - cs)[o2], cbudget, R)
             sel = o2[take]
@@ -545,12 +565,13 @@ class Masker:
         ubase = base[u_row] + 2 * nc[u_row]
         u_prio = draws[ubase + within] if len(u_row) else empty_f
         u_act = draws[ubase + unit_n[u_row] + within] if len(u_row) else empty_f
-        idx = np.flatnonzero(ok)
-        o = idx[np.lexsort((u_prio[idx], u_row[idx]))]
+        o = _order_by_priority(u_row, u_prio, ok, R)
         take = _greedy_fit(u_row[o], (u_e - u_s)[o], budget_left, R)
         sel = o[take]
-        if scheme == "subword":
-            u_words = self._count_words(u_row[sel], u_s[sel], u_e[sel], offsets, wpos, partial_ok=True)
+        if scheme == "subword":  # 1 when the token starts a word, else 0 (not a complete word)
+            is_start = np.zeros(len(ids), np.int64)
+            is_start[wpos] = 1
+            u_words = is_start[offsets[u_row[sel]] + u_s[sel]]
         else:
             u_words = u_words[sel]
         return (
@@ -563,7 +584,7 @@ class Masker:
         )
 
     @staticmethod
-    def _count_words(row, s, e, offsets, wpos, partial_ok=False):
+    def _count_words(row, s, e, offsets, wpos):
         """Word starts inside each unit [s, e) (= its complete words when units are on word boundaries)."""
         if len(row) == 0:
             return np.zeros(0, np.int64)
@@ -571,42 +592,70 @@ class Masker:
         return (np.searchsorted(wpos, g1, side="left") - np.searchsorted(wpos, g0, side="left")).astype(np.int64)
 
     # -- collation ---------------------------------------------------------------------------
-    def collate(self, masked: Masked, start: int = 0, stop: int | None = None) -> dict[str, torch.Tensor]:
-        """The batch dict (module docstring) for rows ``start:stop`` of a masked chunk."""
-        stop = masked.offsets.shape[0] - 1 if stop is None else stop
-        B = stop - start
-        o = masked.offsets
-        lo, hi = int(o[start]), int(o[stop])
-        n = np.diff(o[start : stop + 1])
-        longest = int(n.max()) + 2 if B else 2
+    def _batch_shape(self, masked: Masked, start: int, stop: int) -> tuple[int, int]:
+        n = np.diff(masked.offsets[start : stop + 1])
+        longest = int(n.max()) + 2 if stop > start else 2
         T = min(-(-longest // PAD_TO_MULTIPLE) * PAD_TO_MULTIPLE, self.max_seq_len)
         if longest > T:
             raise ValueError(f"a row needs {longest} positions; max_seq_len is {self.max_seq_len}")
+        return stop - start, T
+
+    def _fill(self, masked: Masked, start: int, stop: int, out: np.ndarray) -> None:
+        """Write rows ``start:stop`` into ``out`` [6, B, T]: input_ids, labels, span_left, span_right,
+        span_position, attention_mask."""
+        _, B, T = out.shape
+        o = masked.offsets
+        lo, hi = int(o[start]), int(o[stop])
+        n = np.diff(o[start : stop + 1])
         r = np.repeat(np.arange(B), n)
         p = np.arange(hi - lo) - np.repeat(o[start:stop] - lo, n) + 1  # final positions (after [CLS])
+        out[:] = 0
+        out[0] = self.pad_id
+        out[1] = IGNORE_INDEX
+        out[0, :, 0] = self.cls_id
+        out[0, np.arange(B), n + 1] = self.sep_id
+        for k, values in enumerate((masked.input_ids, masked.labels, masked.span_left, masked.span_right, masked.span_position)):
+            out[k, r, p] = values[lo:hi]
+        out[5] = np.arange(T)[None, :] < (n + 2)[:, None]
 
-        def grid(values: np.ndarray, fill: int, cls: int, sep: int) -> np.ndarray:
-            a = np.full((B, T), fill, dtype=np.int64)
-            a[:, 0] = cls
-            a[r, p] = values[lo:hi]
-            a[np.arange(B), n + 1] = sep
-            return a
-
-        input_ids = grid(masked.input_ids, self.pad_id, self.cls_id, self.sep_id)
-        attention = (np.arange(T)[None, :] < (n + 2)[:, None]).astype(np.int64)
-        labels = grid(masked.labels, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX)
-        left = grid(masked.span_left, 0, 0, 0)
-        right = grid(masked.span_right, 0, 0, 0)
-        position = grid(masked.span_position, 0, 0, 0)
+    @staticmethod
+    def _as_batch(t: torch.Tensor, sample_id: torch.Tensor) -> dict[str, torch.Tensor]:
         return {
-            "input_ids": torch.from_numpy(input_ids),
-            "attention_mask": torch.from_numpy(attention),
-            "labels": torch.from_numpy(labels),
-            "span_left": torch.from_numpy(left),
-            "span_right": torch.from_numpy(right),
-            "span_position": torch.from_numpy(position),
-            "sample_id": torch.from_numpy(masked.sample_ids[start:stop].copy()),
+            "input_ids": t[0],
+            "attention_mask": t[5],
+            "labels": t[1],
+            "span_left": t[2],
+            "span_right": t[3],
+            "span_position": t[4],
+            "sample_id": sample_id,
         }
+
+    def collate(self, masked: Masked, start: int = 0, stop: int | None = None) -> dict[str, torch.Tensor]:
+        """The batch dict (module docstring) for rows ``start:stop`` of a masked chunk."""
+        stop = masked.offsets.shape[0] - 1 if stop is None else stop
+        B, T = self._batch_shape(masked, start, stop)
+        out = np.empty((6, B, T), dtype=np.int64)
+        self._fill(masked, start, stop, out)
+        return self._as_batch(torch.from_numpy(out), torch.from_numpy(masked.sample_ids[start:stop].copy()))
+
+    def collate_chunk(self, masked: Masked, micro_batch_size: int) -> list[dict[str, torch.Tensor]]:
+        """Consecutive batches of ``micro_batch_size`` rows of a masked chunk, as :meth:`collate` makes them,
+        but all tensors are views of ONE storage: a DataLoader worker hands the whole chunk to the training
+        process through a single shared-memory segment instead of one per tensor."""
+        R = masked.offsets.shape[0] - 1
+        bounds = [(a, min(a + micro_batch_size, R)) for a in range(0, R, micro_batch_size)]
+        shapes = [self._batch_shape(masked, a, b) for a, b in bounds]
+        sizes = [6 * B * T + B for B, T in shapes]
+        buf = np.empty(int(sum(sizes)), dtype=np.int64)
+        t = torch.from_numpy(buf)
+        batches, off = [], 0
+        for (a, b), (B, T), size in zip(bounds, shapes, sizes):
+            block = buf[off : off + 6 * B * T].reshape(6, B, T)
+            self._fill(masked, a, b, block)
+            buf[off + 6 * B * T : off + size] = masked.sample_ids[a:b]
+            batches.append(self._as_batch(t[off : off + 6 * B * T].view(6, B, T), t[off + 6 * B * T : off + size]))
+            off += size
+        return batches
 
     def __call__(self, rows: Rows, sample_ids: np.ndarray, epoch: int) -> dict[str, torch.Tensor]:
         return self.collate(self.mask(rows, sample_ids, epoch))

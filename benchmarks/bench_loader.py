@@ -1,0 +1,117 @@
+"""Streaming loader throughput (rows/s) against a plain pyarrow read of the same shards, same run.
+
+    .venv/bin/python benchmarks/bench_loader.py [--data ARTIFACT] [--epochs 2] [--workers 0,2]
+
+Baseline ``pyarrow``: open every training shard with ``pyarrow.ipc.open_file``, read every record batch
+and turn its ``input_ids`` and ``word_start`` into numpy arrays (the cheapest way to get the tokens out,
+no shuffling, no masking, no tensors).
+``loader``: ``trainer.data.build_train_loader`` end to end -- seeded global shuffle, block reads, span
+masking with SBO targets, collation into micro-batches of 8 -- with ``num_workers`` 0 (all in this process)
+and more. Both read the same training shards (``eval_shards=1`` held out) for ``--epochs`` epochs.
+Without ``--data`` the benchmark builds an artifact from ../shared/data/wikitext-2 (valid and test).
+Per-core figures use this process's CPU time (``time.process_time``); with workers only wall time means
+anything. torch and BLAS are limited to one thread per process.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pyarrow.ipc as ipc  # noqa: E402
+import torch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from schemas.artifact import Artifact  # noqa: E402
+from trainer.data import DataConfig, build_train_loader, split_shards  # noqa: E402
+from trainer.masking import MaskingConfig  # noqa: E402
+
+WIKITEXT2 = REPO.parent / "shared" / "data" / "wikitext-2"
+
+
+def build_artifact(out: Path) -> Path:
+    from pipeline import build_shards
+
+    inputs = [WIKITEXT2 / "wiki.valid.tokens", WIKITEXT2 / "wiki.test.tokens"]
+    if not all(p.exists() for p in inputs):
+        raise SystemExit(f"no --data given and {WIKITEXT2} is absent")
+    argv = []
+    for p in inputs:
+        argv += ["--input", str(p)]
+    build_shards.run(argv + ["--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "8000", "--num-shards", "8",
+                             "--output", str(out), "--runner", "FnApiRunner"])
+    return out
+
+
+def plain_read(art: Artifact, shard_paths: list[str]) -> int:
+    rows = 0
+    for rel in shard_paths:
+        with art.fs.open_input_file(art.path(rel)) as f:
+            reader = ipc.open_file(f)
+            for i in range(reader.num_record_batches):
+                rb = reader.get_batch(i)
+                ids = rb.column("input_ids")
+                ws = rb.column("word_start")
+                _ = ids.offsets.to_numpy(), ids.values.to_numpy(), ws.values.to_numpy(zero_copy_only=False)
+                rows += rb.num_rows
+    return rows
+
+
+def timed(fn, repeat: int) -> tuple[float, float, int]:
+    c0, w0 = time.process_time(), time.perf_counter()
+    n = sum(fn() for _ in range(repeat))
+    return time.process_time() - c0, time.perf_counter() - w0, n
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", help="artifact (default: build one from WikiText-2 valid + test)")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--workers", default="0,2", help="comma-separated num_workers values to time")
+    p.add_argument("--scheme", default="span")
+    p.add_argument("--micro-batch-size", type=int, default=8)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(args.data) if args.data else build_artifact(Path(tmp) / "artifact")
+        art = Artifact.open(str(data))
+        train_idx, _ = split_shards(art, 1)
+        shard_paths = [art.manifest["shards"][i]["path"] for i in train_idx]
+        print(f"# bench_loader  {datetime.date.today()}  {platform.node()}  {platform.processor() or platform.machine()}  "
+              f"python {platform.python_version()}  pyarrow {__import__('pyarrow').__version__}  torch {torch.__version__}")
+        plain_read(art, shard_paths)  # warm the page cache for both
+        cpu, wall, n = timed(lambda: plain_read(art, shard_paths), args.epochs)
+        print(f"# artifact {data}: {n // args.epochs} training rows in {len(shard_paths)} shards, {args.epochs} epochs, "
+              f"micro-batch {args.micro_batch_size}, scheme {args.scheme}")
+        results = {"pyarrow read": (n / cpu, n / wall)}
+        for w in (int(x) for x in args.workers.split(",")):
+            cfg = DataConfig(artifact=str(data), seed=0, micro_batch_size=args.micro_batch_size, num_workers=w,
+                             eval_shards=1, num_epochs=args.epochs)
+            loader, ds = build_train_loader(cfg, MaskingConfig(scheme=args.scheme))
+            c0, w0 = time.process_time(), time.perf_counter()
+            rows = sum(int(b["sample_id"].shape[0]) for b in loader)
+            cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+            results[f"loader, {w} workers"] = (rows / cpu if w == 0 else float("nan"), rows / wall)
+        base_cpu, base_wall = results["pyarrow read"]
+        print(f"{'reader':<20}{'rows/s per core':>17}{'rows/s wall':>13}{'wall vs pyarrow':>17}")
+        for name, (c, wl) in results.items():
+            per_core = f"{c:,.0f}" if c == c else "-"
+            print(f"{name:<20}{per_core:>17}{wl:>13,.0f}{wl / base_wall:>16.3f}x")
+
+
+if __name__ == "__main__":
+    main()
