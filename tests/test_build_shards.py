@@ -290,3 +290,37 @@ def test_refuses_to_overwrite_an_artifact_unless_asked(tmp_path, capsys):
     assert "exists and is not empty" in capsys.readouterr().err
     assert build_shards.main(argv + ["--overwrite"]) == 0
     assert verify(str(tmp_path / "out")).ok
+
+
+def test_write_manifest_writes_tokenizer_unigram_and_manifest_last_and_checks_accounting(tmp_path, small_spec):
+    from pipeline.manifest import WriteManifest
+    from pipeline.readers import InputSummary
+
+    vocab = small_spec.describe()["vocab_size"]
+    unigram = np.zeros(vocab, np.int64)
+    unigram[7] = 5
+    shard = {"index": 0, "path": fmt.shard_filename(0, 1), "rows": 1, "tokens": 5, "bytes": 10, "sha256": "x", "documents": 2,
+             "documents_cleaned": 0, "duplicate_doc_ids": 0, "sentences": 2, "sentences_cut": 0,
+             "spans": {k: 0 for k in fmt.CANDIDATE_KINDS}, "dropped": {k: 0 for k in fmt.CANDIDATE_KINDS}, "histogram": [1], "unigram": unigram}
+    static = {"created_by": {}, "command": [], "options": {}, "max_seq_len": 34, "pack": "doc-sentences", "candidates": {"kinds": []}}
+
+    def run(read: int):
+        with _pipeline() as p:
+            results = {
+                "input_summaries": p | "S" >> _create([InputSummary("in.jsonl", 10, "abc", read)]),
+                "shards": p | "Sh" >> _create([shard]),
+                "dead_letters": p | "D" >> _create([{"path": "dead_letter/empty_text.jsonl", "reason": "empty_text", "records": 1, "bytes": 3, "sha256": "y"}]),
+            }
+            out = results | WriteManifest(str(tmp_path), small_spec, static)
+            assert_that(out | beam.Map(lambda m: (m["counts"]["documents_read"], m["counts"]["documents_written"], m["unigram"]["total"])), equal_to([(read, 2, 5)]))
+
+    run(3)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["counts"]["dead_lettered_by_reason"] == {"empty_text": 1}
+    assert (tmp_path / "tokenizer.json").read_text() == small_spec.json
+    table = ipc.open_file(str(tmp_path / "unigram.arrow")).read_all()
+    assert table.num_rows == vocab and table.column("count").to_pylist()[7] == 5
+    (tmp_path / "manifest.json").unlink()
+    with pytest.raises(Exception, match="documents_read=4 but documents_written=2"):
+        run(4)
+    assert not (tmp_path / "manifest.json").exists()
