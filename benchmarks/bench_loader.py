@@ -28,7 +28,6 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import numpy as np  # noqa: E402
 import pyarrow.ipc as ipc  # noqa: E402
 import torch  # noqa: E402
 

@@ -15,7 +15,6 @@ import torch
 
 from schemas import format as fmt
 from trainer.data import (
-    ArtifactStream,
     DataConfig,
     TokenizerMismatchError,
     build_eval_loader,

@@ -61,8 +61,11 @@ Rules (SpanBERT, Joshi et al. 2020, and BERT; see ../shared/DESIGN.md)
 
 Determinism: row ``i``'s masks use only ``numpy.random.Generator(Philox(key=(sample_id, seed << 32 | epoch)))``
 — a pure function of (seed, epoch, sample id), independent of batch composition, rank and worker count,
-and different at every epoch. Each row's draws come in a fixed layout: first one uniform per token
-(replacement tokens), then the scheme's blocks (see ``_row_draws``).
+and different at every epoch. Each row's uniforms come in a fixed layout: first one per token (the random
+replacement token at that position, by inverse CDF of the unigram distribution), then
+``span``: blocks of 48 candidates x (length, ``start_retries`` starts, accept, action), as many blocks as the
+row needs; other schemes: [priority per candidate span | action per candidate span | priority per unit |
+action per unit] (units = tokens for ``subword``, words otherwise; random order = ascending priority).
 """
 
 from __future__ import annotations
@@ -489,7 +492,7 @@ class Masker:
         scheme = cfg.scheme
         empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
         cand_row = cand_s = cand_e = empty_i
-        cand_prio = cand_act = empty_f
+        cand_act = empty_f
         if scheme in CANDIDATE_COLUMNS:
             if rows.span_offsets is None:
                 raise ValueError(f"scheme {scheme!r} needs the rows' {CANDIDATE_COLUMNS[scheme]} (Rows.span_*)")
@@ -551,7 +554,6 @@ class Masker:
             u_e = u_s + 1
             ok = ~forbidden
             within = u_s
-            u_words = np.zeros(len(ids), np.int64)  # not whole words; counted below
         else:
             u_row = tok_row[wpos]
             u_s = wpos - offsets[u_row]
@@ -561,7 +563,6 @@ class Masker:
                 ccum = np.concatenate([[0], np.cumsum(covered)])
                 ok &= (ccum[wend] - ccum[wpos]) == 0
             within = np.arange(len(wpos)) - woff[u_row]
-            u_words = np.ones(len(wpos), np.int64)
         ubase = base[u_row] + 2 * nc[u_row]
         u_prio = draws[ubase + within] if len(u_row) else empty_f
         u_act = draws[ubase + unit_n[u_row] + within] if len(u_row) else empty_f
@@ -573,7 +574,7 @@ class Masker:
             is_start[wpos] = 1
             u_words = is_start[offsets[u_row[sel]] + u_s[sel]]
         else:
-            u_words = u_words[sel]
+            u_words = np.ones(len(sel), np.int64)
         return (
             np.concatenate([cand_row, u_row[sel]]),
             np.concatenate([cand_s, u_s[sel]]),
