@@ -1,0 +1,278 @@
+"""Portability: both Beam jobs through Beam's job API (PortableRunner -> a job service), the API that the Flink,
+Spark and Dataflow runners use, give byte-identical output to the local FnApiRunner.
+
+A local job service (``apache_beam.runners.portability.local_job_service_main``) is started on a free port for
+the module and stopped at the end, whatever happens. Each job then runs three times on the same input into the
+same output path:
+
+- ``FnApiRunner``: the reference;
+- ``PortableRunner --environment_type LOOPBACK``: the pipeline is serialised to a protobuf, submitted to the job
+  service, and its transforms run in an SDK worker the job service reaches back in this process;
+- ``PortableRunner --environment_type EXTERNAL``: the same, but the SDK worker is a fresh Python process started
+  by a Beam worker pool (``apache_beam.runners.worker.worker_pool_main``, what the SDK container runs with
+  ``--worker_pool`` beside a Flink task manager or Spark executor). Nothing of the launching process reaches it
+  but the serialised pipeline, so state kept in the launching process (module globals, caches, files opened
+  at construction) would show here.
+
+Every file except ``manifest.json`` must have the same sha256; the manifests must be equal except for the fields
+that name the run itself (``created_at``, ``command``, the Beam options).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DEMO_CORPUS, REPO, free_port, wikitext2
+
+pytestmark = pytest.mark.slow
+
+STARTUP_TIMEOUT_S = 60
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Services: started by the test, stopped at the end even on failure
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, log: Path, what: str) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with status {proc.returncode} before listening:\n{_tail(log)}")
+        try:
+            with socket.create_connection(("localhost", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{what} did not accept connections on port {port} within {STARTUP_TIMEOUT_S} s:\n{_tail(log)}")
+
+
+def _tail(log: Path, chars: int = 3000) -> str:
+    try:
+        return log.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the service's own process group (it and the SDK workers it spawned), SIGKILL if it lingers."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=15)
+    else:  # the leader is gone; its workers may not be
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _service_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The worker pool starts SDK workers as `python -c ...`: this interpreter, with the checkout importable
+    # the way an installed package is in the SDK container.
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _start(module: str, port_flag: str, log: Path, what: str):
+    port = free_port()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, port_flag, str(port)],
+            cwd=REPO, env=_service_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        _wait_for_port(port, proc, log, what)
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc, port
+
+
+@pytest.fixture(scope="module")
+def job_endpoint(tmp_path_factory):
+    log = tmp_path_factory.mktemp("job_service") / "job_service.log"
+    proc, port = _start("apache_beam.runners.portability.local_job_service_main", "--port", log, "the local job service")
+    try:
+        yield f"localhost:{port}"
+    finally:
+        _stop(proc)
+    assert proc.returncode is not None
+
+
+@pytest.fixture(scope="module")
+def worker_pool(tmp_path_factory):
+    log = tmp_path_factory.mktemp("worker_pool") / "worker_pool.log"
+    proc, port = _start("apache_beam.runners.worker.worker_pool_main", "--service_port", log, "the Beam worker pool")
+    try:
+        yield f"localhost:{port}"
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def environments(job_endpoint, worker_pool) -> dict[str, list[str]]:
+    """Runner options of each run; the first is the reference."""
+    portable = ["--runner", "PortableRunner", "--job_endpoint", job_endpoint]
+    return {
+        "FnApiRunner": ["--runner", "FnApiRunner"],
+        "LOOPBACK": portable + ["--environment_type", "LOOPBACK"],
+        "EXTERNAL": portable + ["--environment_type", "EXTERNAL", "--environment_config", worker_pool],
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inputs
+
+
+@pytest.fixture(scope="module")
+def wikitext_articles(tmp_path_factory) -> Path:
+    """The first three articles of WikiText-2's validation split, as a .tokens file."""
+    lines = wikitext2("valid").read_text(encoding="utf-8").splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.startswith(" = ") and not line.startswith(" = = ")]
+    assert len(starts) > 3
+    path = tmp_path_factory.mktemp("wikitext") / "wiki.valid.3.tokens"
+    path.write_text("".join(lines[: starts[3]]), encoding="utf-8")
+    return path
+
+
+BAD_RECORDS = [
+    b'{"id": "bad-json", "text": "unterminated\n',
+    b'{"id": "no-text"}\n',
+    b'{"id": "empty", "text": "   "}\n',
+    b'{"id": "number", "text": 42}\n',
+    b'{"id": "bad-utf8", "text": "caf\xe9"}\n',
+    b'{"id": "no-tokens", "text": "\\u200b\\u200b"}\n',
+]
+
+
+@pytest.fixture(scope="module")
+def bad_records(tmp_path_factory) -> Path:
+    """Rejected records of several kinds, dead-lettered by the reader and by the tokenizer stage."""
+    path = tmp_path_factory.mktemp("bad") / "bad.jsonl"
+    path.write_bytes(b"".join(BAD_RECORDS))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Running and comparing
+
+
+def run_everywhere(job, base_argv: list[str], output: Path, environments: dict[str, list[str]]) -> dict[str, Path]:
+    """Run ``job.run(argv)`` once per environment into the same ``output`` path; return where each result went."""
+    results = {}
+    for name, runner_argv in environments.items():
+        job.run(base_argv + ["--output", str(output)] + runner_argv)
+        kept = output.parent / f"{output.name}.{name}"
+        shutil.move(output, kept)
+        results[name] = kept
+    return results
+
+
+def file_digests(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
+
+
+def _job_option_names(options_class) -> set[str]:
+    import argparse
+
+    parser = argparse.ArgumentParser(conflict_handler="resolve")
+    options_class._add_argparse_args(parser)
+    return {a.dest for a in parser._actions if a.dest != "help"}
+
+
+def comparable_manifest(manifest: dict, job_options: set[str]) -> dict:
+    """The manifest without what names the run: when, the command line, the runner and the other Beam options."""
+    m = {k: v for k, v in manifest.items() if k not in ("created_at", "command")}
+    m["options"] = {k: v for k, v in manifest["options"].items() if k in job_options}
+    return m
+
+
+def assert_identical(results: dict[str, Path], job_options: set[str]) -> dict:
+    reference_name, reference = next(iter(results.items()))
+    expected_files = file_digests(reference)
+    expected_manifest = json.loads((reference / "manifest.json").read_text())
+    for name, root in results.items():
+        if name == reference_name:
+            continue
+        files = file_digests(root)
+        assert sorted(files) == sorted(expected_files), f"{name}: other files than {reference_name}"
+        differ = [f for f in files if files[f] != expected_files[f]]
+        assert not differ, f"{name}: not byte-identical to {reference_name}: {differ}"
+        manifest = json.loads((root / "manifest.json").read_text())
+        assert comparable_manifest(manifest, job_options) == comparable_manifest(expected_manifest, job_options), name
+    return expected_manifest
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The jobs
+
+
+def _build_shards_options() -> set[str]:
+    from pipeline.build_shards import BuildShardsOptions
+
+    return _job_option_names(BuildShardsOptions)
+
+
+def test_build_shards_with_candidates_on_wikitext_is_identical_on_the_portable_runner(wikitext_articles, environments, tmp_path):
+    from pipeline import build_shards
+
+    argv = ["--input", str(wikitext_articles), "--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "2000",
+            "--num-shards", "3", "--mask-candidates", "entities,noun_phrases"]
+    results = run_everywhere(build_shards, argv, tmp_path / "artifact", environments)
+    manifest = assert_identical(results, _build_shards_options())
+    c = manifest["counts"]
+    assert c["documents_read"] == c["documents_written"] == 3 and c["rows"] > 3
+    assert manifest["candidates"]["spans"]["entities"] > 0 and manifest["candidates"]["spans"]["noun_phrases"] > 0
+    assert len(list((results["EXTERNAL"] / "shards").glob("*.arrow"))) == 3
+
+
+def test_build_shards_on_the_demo_corpus_with_bad_records_is_identical_on_the_portable_runner(bad_records, environments, tmp_path):
+    from pipeline import build_shards
+
+    argv = ["--input", str(DEMO_CORPUS), "--input", str(bad_records), "--input-format", "jsonl", "--train-tokenizer",
+            "--vocab-size", "3000", "--num-shards", "4", "--mask-candidates", "entities,noun_phrases"]
+    results = run_everywhere(build_shards, argv, tmp_path / "artifact", environments)
+    manifest = assert_identical(results, _build_shards_options())
+    c = manifest["counts"]
+    assert c["documents_written"] == 40
+    assert c["documents_dead_lettered"] == len(BAD_RECORDS)
+    assert set(c["dead_lettered_by_reason"]) == {"malformed_json", "missing_text", "empty_text", "non_string_text", "invalid_utf8", "no_tokens"}
+    assert len(list((results["LOOPBACK"] / "dead_letter").glob("*.jsonl"))) == len(BAD_RECORDS)
+    assert manifest["candidates"]["spans"]["entities"] > 0 and manifest["candidates"]["spans"]["noun_phrases"] > 0
+
+
+def test_build_ngram_dictionary_is_identical_on_the_portable_runner(wikitext_articles, environments, tmp_path):
+    from pipeline import build_ngram_dictionary
+
+    corpus = tmp_path / "wiki.tokens"
+    corpus.write_bytes(wikitext_articles.read_bytes() + b" caf\xe9 au lait \n")  # one undecodable line
+    argv = ["--input", str(corpus), "--min-count", "2"]
+    results = run_everywhere(build_ngram_dictionary, argv, tmp_path / "dictionary", environments)
+    manifest = assert_identical(results, _job_option_names(build_ngram_dictionary.NgramDictionaryOptions))
+    assert manifest["total_entries"] > 100 and all(manifest["entries_per_n"][n] > 0 for n in ("2", "3", "4", "5"))
+    assert manifest["corpus"]["undecodable_lines"] == 1
+    dead = (results["EXTERNAL"] / "dead_letter.jsonl").read_text().splitlines()
+    assert len(dead) == 1 and "UTF-8" in json.loads(dead[0])["reason"]
