@@ -659,7 +659,7 @@ class _Window:
 # config classes raise ValueError; unreadable files are OSErrors).
 SETUP_ERRORS = (ValueError, OSError)
 # DataConfig fields the trainer fills in from its own options and the artifact.
-DATA_FIELDS_SET_BY_TRAINER = ("artifact", "seed", "micro_batch_size", "max_seq_len")
+DATA_FIELDS_SET_BY_TRAINER = ("artifact", "seed", "micro_batch_size")
 
 
 def _check_model_matches_artifact(model_given: dict, artifact) -> dict:
@@ -730,11 +730,12 @@ def prepare(args) -> TrainSetup:
     artifact = Artifact.open(run.data)
     fixed = _check_model_matches_artifact(model_given, artifact)
     model = ModelConfig.preset(args.preset, **{**model_given, **fixed})
-    max_seq_len = int(artifact.manifest.get("max_seq_len", 512))
+    # Sequence length: the artifact's (its rows hold at most max_seq_len - 2 tokens) unless --max-seq-len says otherwise.
+    max_seq_len = getattr(args, "data.max_seq_len", None) or int(artifact.manifest.get("max_seq_len", 512))
     if model.max_position_embeddings < max_seq_len:
         raise ConfigError(
-            f"--max-position-embeddings {model.max_position_embeddings} is smaller than the artifact's "
-            f"max_seq_len {max_seq_len} ({artifact.uri})"
+            f"--max-position-embeddings {model.max_position_embeddings} is smaller than the sequence length "
+            f"{max_seq_len} (--max-seq-len, default: the max_seq_len of {artifact.uri})"
         )
 
     masking = dataclass_from_args(masking_mod.MaskingConfig, args, dest_prefix="masking.",

@@ -1,0 +1,315 @@
+"""`trainer/pretrain.py` for real: DeepSpeed ZeRO 1/2/3 on two CPU ranks (gloo), one plain `python` process,
+resume, SIGTERM, optimizer partitioning, and the clear errors. Uses the embedded demo artifact (tests/conftest.py).
+
+Every run is `OMP_NUM_THREADS=1 deepspeed --num_gpus 2 trainer/pretrain.py ...` (or `python trainer/pretrain.py`)
+with the tiny preset and the shipped `trainer/configs/zero*_cpu.json` (micro batch set to 4), on its own free port.
+The first DeepSpeed run compiles a C++ op into TORCH_EXTENSIONS_DIR (about 30 s, cached).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+PRETRAIN = REPO / "trainer" / "pretrain.py"
+DEEPSPEED = Path(sys.executable).parent / "deepspeed"
+MAX_STEPS, RESUME_AT = 8, 4
+MICRO_BATCH = 4
+TIMEOUT = 600
+COMMON = [
+    "--preset", "tiny", "--lr", "5e-3", "--warmup-steps", "2", "--max-steps", str(MAX_STEPS), "--log-every", "1",
+    "--eval-every", str(RESUME_AT), "--eval-batches", "2", "--no-progress", "--num-workers", "1", "--seed", "7",
+]  # fmt: skip
+
+pytestmark = pytest.mark.slow
+
+
+def run_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["OMP_NUM_THREADS"] = "1"
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def ds_config(tmp: Path, stage: int) -> Path:
+    """The shipped CPU config of ``stage`` with a small micro batch."""
+    cfg = json.loads((REPO / "trainer" / "configs" / f"zero{stage}_cpu.json").read_text())
+    cfg["train_micro_batch_size_per_gpu"] = MICRO_BATCH
+    path = tmp / f"zero{stage}_cpu_mb{MICRO_BATCH}.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def launcher(ranks: int) -> list[str]:
+    return [str(DEEPSPEED), "--num_gpus", str(ranks), "--master_port", str(free_port()), str(PRETRAIN)]
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=TIMEOUT, **kw)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def metric(run_dir: Path, name: str) -> dict[int, float]:
+    """step -> value from the DeepSpeed CSV monitor (a resumed run appends, repeating the header)."""
+    out = {}
+    with open(run_dir / "monitor" / f"{name}.csv") as f:
+        for row in csv.reader(f):
+            if row and row[0] != "step":
+                out[int(row[0])] = float(row[1])
+    return out
+
+
+def latest(run_dir: Path) -> str:
+    return (run_dir / "checkpoints" / "latest").read_text().strip()
+
+
+def assert_loss_went_down(run_dir: Path) -> None:
+    loss = metric(run_dir, "train_loss")
+    assert sorted(loss) == list(range(1, MAX_STEPS + 1))
+    first, last = [loss[s] for s in (1, 2, 3)], [loss[s] for s in (MAX_STEPS - 2, MAX_STEPS - 1, MAX_STEPS)]
+    # 8 steps of a tiny model: the loss (MLM + SBO, ~2 x ln(4000) = 16.6 at the start) falls by several percent.
+    assert sum(last) / 3 < 0.95 * sum(first) / 3, loss
+
+
+def resume_from(source: Path, tag: str, dest: Path) -> None:
+    """A new run directory holding only checkpoint ``tag`` of ``source`` (as if the run had stopped there)."""
+    (dest / "checkpoints").mkdir(parents=True)
+    shutil.copytree(source / "checkpoints" / tag, dest / "checkpoints" / tag)
+    (dest / "checkpoints" / "latest").write_text(tag)
+
+
+def assert_same_run(full: Path, resumed: Path, after: int) -> None:
+    """The resumed run's losses (and evaluation) after step ``after`` are those of the uninterrupted run."""
+    a, b = metric(full, "train_loss"), metric(resumed, "train_loss")
+    steps = list(range(after + 1, MAX_STEPS + 1))
+    assert sorted(b) == steps
+    assert [b[s] for s in steps] == pytest.approx([a[s] for s in steps], rel=1e-6, abs=0)
+    for name in ("eval_mlm_loss", "eval_sbo_loss"):
+        ea, eb = metric(full, name), metric(resumed, name)
+        assert eb[MAX_STEPS] == pytest.approx(ea[MAX_STEPS], rel=1e-6)
+
+
+def optimizer_state_bytes(run_dir: Path, tag: str) -> list[int]:
+    from trainer.engine import optimizer_state_bytes as measure
+
+    return measure(str(run_dir / "checkpoints"), tag)
+
+
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def one_process_run(demo_artifact, tmp_path_factory) -> Path:
+    """`python trainer/pretrain.py` with no distributed environment at all: one rank, ZeRO-1."""
+    tmp = tmp_path_factory.mktemp("one_process")
+    out = tmp / "run"
+    cmd = [sys.executable, str(PRETRAIN), "--deepspeed_config", str(ds_config(tmp, 1)), "--data", str(demo_artifact),
+           "--output-dir", str(out), "--save-every", str(MAX_STEPS), *COMMON]
+    proc = run(cmd)
+    assert f"done: {MAX_STEPS} steps" in proc.stdout
+    return out
+
+
+def test_python_single_process_trains(one_process_run):
+    out = one_process_run
+    assert_loss_went_down(out)
+    resolved = json.loads((out / "config.json").read_text())
+    assert resolved["world_size"] == 1 and resolved["global_batch_size"] == MICRO_BATCH
+    assert resolved["deepspeed"]["zero_optimization"]["stage"] == 1
+    assert resolved["deepspeed"]["optimizer"]["params"]["eps"] == 1e-8  # the trainer's Adam options are written in
+    assert latest(out) == f"global_step{MAX_STEPS}"
+    for name in ("train_mlm_loss", "train_sbo_loss", "train_lr", "train_seq_per_s", "train_tokens_per_s",
+                 "eval_mlm_loss", "eval_mlm_acc", "eval_sbo_loss", "eval_sbo_acc"):
+        assert sorted(metric(out, name)) != [], name
+    assert "train_mfu" not in {p.stem for p in (out / "monitor").glob("*.csv")}  # MFU on GPUs only
+    assert list((out / "tensorboard").rglob("events.out.tfevents.*"))
+    lr = metric(out, "train_lr")
+    assert lr[1] == pytest.approx(2.5e-3) and lr[2] == pytest.approx(5e-3) and lr[3] > lr[MAX_STEPS] > 0  # warmup, decay
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_zero_two_ranks_partition_optimizer_and_resume_exactly(stage, demo_artifact, one_process_run, tmp_path):
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    args = ["--deepspeed_config", str(ds_config(tmp_path, stage)), "--data", str(demo_artifact), *COMMON]
+    run([*launcher(2), *args, "--output-dir", str(full), "--save-every", str(RESUME_AT)])
+    assert_loss_went_down(full)
+    assert json.loads((full / "config.json").read_text())["world_size"] == 2
+
+    # ZeRO partitions the optimizer (fp32 master weights + Adam moments) over the two ranks.
+    one = optimizer_state_bytes(one_process_run, f"global_step{MAX_STEPS}")
+    two = optimizer_state_bytes(full, f"global_step{MAX_STEPS}")
+    assert len(one) == 1 and len(two) == 2 and one[0] > 0
+    for per_rank in two:
+        assert 0.45 < per_rank / one[0] < 0.55, (per_rank, one)
+
+    resume_from(full, f"global_step{RESUME_AT}", resumed)
+    proc = run([*launcher(2), *args, "--output-dir", str(resumed), "--resume"])
+    assert f"resumed from {resumed / 'checkpoints'}/global_step{RESUME_AT} at step {RESUME_AT}" in proc.stdout
+    assert_same_run(full, resumed, after=RESUME_AT)
+    if stage == 3:
+        assert_checkpoint_holds_trained_weights(full, demo_artifact)
+
+
+def assert_checkpoint_holds_trained_weights(run_dir: Path, artifact: Path) -> None:
+    """The consolidated fp32 weights of a partitioned (ZeRO-3, 2 ranks) checkpoint, evaluated in this process on
+    both ranks' evaluation batches, give the evaluation loss the training run logged at that step."""
+    from trainer.data import DataConfig, build_eval_loader
+    from trainer.export import load_model
+    from trainer.masking import MaskingConfig
+
+    resolved = json.loads((run_dir / "config.json").read_text())
+    data = DataConfig.from_dict({**resolved["data"], "num_workers": 0})
+    masking = MaskingConfig.from_dict({k: tuple(v) if isinstance(v, list) else v for k, v in resolved["masking"].items()})
+    model, meta = load_model(str(run_dir / "checkpoints"))
+    assert meta["step"] == MAX_STEPS
+    loss_sum, targets = 0.0, 0
+    with torch.no_grad():
+        for rank in range(2):
+            loader, _ = build_eval_loader(data, masking, rank=rank, world_size=2)
+            for i, batch in enumerate(loader):
+                if i == 2:  # --eval-batches 2
+                    break
+                out = model(**{k: batch[k] for k in ("input_ids", "attention_mask", "labels", "span_left", "span_right", "span_position")})
+                loss_sum += out["mlm_loss"].item() * out["num_targets"].item()
+                targets += out["num_targets"].item()
+    assert targets > 0
+    assert loss_sum / targets == pytest.approx(metric(run_dir, "eval_mlm_loss")[MAX_STEPS], rel=1e-4)
+
+
+def test_zero2_sigterm_saves_exits_0_and_the_resumed_run_continues(demo_artifact, tmp_path):
+    import psutil
+
+    full, stopped = tmp_path / "full", tmp_path / "stopped"
+    args = ["--deepspeed_config", str(ds_config(tmp_path, 2)), "--data", str(demo_artifact), *COMMON]
+    run([*launcher(2), *args, "--output-dir", str(full)])
+    assert_loss_went_down(full)
+
+    proc = subprocess.Popen([*launcher(2), *args, "--output-dir", str(stopped)], cwd=REPO, env=run_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        csv_path = stopped / "monitor" / "train_loss.csv"
+        deadline = time.time() + TIMEOUT
+        while time.time() < deadline and proc.poll() is None:
+            if csv_path.exists() and len(csv_path.read_text().splitlines()) >= 2:  # header + step 1: in the loop
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the run ended before it could be signalled"
+        # Like a cluster scheduler: SIGTERM to every process of the job below the launcher (ranks and their
+        # DataLoader workers).
+        launch = next(p for p in psutil.Process(proc.pid).children(recursive=True)
+                      if "deepspeed.launcher.launch" in " ".join(p.cmdline()))
+        job = launch.children(recursive=True)
+        ranks = launch.children()
+        assert len(ranks) == 2 and len(job) > 2  # two ranks, each with a DataLoader worker
+        for p in job:
+            p.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, f"--- stdout\n{stdout[-3000:]}\n--- stderr\n{stderr[-6000:]}"
+    assert (stdout + stderr).count("exits successfully") == 2  # the launcher's report of each rank's exit status 0
+    stop_lines = [line for line in stdout.splitlines() if line.startswith("stopped by signal at step")]
+    assert len(stop_lines) == 1, stdout
+    step = int(stop_lines[0].split()[5].rstrip(";"))
+    assert 1 <= step < MAX_STEPS
+    assert latest(stopped) == f"global_step{step}"
+    assert sorted(metric(stopped, "train_loss")) == list(range(1, step + 1))
+
+    resumed = run([*launcher(2), *args, "--output-dir", str(stopped), "--resume"])
+    assert f"at step {step}" in resumed.stdout
+    assert_same_run(full, stopped, after=0)  # steps 1..step before the stop, the rest after the resume
+
+
+# -- clear errors, no traceback -------------------------------------------------------------------
+@pytest.fixture
+def main_in_process(monkeypatch, capsys):
+    """Call pretrain.main in this process (the errors come before any process group exists)."""
+    from trainer import pretrain
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(key, "0")  # restored afterwards; main only fills in missing ones
+        monkeypatch.delenv(key)
+
+    def call(*argv: str) -> tuple[int, str]:
+        code = pretrain.main(list(argv))
+        err = capsys.readouterr().err
+        return code, err
+
+    return call
+
+
+def _cpu_config(tmp_path: Path, **changes) -> str:
+    cfg = json.loads((REPO / "trainer" / "configs" / "zero2_cpu.json").read_text())
+    cfg.update(changes)
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_missing_artifact_is_one_line_on_stderr(tmp_path):
+    proc = subprocess.run([sys.executable, str(PRETRAIN), "--data", str(tmp_path / "nowhere"), "--preset", "tiny",
+                           "--max-steps", "5", "--warmup-steps", "1", "--output-dir", str(tmp_path / "run")],
+                          cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert f"pretrain: error: {tmp_path / 'nowhere'}: artifact directory does not exist" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--warmup-steps", "10"], "--warmup-steps (10) must be smaller than --max-steps (10)"),
+        (["--hidden-size", "65"], "model.hidden_size (65) must be a multiple of model.num_heads (2)"),
+        (["--vocab-size", "30522"], "--vocab-size 30522 does not match the artifact"),
+        (["--max-position-embeddings", "64"], "--max-position-embeddings 64 is smaller than the sequence length"),
+        (["--mask-ratio", "1.5"], "mask_ratio must be in (0, 1)"),
+        (["--eval-shards", "0"], "--eval-every needs held-out shards"),
+    ],
+)
+def test_bad_options_are_clear_errors(extra, words, demo_artifact, tmp_path, main_in_process):
+    code, err = main_in_process("--data", str(demo_artifact), "--preset", "tiny", "--max-steps", "10",
+                                "--warmup-steps", "1", "--output-dir", str(tmp_path / "run"), "--eval-every", "5", *extra)
+    assert code == 2 and err.startswith("pretrain: error: ") and words in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"train_batch_size": 64}, "remove 'train_batch_size'"),
+        ({"optimizer": {"type": "AdamW", "params": {"lr": 0.1, "torch_adam": True}}}, "remove optimizer.params.lr: it is set with --lr"),
+        ({"optimizer": {"type": "AdamW", "params": {}}}, "fused Adam, which needs a GPU"),
+        ({"train_micro_batch_size_per_gpu": 0}, "train_micro_batch_size_per_gpu must be a positive integer"),
+    ],
+)
+def test_bad_deepspeed_config_is_a_clear_error(changes, words, demo_artifact, tmp_path, main_in_process):
+    code, err = main_in_process("--data", str(demo_artifact), "--preset", "tiny", "--max-steps", "10", "--warmup-steps", "1",
+                                "--output-dir", str(tmp_path / "run"), "--deepspeed_config", _cpu_config(tmp_path, **changes))
+    assert code == 2 and words in err, err
+
+
+def test_existing_run_needs_resume_and_resume_needs_the_same_tokenizer(one_process_run, wikitext2_artifact, tmp_path,
+                                                                       main_in_process):
+    run_dir = tmp_path / "run"
+    shutil.copytree(one_process_run / "checkpoints", run_dir / "checkpoints")
+    base = ["--preset", "tiny", "--max-steps", "20", "--warmup-steps", "1", "--output-dir", str(run_dir)]
+    demo = json.loads((one_process_run / "config.json").read_text())["artifact"]["uri"]
+    code, err = main_in_process("--data", demo, *base)
+    assert code == 2 and f"already holds checkpoints (latest: global_step{MAX_STEPS}); pass --resume" in err, err
+    code, err = main_in_process("--data", str(wikitext2_artifact), *base, "--resume")
+    assert code == 2 and "was trained with another tokenizer" in err and "vocabulary 4000" in err and "vocabulary 8000" in err, err
