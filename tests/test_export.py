@@ -1,0 +1,146 @@
+"""`python -m trainer.export`: a DeepSpeed checkpoint -> Hugging Face files that `BertForMaskedLM.from_pretrained`
+loads with the same MLM logits as our model. The Hugging Face checks skip when `transformers` is not installed
+(it is an optional dependency); exporting itself needs only safetensors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer.config import ModelConfig
+from trainer.export import hf_config, load_model, to_hf_state_dict
+from trainer.model import SpanBert
+
+REPO = Path(__file__).resolve().parents[1]
+TEXTS = [
+    "The river flows north through the old town .",
+    "Müller's café opened in 1921 ; it closed , reopened and is still there today !",
+    "short",
+]
+
+
+def hf_from_our_weights(model: SpanBert):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(**{k: v for k, v in hf_config(model.config).items() if k != "architectures"})
+    hf = transformers.BertForMaskedLM(cfg).eval()
+    result = hf.load_state_dict(to_hf_state_dict(model.state_dict(), model.config), strict=False)
+    assert not result.unexpected_keys
+    assert set(result.missing_keys) <= {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}  # tied
+    return hf
+
+
+@pytest.mark.parametrize("type_vocab_size", [2, 0])
+def test_mapping_gives_hugging_face_the_same_logits(type_vocab_size):
+    torch.manual_seed(0)
+    model = SpanBert(ModelConfig.preset("tiny", vocab_size=500, type_vocab_size=type_vocab_size)).eval()
+    with torch.no_grad():  # non-trivial LayerNorms and biases, so a swapped name shows
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    hf = hf_from_our_weights(model)
+    ids = torch.randint(5, 500, (3, 24))
+    mask = torch.ones_like(ids)
+    mask[1, 15:], ids[1, 15:] = 0, 0
+    with torch.no_grad():
+        ours = model.mlm_logits(ids, mask)
+        theirs = hf(input_ids=ids, attention_mask=mask).logits
+    real = mask.bool()
+    assert ours.shape == theirs.shape
+    torch.testing.assert_close(theirs[real], ours[real], rtol=1e-4, atol=1e-5)
+
+
+def test_qkv_split_follows_the_fused_layout():
+    torch.manual_seed(0)
+    cfg = ModelConfig.preset("tiny", vocab_size=100)
+    model = SpanBert(cfg)
+    sd = to_hf_state_dict(model.state_dict(), cfg)
+    H = cfg.hidden_size
+    qkv = model.layers[1].attn.qkv.weight
+    assert torch.equal(sd["bert.encoder.layer.1.attention.self.query.weight"], qkv[:H])
+    assert torch.equal(sd["bert.encoder.layer.1.attention.self.key.weight"], qkv[H:2 * H])
+    assert torch.equal(sd["bert.encoder.layer.1.attention.self.value.weight"], qkv[2 * H:])
+    assert torch.equal(sd["cls.predictions.bias"], model.mlm_head.decoder.bias)
+    assert not any(k.startswith("sbo") or "sbo_head" in k for k in sd)
+
+
+# -- a real checkpoint ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def checkpoint(demo_artifact, tmp_path_factory) -> Path:
+    """Three ZeRO-3 steps in one `python trainer/pretrain.py` process (the stage whose weights are partitioned)."""
+    from conftest import free_port
+
+    tmp = tmp_path_factory.mktemp("export_run")
+    cfg = json.loads((REPO / "trainer" / "configs" / "zero3_cpu.json").read_text())
+    cfg["train_micro_batch_size_per_gpu"] = 4
+    (tmp / "ds.json").write_text(json.dumps(cfg))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(OMP_NUM_THREADS="1", MASTER_PORT=str(free_port()))
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
+    proc = subprocess.run(
+        [sys.executable, "trainer/pretrain.py", "--deepspeed_config", str(tmp / "ds.json"), "--data", str(demo_artifact),
+         "--preset", "tiny", "--max-steps", "3", "--warmup-steps", "1", "--lr", "5e-3", "--eval-every", "0",
+         "--num-workers", "0", "--no-progress", "--output-dir", str(tmp / "run")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return tmp / "run" / "checkpoints"
+
+
+@pytest.fixture(scope="module")
+def exported(checkpoint, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("hf") / "model"
+    proc = subprocess.run([sys.executable, "-m", "trainer.export", str(checkpoint), "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert "exported" in proc.stdout and "global_step3" in proc.stdout
+    return out
+
+
+@pytest.mark.slow
+def test_export_writes_the_hugging_face_files(exported, demo_artifact):
+    names = {p.name for p in exported.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
+            "special_tokens_map.json"} <= names
+    assert (exported / "tokenizer.json").read_bytes() == (demo_artifact / "tokenizer.json").read_bytes()
+    manifest = json.loads((demo_artifact / "manifest.json").read_text())
+    vocab = (exported / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(vocab) == manifest["tokenizer"]["vocab_size"] == json.loads((exported / "config.json").read_text())["vocab_size"]
+    for name, token in manifest["tokenizer"]["special_tokens"].items():
+        assert vocab[manifest["tokenizer"]["special_token_ids"][name]] == token
+
+
+@pytest.mark.slow
+def test_bert_for_masked_lm_loads_the_export_with_our_logits(exported, checkpoint, demo_artifact):
+    transformers = pytest.importorskip("transformers")
+    import tokenizers
+
+    ours, meta = load_model(str(checkpoint))
+    assert meta["step"] == 3
+    hf = transformers.BertForMaskedLM.from_pretrained(str(exported)).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(str(exported))
+    raw = tokenizers.Tokenizer.from_file(str(demo_artifact / "tokenizer.json"))
+    enc = tok(TEXTS, padding=True, return_tensors="pt")
+    for i, text in enumerate(TEXTS):  # the exported tokenizer is the artifact's
+        n = int(enc["attention_mask"][i].sum())
+        assert enc["input_ids"][i, :n].tolist() == raw.encode(text).ids
+    with torch.no_grad():
+        theirs = hf(**enc).logits
+        mine = ours.mlm_logits(enc["input_ids"], enc["attention_mask"], enc.get("token_type_ids"))
+    real = enc["attention_mask"].bool()
+    torch.testing.assert_close(theirs[real], mine[real], rtol=1e-4, atol=1e-5)
+    # and the trained weights are not the initial ones (3 steps at lr 5e-3 moved them)
+    torch.manual_seed(1234)
+    init = SpanBert(ours.config)
+    assert not torch.allclose(init.embeddings.word_embeddings.weight, ours.embeddings.word_embeddings.weight)
+
+
+def test_export_of_a_directory_without_checkpoint_is_a_clear_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "trainer.export", str(tmp_path), "--out", str(tmp_path / "out")],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"export: error: {tmp_path}: no 'latest' file" in proc.stderr
