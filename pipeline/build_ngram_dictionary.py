@@ -30,7 +30,6 @@ The same input and options give byte-identical files, whatever the runner or num
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import json
@@ -47,7 +46,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipeline import ngram_counts
-from pipeline.ngram_counts import CorpusSummary, FrequentNgrams, NgramRules, SourceFiles
+from pipeline.ngram_counts import CorpusSummary, FrequentNgrams, NgramRules, ReadLines, SourceFiles
 
 _LOG = logging.getLogger("spanprep.build_ngram_dictionary")
 
@@ -67,6 +66,9 @@ ARROW_SCHEMA = pa.schema(
     metadata={"format": FORMAT, "format_version": str(FORMAT_VERSION)},
 )
 ARROW_BATCH_ROWS = 64 * 1024
+AUTO_SPLITS = 64  # default: read the input in about this many byte ranges (parallelism), ...
+MIN_AUTO_SPLIT_BYTES = 1 << 20  # ... of at least 1 MiB
+MAX_AUTO_SPLIT_BYTES = 64 << 20  # ... and at most 64 MiB (Beam's own default)
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 
 
@@ -110,9 +112,9 @@ class NgramDictionaryOptions(PipelineOptions):
             "length; none: count every n-gram in one pass (for min-count 1 or 2)",
         )
         parser.add_argument(
-            "--split-mb", "--split_mb", dest="split_mb", type=float, default=8.0,
+            "--split-mb", "--split_mb", dest="split_mb", type=float, default=None,
             help="input files are read in byte ranges of about this size, so that workers share a big file "
-            "(default 8)",
+            "(default: the input size / 64, within 1..64 MB)",
         )
         parser.add_argument(
             "--max-keys-per-bundle", "--max_keys_per_bundle", dest="max_keys_per_bundle", type=int,
@@ -304,7 +306,7 @@ def _parse(argv: list[str]) -> tuple[PipelineOptions, NgramDictionaryOptions, Ng
     except ValueError as e:
         raise UsageError(str(e).replace("min_n", "--min-n").replace("max_n", "--max-n")
                          .replace("min_count", "--min-count")) from None
-    if not opts.split_mb > 0:
+    if opts.split_mb is not None and not opts.split_mb > 0:
         raise UsageError(f"--split-mb must be > 0, got {opts.split_mb}")
     if opts.max_keys_per_bundle < 1:
         raise UsageError(f"--max-keys-per-bundle must be >= 1, got {opts.max_keys_per_bundle}")
@@ -339,11 +341,10 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
 
     total_bytes = sum(size for _, size in files)
     _LOG.info("input: %d file(s), %.1f MB", len(files), total_bytes / 1e6)
-    passes = rules.max_n if opts.pruning == "apriori" else 1
+    passes = 2 if opts.pruning == "apriori" and rules.max_n > 1 else 1
     _LOG.info(
-        "counting n-grams of length %d..%d (min count %d, %s pruning: %d counting pass(es) over the input) "
-        "with %s", rules.min_n, rules.max_n, rules.min_count, opts.pruning, passes,
-        options.view_as(StandardOptions).runner,
+        "counting n-grams of length %d..%d (min count %d, %s pruning: %d read(s) of the input) with %s",
+        rules.min_n, rules.max_n, rules.min_count, opts.pruning, passes, options.view_as(StandardOptions).runner,
     )
     manifest_options = {
         "input": list(opts.input),
@@ -356,13 +357,18 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         "split_mb": opts.split_mb,
         "max_keys_per_bundle": opts.max_keys_per_bundle,
     }
-    split_bytes = max(1, int(opts.split_mb * (1 << 20)))
+    if opts.split_mb is None:
+        split_bytes = min(max(total_bytes // AUTO_SPLITS, MIN_AUTO_SPLIT_BYTES), MAX_AUTO_SPLIT_BYTES)
+    else:
+        split_bytes = max(1, int(opts.split_mb * (1 << 20)))
+    manifest_options["split_bytes"] = split_bytes
     started = time.monotonic()
     with beam.Pipeline(options=options) as p:
         paths = p | "InputFiles" >> beam.Create([path for path, _ in files])
         sources = paths | "SourceFiles" >> SourceFiles()
-        corpus_summary, dead_letters = paths | "CorpusSummary" >> CorpusSummary(split_bytes=split_bytes)
-        ngram_to_count = paths | "FrequentNgrams" >> FrequentNgrams(
+        path_to_line = paths | "ReadLines" >> ReadLines(split_bytes=split_bytes, with_filename=True)
+        corpus_summary, dead_letters = path_to_line | "CorpusSummary" >> CorpusSummary()
+        ngram_to_count = {"lines": path_to_line, "paths": paths} | "FrequentNgrams" >> FrequentNgrams(
             rules, pruning=opts.pruning, split_bytes=split_bytes, max_keys_per_bundle=opts.max_keys_per_bundle
         )
         _ = (ngram_to_count, sources, corpus_summary, dead_letters) | "WriteNgramDictionary" >> (

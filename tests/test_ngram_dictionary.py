@@ -22,13 +22,20 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline import build_ngram_dictionary as job
+from pipeline import ngram_counts
 from pipeline.ngram_counts import (
     CorpusSummary,
     CountNgrams,
+    DecodeNgrams,
+    FrequentLongerNgrams,
     FrequentNgrams,
+    FrequentPairs,
+    FrequentWords,
     KeepFrequent,
     NgramRules,
+    ReadLines,
     SourceFiles,
+    encode_code,
     is_punctuation,
     line_runs,
 )
@@ -83,6 +90,13 @@ def run_job(tmp: Path, inputs, name, *extra) -> Path:
     argv = [a for path in inputs for a in ("--input", str(path))] + ["--output", str(out), *extra]
     job.run(argv)
     return out
+
+
+def frequent_ngrams(p, paths, rules, **kwargs):
+    """FrequentNgrams applied as the job applies it: to the lines (first read) and the paths."""
+    paths = p | "Paths" >> beam.Create([str(path) for path in paths])
+    lines = paths | "Lines" >> ReadLines(split_bytes=1 << 20, with_filename=True)
+    return {"lines": lines, "paths": paths} | FrequentNgrams(rules, **kwargs)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -149,9 +163,7 @@ def test_threshold_is_inclusive(snippet_file):
         (5, {}),
     ]:
         with TestPipeline(runner="FnApiRunner") as p:
-            got = p | beam.Create([str(snippet_file)]) | FrequentNgrams(
-                NgramRules(**rules, min_count=min_count)
-            )
+            got = frequent_ngrams(p, [snippet_file], NgramRules(**rules, min_count=min_count))
             assert_that(got, equal_to(list(expected.items())))
 
 
@@ -162,9 +174,7 @@ def test_four_gram_found_through_its_frequent_three_grams(snippet_file):
                 "on the mat": 3, "the cat sat": 2, "sat on the": 2, "sat on the mat": 2}
     for pruning in ("apriori", "none"):
         with TestPipeline(runner="FnApiRunner") as p:
-            got = p | beam.Create([str(snippet_file)]) | FrequentNgrams(
-                NgramRules(min_n=2, max_n=5, min_count=2), pruning=pruning
-            )
+            got = frequent_ngrams(p, [snippet_file], NgramRules(min_n=2, max_n=5, min_count=2), pruning=pruning)
             assert_that(got, equal_to(list(expected.items())))
 
 
@@ -174,9 +184,7 @@ def test_drop_punctuation_on_the_snippet(snippet_file):
         del expected[dropped]
     assert expected == {"the cat": 4, "on the": 3, "the mat": 3, "cat sat": 2, "sat on": 2, "like rug": 1}
     with TestPipeline(runner="FnApiRunner") as p:
-        got = p | beam.Create([str(snippet_file)]) | FrequentNgrams(
-            NgramRules(min_n=2, max_n=2, min_count=1, drop_punctuation=True)
-        )
+        got = frequent_ngrams(p, [snippet_file], NgramRules(min_n=2, max_n=2, min_count=1, drop_punctuation=True))
         assert_that(got, equal_to(list(expected.items())))
 
 
@@ -185,9 +193,7 @@ def test_lowercase_merges_case_variants(tmp_path):
     path.write_text(" The cat \n the Cat \n THE CAT \n = The Cat = \n", encoding="utf-8")
     for lowercase, expected in [(True, [("the cat", 3)]), (False, [("THE CAT", 1), ("The cat", 1), ("the Cat", 1)])]:
         with TestPipeline(runner="FnApiRunner") as p:
-            got = p | beam.Create([str(path)]) | FrequentNgrams(
-                NgramRules(min_n=2, max_n=2, min_count=1, lowercase=lowercase)
-            )
+            got = frequent_ngrams(p, [path], NgramRules(min_n=2, max_n=2, min_count=1, lowercase=lowercase))
             assert_that(got, equal_to(expected))
 
 
@@ -197,7 +203,7 @@ def test_equals_sign_outside_a_heading_is_a_symbol_token(tmp_path):
     path.write_text(" = National record \n = = Real heading = = \n C = O \n", encoding="utf-8")
     assert heading_level(" = National record ") == 0
     with TestPipeline(runner="FnApiRunner") as p:
-        got = p | beam.Create([str(path)]) | FrequentNgrams(NgramRules(min_n=2, max_n=3, min_count=1))
+        got = frequent_ngrams(p, [path], NgramRules(min_n=2, max_n=3, min_count=1))
         assert_that(got, equal_to([("= National", 1), ("National record", 1), ("= National record", 1),
                                    ("C =", 1), ("= O", 1), ("C = O", 1)]))
 
@@ -248,33 +254,70 @@ def test_keep_frequent_keeps_exactly_the_threshold():
         assert_that(got, equal_to([("b c", 11), ("c d", 12)]))
 
 
-def test_count_ngrams_counts_every_ngram_without_pruning(snippet_file):
+def test_count_ngrams_counts_every_ngram_as_strings(snippet_file):
     expected = {k: v for k, v in SNIPPET_COUNTS.items() if k.count(" ") == 2}
     with TestPipeline(runner="FnApiRunner") as p:
-        got = p | beam.Create([str(snippet_file)]) | CountNgrams(
-            rules=NgramRules(min_n=3, max_n=3, min_count=1), lengths=[3], split_bytes=1 << 20,
+        lines = p | beam.Create([str(snippet_file)]) | ReadLines(split_bytes=1 << 20, with_filename=True)
+        got = lines | CountNgrams(
+            rules=NgramRules(min_n=3, max_n=3, min_count=1), lengths=[3],
             max_keys_per_bundle=3,  # flush partial counts often: the sums must still be exact
         )
         assert_that(got, equal_to(list(expected.items())))
 
 
-def test_count_ngrams_with_pruning_counts_only_candidates(snippet_file):
-    # Frequent unigrams and bigrams given: only 3-grams whose two bigrams are both in the set are counted.
+SNIPPET_WORDS = sorted(["cat", "mat", "on", "sat", "the"])  # ids 0..4: cat, mat, on, sat, the
+
+
+def _table(n, keys, counts):
+    import numpy as np
+
+    blob = "\n".join(keys).encode() if n == 1 else np.array(keys, "<i8").tobytes()
+    return n, 0, blob, np.array(counts, "<i8").tobytes()
+
+
+def test_frequent_words_pairs_and_longer_stages_on_the_snippet(snippet_file):
+    rules = NgramRules(min_n=1, max_n=3, min_count=2)
     with TestPipeline(runner="FnApiRunner") as p:
-        frequent_shorter = p | "Shorter" >> beam.Create(["the", "cat", "sat", "on", "mat", "the cat", "cat sat",
-                                                         "on the", "the mat"])
-        got = p | beam.Create([str(snippet_file)]) | CountNgrams(
-            rules=NgramRules(min_n=3, max_n=3, min_count=1), lengths=[3], frequent_shorter=frequent_shorter,
-            split_bytes=1 << 20, max_keys_per_bundle=1000,
-        )
-        assert_that(got, equal_to([("the cat sat", 2), ("on the mat", 3)]))
+        paths = p | beam.Create([str(snippet_file)])
+        lines = paths | ReadLines(split_bytes=1 << 20, with_filename=True)
+        word_tables = lines | "Words" >> FrequentWords(rules=rules, max_keys_per_bundle=2)
+        pair_tables, chunks = paths | "Pairs" >> FrequentPairs(
+            rules=rules, word_tables=word_tables, split_bytes=1 << 20, max_keys_per_bundle=2)
+        triple_tables, _ = chunks | "Triples" >> FrequentLongerNgrams(
+            n=3, min_count=2, shorter_tables=pair_tables, max_keys_per_bundle=2, pass_on=True)
+        tables = (word_tables, pair_tables, triple_tables) | beam.Flatten()
+        assert_that(tables | DecodeNgrams(min_n=1), equal_to([
+            ("the", 7), ("cat", 4), ("on", 3), ("mat", 3), ("sat", 3), (".", 2),  # words: counted by hand
+            ("the cat", 4), ("on the", 3), ("the mat", 3), ("cat sat", 2), ("sat on", 2),
+            ("on the mat", 3), ("the cat sat", 2), ("sat on the", 2),
+        ]))
+
+
+def test_longer_stage_counts_only_candidates_whose_shorter_ngrams_are_frequent(snippet_file):
+    # Given words and only four "frequent" pairs, the 3-gram stage counts a 3-gram only if both of its pairs
+    # are among them: "the cat sat" (the cat, cat sat) and "on the mat" (on the, the mat); not "sat on the".
+    ids = {w: i for i, w in enumerate(SNIPPET_WORDS)}
+    pairs = sorted(encode_code(ids[a], ids[b]) for a, b in
+                   [("the", "cat"), ("cat", "sat"), ("on", "the"), ("the", "mat")])
+    rules = NgramRules(min_n=3, max_n=3, min_count=1)
+    with TestPipeline(runner="FnApiRunner") as p:
+        paths = p | beam.Create([str(snippet_file)])
+        word_tables = p | "Words" >> beam.Create([_table(1, SNIPPET_WORDS, [1] * 5)])
+        pair_tables = p | "PairTables" >> beam.Create([_table(2, pairs, [1] * 4)])
+        _, chunks = paths | FrequentPairs(rules=rules, word_tables=word_tables, split_bytes=1 << 20,
+                                          max_keys_per_bundle=100)
+        triple_tables, _ = chunks | FrequentLongerNgrams(
+            n=3, min_count=1, shorter_tables=pair_tables, max_keys_per_bundle=100, pass_on=False)
+        tables = (word_tables, pair_tables, triple_tables) | beam.Flatten()
+        assert_that(tables | DecodeNgrams(min_n=3), equal_to([("the cat sat", 2), ("on the mat", 3)]))
 
 
 def test_corpus_summary_counts_lines_and_dead_letters_undecodable_ones(tmp_path):
     path = tmp_path / "bad.tokens"
     path.write_bytes(b" = Title = \n \n a b <unk> c \n caf\xe9 au lait \n d e \n")
     with TestPipeline(runner="FnApiRunner") as p:
-        summary, dead_letters = p | beam.Create([str(path)]) | CorpusSummary(split_bytes=1 << 20)
+        lines = p | beam.Create([str(path)]) | ReadLines(split_bytes=1 << 20, with_filename=True)
+        summary, dead_letters = lines | CorpusSummary()
         assert_that(summary, equal_to([{
             "lines": 5, "blank_lines": 1, "heading_lines": 1, "paragraph_lines": 2, "undecodable_lines": 1,
             "paragraph_tokens": 6, "unk_tokens": 1,
@@ -365,7 +408,8 @@ def _corpus_lines(paths) -> list[str]:
     ],
     ids=["apriori", "lowercase-drop-punctuation", "no-pruning"],
 )
-def test_job_equals_brute_force_on_random_input(random_corpus, tmp_path, options):
+def test_job_equals_brute_force_on_random_input(random_corpus, tmp_path, monkeypatch, options):
+    monkeypatch.setattr(ngram_counts, "CHUNK_TOKENS", 37)  # many id chunks per bundle (in-process runner)
     options = dict(options)
     pruning = options.pop("pruning", "apriori")
     argv = ["--min-n", str(options["min_n"]), "--max-n", str(options["max_n"]),
@@ -404,7 +448,8 @@ def test_manifest_describes_sources_options_and_entries(random_corpus, tmp_path)
     assert manifest["created_by"]["version"] == job.package_version()
     assert manifest["options"] == {
         "input": [str(p) for p in random_corpus], "min_n": 2, "max_n": 5, "min_count": 4, "lowercase": False,
-        "drop_punctuation": False, "pruning": "apriori", "split_mb": 8.0, "max_keys_per_bundle": 200000,
+        "drop_punctuation": False, "pruning": "apriori", "split_mb": None, "max_keys_per_bundle": 200000,
+        "split_bytes": 1 << 20,  # automatic: input size / 64, at least 1 MiB
     }
     assert manifest["sources"] == [
         {"path": str(p), "bytes": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
