@@ -96,6 +96,7 @@ def main(argv=None) -> None:
         cpu, wall, n = timed(lambda: plain_read(art, shard_paths), args.epochs)
         print(f"# artifact {data}: {n // args.epochs} training rows in {len(shard_paths)} shards, {args.epochs} epochs, "
               f"micro-batch {args.micro_batch_size}, scheme {args.scheme}")
+        print(f"# load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
         results = {"pyarrow read": (n / cpu, n / wall)}
         for w in (int(x) for x in args.workers.split(",")):
             cfg = DataConfig(artifact=str(data), seed=0, micro_batch_size=args.micro_batch_size, num_workers=w,

@@ -1,6 +1,6 @@
 """Masking collator throughput: sequences per second per core at 512 tokens, per scheme, against baselines.
 
-    .venv/bin/python benchmarks/bench_masking.py [--data ARTIFACT] [--seconds 3] [--chunk-rows 1024]
+    .venv/bin/python benchmarks/bench_masking.py [--data ARTIFACT] [--seconds 3] [--chunk-rows 256]
 
 What is timed is what a DataLoader worker does (trainer/data.py): mask a chunk of rows (``Masker.mask``) and
 collate it into micro-batches of 8 (``Masker.collate``), producing the full batch dict with SBO targets.
@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from schemas.artifact import Artifact  # noqa: E402
+from trainer.data import MAX_CHUNK_ROWS  # noqa: E402
 from trainer.masking import CANDIDATE_COLUMNS, SCHEMES, Masker, MaskingConfig, Rows  # noqa: E402
 
 WIKITEXT2 = REPO.parent / "shared" / "data" / "wikitext-2" / "wiki.valid.tokens"
@@ -119,7 +120,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", help="artifact (default: build one from WikiText-2 valid)")
     p.add_argument("--seconds", type=float, default=3.0, help="wall seconds per measurement")
-    p.add_argument("--chunk-rows", type=int, default=1024, help="rows masked per call (the loader's chunk)")
+    p.add_argument("--chunk-rows", type=int, default=MAX_CHUNK_ROWS, help="rows masked per call (default: the loader's chunk)")
     p.add_argument("--schemes", default=",".join(SCHEMES))
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -140,6 +141,7 @@ def main(argv=None) -> None:
         results = {}
         import random
 
+        print(f"# load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
         rng = random.Random(0)
         special = art.special_token_ids
         cpu, wall, n = timed(lambda: naive_bert(chunk_ids, art.vocab_size, special, 512, rng), args.seconds)

@@ -143,6 +143,21 @@ def test_every_scheme_keeps_the_invariants_on_wikitext2(wiki, scheme):
     stats = masking_stats(m)
     assert abs(stats["masked_ratio"] - 0.15) <= 0.01
     assert stats["candidate_units"] == 0  # no candidates in this artifact: whole budget to random words
+    if scheme != "span":  # BERT's rule: a unit is skipped only when it no longer fits the budget
+        skipped = 0
+        for r in range(part.num_rows):
+            covered = np.zeros(int(part.offsets[r + 1] - part.offsets[r]), bool)
+            sel = m.unit_row == r
+            for a, b in zip(m.unit_start[sel], m.unit_end[sel]):
+                covered[a:b] = True
+            left = int(np.floor(0.15 * int(m.maskable[r]) + 0.5)) - int(covered.sum())
+            assert left >= 0
+            ws = part.word_start[part.offsets[r] : part.offsets[r + 1]] if scheme != "subword" else np.ones(len(covered), bool)
+            w = np.r_[np.flatnonzero(ws), len(covered)]
+            free = [(a, b) for a, b in zip(w[:-1], w[1:]) if not covered[a:b].any()]
+            assert all(b - a > left for a, b in free)
+            skipped += len(free)
+        assert skipped > 0
 
 
 def test_special_tokens_inside_rows_are_never_masked():
@@ -252,6 +267,73 @@ def test_candidate_schemes_take_half_the_budget_from_candidates(scheme):
     assert not f.unit_candidate.any() and np.bincount(f.unit_row, weights=f.unit_end - f.unit_start).tolist() == [budget] * 10
     with pytest.raises(ValueError, match="needs the rows' "):
         masker.mask(Rows.from_lists([np.arange(5, 15)], [np.ones(10, bool)]), np.arange(1), 0)
+
+
+@pytest.fixture(scope="module")
+def candidate_artifacts(tmp_path_factory):
+    """{column: artifact dir} built from the first 3 articles of WikiText-2 valid with real candidates:
+    spaCy entities and noun phrases, and dictionary n-grams (dictionary built from the same text)."""
+    from pipeline import build_ngram_dictionary, candidates
+    from tests.conftest import build, wikitext2
+
+    lines = wikitext2("valid").read_text(encoding="utf-8").splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.startswith(" = ") and not line.startswith(" = = ")]
+    tmp = tmp_path_factory.mktemp("candidates")
+    text = tmp / "wiki.subset.tokens"
+    text.write_text("".join(lines[: starts[3]]), encoding="utf-8")
+    common = ["--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "4000", "--num-shards", "2"]
+    build(text, tmp / "spacy", *common, "--mask-candidates", "entities,noun_phrases", "--spacy-model", candidates.default_spacy_model())
+    build_ngram_dictionary.run(["--input", str(text), "--output", str(tmp / "dict"), "--min-count", "3", "--runner", "FnApiRunner"])
+    build(text, tmp / "ngrams", *common, "--mask-candidates", "ngrams", "--ngram-dictionary", str(tmp / "dict"))
+    return {"entity_spans": tmp / "spacy", "noun_phrase_spans": tmp / "spacy", "ngram_spans": tmp / "ngrams"}
+
+
+@pytest.mark.parametrize("scheme", ["entity", "noun_phrase", "ngram"])
+def test_candidate_schemes_on_real_candidates_follow_the_greedy_budget_rule(candidate_artifacts, scheme):
+    cfg = MaskingConfig(scheme=scheme, seed=9)
+    art = Artifact.open(str(candidate_artifacts[cfg.candidate_column]))
+    ids, ws, spans = [], [], []
+    for rel in art.shard_paths:
+        table = ipc.open_file(art.path(rel)).read_all()
+        ids += table.column("input_ids").to_pylist()
+        ws += table.column("word_start").to_pylist()
+        for row in table.column(cfg.candidate_column).to_pylist():
+            spans.append([(c["start"], c["end"]) for c in row if c.get("label") not in cfg.excluded_entity_labels])
+    rows = Rows.from_lists(ids, ws, spans)
+    masker = Masker.from_artifact(cfg, art)
+    m = masker.mask(rows, np.arange(rows.num_rows), 0)
+    _check_batch_invariants(masker, rows, m, masker.collate(m), word_aligned=True)
+    checked_candidates = checked_words = 0
+    for r in range(rows.num_rows):
+        sel = m.unit_row == r
+        cand = m.unit_candidate[sel]
+        units = list(zip(m.unit_start[sel].tolist(), m.unit_end[sel].tolist()))
+        taken = {u for u, c in zip(units, cand) if c}
+        assert taken <= set(spans[r])
+        budget = int(np.floor(0.15 * int(m.maskable[r]) + 0.5))
+        cand_tokens = sum(e - s for s, e in taken)
+        cbudget = int(np.floor(0.5 * budget + 0.5))
+        assert cand_tokens <= cbudget
+        # BERT's rule: a candidate was skipped only because it no longer fitted (real spans never overlap)
+        for s, e in set(spans[r]) - taken:
+            assert e - s > cbudget - cand_tokens
+            checked_candidates += 1
+        # the rest of the budget went to whole words, also by the rule
+        covered = np.zeros(len(ids[r]), bool)
+        for s, e in units:
+            covered[s:e] = True
+        left = budget - int(covered.sum())
+        assert left >= 0
+        w = np.r_[np.flatnonzero(ws[r]), len(ids[r])]
+        for s, e in zip(w[:-1], w[1:]):
+            if not covered[s:e].any():
+                assert e - s > left
+                checked_words += 1
+        checked_candidates += len(taken)
+    assert checked_candidates > 0 and checked_words > 0
+    assert m.unit_candidate.sum() > 0 and (~m.unit_candidate).sum() > 0
+    stats = masking_stats(m)
+    assert abs(stats["masked_ratio"] - 0.15) <= 0.01
 
 
 def test_span_lengths_and_span_positions_are_clipped():
