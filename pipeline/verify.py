@@ -97,8 +97,9 @@ def _check_shard_rows(art: Artifact, index: int, entry: dict, report: Report, to
             report.fail(f"{relative}: record batch {b} unreadable: {e}")
             return
         where = f"{relative} batch {b}"
-        if batch.num_rows > fmt.ROWS_PER_BATCH:
-            report.fail(f"{where}: {batch.num_rows} rows, more than {fmt.ROWS_PER_BATCH}")
+        last = b == reader.num_record_batches - 1
+        if batch.num_rows > fmt.ROWS_PER_BATCH or batch.num_rows == 0 or (not last and batch.num_rows != fmt.ROWS_PER_BATCH):
+            report.fail(f"{where}: {batch.num_rows} rows; every batch but a shard's last must hold exactly {fmt.ROWS_PER_BATCH}")
         offsets, ids = _list_parts(batch, "input_ids")
         lengths = np.diff(offsets)
         rows += batch.num_rows
