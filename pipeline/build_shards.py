@@ -66,6 +66,8 @@ class BuildShardsOptions(PipelineOptions):
         g.add_argument("--overwrite", action="store_true", help="replace an existing artifact at --output")
         g.add_argument("--num-shards", "--num_shards", dest="num_shards", type=int, default=16,
                        help="number of shard files (aim for shards of 100-500 MB on big corpora)")
+        g.add_argument("--report", action="store_true",
+                       help="at the end, write ARTIFACT/report/ (plots, index.html) and README.md (python -m pipeline.report)")
 
         g = parser.add_argument_group("tokenizer (one of)")
         g.add_argument("--tokenizer", default=None, help="Hugging Face tokenizer.json of a WordPiece tokenizer")
@@ -321,6 +323,10 @@ def run(argv: list[str] | None = None) -> dict:
 
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
+    if o.report:
+        from pipeline import report
+
+        report.write_report(o.output)
     return manifest
 
 
