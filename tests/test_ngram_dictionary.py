@@ -167,6 +167,12 @@ def test_threshold_is_inclusive(snippet_file):
             assert_that(got, equal_to(list(expected.items())))
 
 
+def test_words_only_dictionary(snippet_file):
+    with TestPipeline(runner="FnApiRunner") as p:
+        got = frequent_ngrams(p, [snippet_file], NgramRules(min_n=1, max_n=1, min_count=4))
+        assert_that(got, equal_to([("the", 7), ("cat", 4)]))
+
+
 def test_four_gram_found_through_its_frequent_three_grams(snippet_file):
     # "sat on the mat" occurs once on line 4 and once on line 6 (after the <unk>): 2; its 3-grams
     # "sat on the" (2) and "on the mat" (3) are frequent, so the apriori pass counts it.
