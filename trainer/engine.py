@@ -211,7 +211,19 @@ def resolve_deepspeed_config(path: str, ds: dict, optim: OptimConfig, run_dir: s
     ds["tensorboard"] = {**tensorboard, "output_path": run_dir, "job_name": "tensorboard"}
     ds.setdefault("steps_per_print", 10**9)  # the trainer reports progress itself
     ds.setdefault("wall_clock_breakdown", False)
+    _check_with_deepspeed(ds, where)
     return ds
+
+
+def _check_with_deepspeed(ds: dict, where: str) -> None:
+    """Let DeepSpeed's own config parser judge the rest now (unknown keys, wrong types), not after start-up."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    try:
+        DeepSpeedConfig(json.loads(json.dumps(ds)))
+    except Exception as e:  # pydantic ValidationError, AssertionError, ValueError, ...
+        detail = " ".join(str(e).split("\n")[:3]).strip() or type(e).__name__
+        raise ConfigError(f"{where}: DeepSpeed rejects it: {detail}") from None
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:

@@ -187,9 +187,10 @@ class SpanBert(nn.Module):
     ) -> dict[str, torch.Tensor]:
         """Loss and statistics on the target positions.
 
-        Returns ``loss`` (mlm_loss + sbo_loss), ``mlm_loss``, ``mlm_correct``, ``num_targets`` and, with the
-        SBO objective, ``sbo_loss`` and ``sbo_correct``. The counts let callers aggregate exactly over batches.
-        Without ``labels`` returns ``{"logits": mlm_logits}``.
+        Returns ``loss`` (mlm_loss + sbo_loss), ``mlm_loss``, ``num_targets`` and, with the SBO objective,
+        ``sbo_loss``; in eval mode also ``mlm_correct`` (and ``sbo_correct``), the number of targets whose argmax
+        prediction is right (an argmax over M x V costs real time, so training steps skip it). The counts let
+        callers aggregate exactly over batches. Without ``labels`` returns ``{"logits": mlm_logits}``.
         """
         if labels is None:
             return {"logits": self.mlm_logits(input_ids, attention_mask, token_type_ids)}
@@ -204,11 +205,9 @@ class SpanBert(nn.Module):
 
         mlm_logits = self.mlm_head(hidden.index_select(0, target_index))  # [M, V]
         mlm_loss = F.cross_entropy(mlm_logits.float(), targets, reduction="sum") / denominator
-        out = {
-            "mlm_loss": mlm_loss,
-            "mlm_correct": (mlm_logits.argmax(-1) == targets).sum().detach(),
-            "num_targets": torch.tensor(num_targets, device=input_ids.device),
-        }
+        out = {"mlm_loss": mlm_loss, "num_targets": torch.tensor(num_targets, device=input_ids.device)}
+        if not self.training:
+            out["mlm_correct"] = (mlm_logits.argmax(-1) == targets).sum()
         loss = mlm_loss
         if self.sbo_head is not None:
             if span_left is None or span_right is None or span_position is None:
@@ -220,7 +219,8 @@ class SpanBert(nn.Module):
             sbo_logits = self.mlm_head.decoder(self.sbo_head(left, right, position))  # [M, V]
             sbo_loss = F.cross_entropy(sbo_logits.float(), targets, reduction="sum") / denominator
             out["sbo_loss"] = sbo_loss
-            out["sbo_correct"] = (sbo_logits.argmax(-1) == targets).sum().detach()
+            if not self.training:
+                out["sbo_correct"] = (sbo_logits.argmax(-1) == targets).sum()
             loss = loss + sbo_loss
         out["loss"] = loss
         return out
