@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
+import re
 import sys
 import time
 from typing import Any
@@ -101,14 +102,53 @@ class BuildShardsOptions(PipelineOptions):
                        help="per-worker memory for documents before they are spilled, sorted, to run files")
 
 
+def _job_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.build_shards",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Any Apache Beam pipeline option is accepted too (--runner, --direct_running_mode, --direct_num_workers, "
+        "Dataflow's --project/--region/--temp_location, ...); see docs/RUNNING.md.",
+    )
+    BuildShardsOptions._add_argparse_args(parser)
+    return parser
+
+
+def _job_option_names() -> list[str]:
+    return [a.dest for a in _job_parser()._actions if a.dest != "help"]
+
+
+_SECRET = re.compile(r"secret|password|token|access_key|credential", re.IGNORECASE)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """The command line with the values of secret-looking options (e.g. --s3_secret_access_key) hidden."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("<redacted>")
+            hide_next = False
+        elif arg.startswith("--") and _SECRET.search(arg.split("=", 1)[0]):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=<redacted>")
+            else:
+                out.append(arg)
+                hide_next = True
+        else:
+            out.append(arg)
+    return out
+
+
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, PipelineOptions]:
-    options = PipelineOptions(argv)
+    options = BuildShardsOptions(argv)
     known = options.get_all_options()
     with_unknown = options.get_all_options(retain_unknown_options=True)
     unknown = sorted(set(with_unknown) - set(known))
     if unknown:
-        raise UsageError("unrecognised option(s): " + ", ".join("--" + u for u in unknown))
-    opts = argparse.Namespace(**options.view_as(BuildShardsOptions).get_all_options())
+        raise UsageError("unrecognised option(s): " + ", ".join("--" + u for u in unknown) + " (see --help)")
+    values = options.get_all_options()
+    opts = argparse.Namespace(**{name: values[name] for name in _job_option_names()})
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = DEFAULT_RUNNER
@@ -249,10 +289,11 @@ def _load_tokenizer(o, paths: list[str]) -> tokenization.TokenizerSpec:
 def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candidates: dict) -> dict[str, Any]:
     build = {k: v for k, v in vars(o).items()}
     beam_opts = {k: v for k, v in options.get_all_options(drop_default=True).items() if k not in build}
+    beam_opts = {k: ("<redacted>" if _SECRET.search(k) else v) for k, v in beam_opts.items()}
     beam_opts["runner"] = options.view_as(StandardOptions).runner
     return {
         "created_by": library_versions(),
-        "command": list(argv),
+        "command": redact_argv(list(argv)),
         "options": {**build, "beam": beam_opts},
         "max_seq_len": o.max_seq_len,
         "pack": o.pack,
@@ -345,6 +386,10 @@ def _summary(manifest: dict, output: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        _job_parser().print_help()
+        return 0
     _configure_logging()
     try:
         manifest = run(argv)

@@ -324,3 +324,21 @@ def test_write_manifest_writes_tokenizer_unigram_and_manifest_last_and_checks_ac
     with pytest.raises(Exception, match="documents_read=4 but documents_written=2"):
         run(4)
     assert not (tmp_path / "manifest.json").exists()
+
+
+def test_help_lists_the_job_options(capsys):
+    assert build_shards.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--input-format", "--train-tokenizer", "--mask-candidates", "--pack", "--num-shards"):
+        assert flag in out
+
+
+def test_manifest_records_the_job_options_and_hides_secrets(tmp_path):
+    (tmp_path / "in.txt").write_text("Some text. More text.\n")
+    m = build(tmp_path / "in.txt", tmp_path / "out", "--input-format", "text", "--vocab-size", "100", "--num-shards", "1",
+              "--s3_secret_access_key=hunter2", "--direct_num_workers", "1")
+    assert m["options"]["num_shards"] == 1 and m["options"]["input_format"] == "text"
+    assert "flink_master" not in m["options"] and "job_endpoint" not in m["options"]
+    assert m["options"]["beam"]["runner"] == "FnApiRunner" and m["options"]["beam"]["direct_num_workers"] == 1
+    assert "hunter2" not in json.dumps(m)
+    assert "--s3_secret_access_key=<redacted>" in m["command"]
