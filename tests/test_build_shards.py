@@ -336,9 +336,9 @@ def test_help_lists_the_job_options(capsys):
 def test_manifest_records_the_job_options_and_hides_secrets(tmp_path):
     (tmp_path / "in.txt").write_text("Some text. More text.\n")
     m = build(tmp_path / "in.txt", tmp_path / "out", "--input-format", "text", "--vocab-size", "100", "--num-shards", "1",
-              "--s3_secret_access_key=hunter2", "--direct_num_workers", "1")
+              "--s3_secret_access_key=hunter2", "--job_name", "unit-test")
     assert m["options"]["num_shards"] == 1 and m["options"]["input_format"] == "text"
     assert "flink_master" not in m["options"] and "job_endpoint" not in m["options"]
-    assert m["options"]["beam"]["runner"] == "FnApiRunner" and m["options"]["beam"]["direct_num_workers"] == 1
+    assert m["options"]["beam"]["runner"] == "FnApiRunner" and m["options"]["beam"]["job_name"] == "unit-test"
     assert "hunter2" not in json.dumps(m)
     assert "--s3_secret_access_key=<redacted>" in m["command"]
