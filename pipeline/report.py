@@ -254,7 +254,7 @@ def collect(
             picks = np.sort(np.random.default_rng(seed).choice(stats.batches_total, size=k, replace=False))
             bounds = np.concatenate([[0], np.cumsum(counts)])
             chosen = {i: set((picks[(picks >= bounds[i]) & (picks < bounds[i + 1])] - bounds[i]).tolist()) for i in range(len(shards))}
-            say(f"report: {stats.rows_total:,} rows > --max-rows {max_rows:,}: sampling {k:,} of {stats.batches_total:,} record batches (seed {seed})")
+            say(f"{stats.rows_total:,} rows > --max-rows {max_rows:,}: sampling {k:,} of {stats.batches_total:,} record batches (seed {seed})")
     c = _Collector(art, stats, examples, seed)
     started = time.time()
     for i, rel in enumerate(shards):
@@ -288,7 +288,7 @@ def collect(
                 b = order[j] if j < len(order) else n_batches
         c.end_of_shard()
         if progress and (i + 1 == len(shards) or (i + 1) % max(1, len(shards) // 10) == 0):
-            say(f"report: read {i + 1}/{len(shards)} shards, {stats.rows_read:,} rows ({time.time() - started:.1f} s)")
+            say(f"read {i + 1}/{len(shards)} shards, {stats.rows_read:,} rows ({time.time() - started:.1f} s)")
     c.finish()
     return stats
 
@@ -511,47 +511,43 @@ class Dictionary:
     path: str
     reachable: bool
     message: str
-    top: list[dict] = field(default_factory=list)
-    per_n: dict[str, int] = field(default_factory=dict)
+    top: list[dict] = field(default_factory=list)  # the most frequent entries: {ngram, n, count}
+    per_n: dict[int, tuple[int, list[dict]]] = field(default_factory=dict)  # n -> (entries, the most frequent)
 
 
-def read_dictionary(info: dict | None, limit: int = 40) -> Dictionary | None:
-    """The top entries of the n-gram dictionary the manifest names, or why they cannot be shown."""
+def read_dictionary(info: dict | None, limit: int = TOP_NGRAMS, per_n_limit: int = 8) -> Dictionary | None:
+    """The most frequent entries of the n-gram dictionary the manifest names (overall and for each n), or why
+    they cannot be shown. The dictionary is outside the artifact: it may have moved, or be on a path of the
+    machine that built the artifact."""
     if not info:
         return None
     path = str(info.get("path", ""))
+    unreachable = f"the n-gram dictionary {path} is not reachable from here"
     try:
         fs, root = pafs.FileSystem.from_uri(path.rstrip("/")) if "://" in path else (pafs.LocalFileSystem(), os.path.abspath(path))
         arrow = f"{root}/ngrams.arrow"
         if fs.get_file_info(arrow).type != pafs.FileType.File:
-            return Dictionary(path, False, f"the n-gram dictionary {path} is not reachable from here (no ngrams.arrow); its top n-grams cannot be shown")
+            return Dictionary(path, False, f"{unreachable} (no ngrams.arrow there); its n-grams cannot be shown")
         h = hashlib.sha256()
         with fs.open_input_stream(arrow) as f:
             while chunk := f.read(8 << 20):
                 h.update(chunk)
         with fs.open_input_file(arrow) as f:
-            reader = ipc.open_file(f)
-            top: list[dict] = []
-            for b in range(reader.num_record_batches):
-                top += reader.get_batch(b).select(["ngram", "n", "count"]).to_pylist()
-                if len(top) >= limit:
-                    break
-        per_n = {}
-        try:
-            with fs.open_input_stream(f"{root}/manifest.json") as f:
-                dm = json.loads(f.read().decode("utf-8"))
-            per_n = {str(k): int(v) for k, v in (dm.get("entries_per_n") or dm.get("counts", {}).get("entries_per_n") or {}).items()}
-        except (OSError, ValueError, AttributeError):
-            pass
+            table = ipc.open_file(f).read_all().select(["ngram", "n", "count"])
     except (OSError, pa.ArrowInvalid, KeyError, ValueError) as e:
-        return Dictionary(path, False, f"the n-gram dictionary {path} is not reachable from here ({e}); its top n-grams cannot be shown")
-    top.sort(key=lambda r: (-r["count"], r["ngram"]))
+        return Dictionary(path, False, f"{unreachable} ({e}); its n-grams cannot be shown")
+    order = pc.sort_indices(table, sort_keys=[("count", "descending"), ("ngram", "ascending")])
+    table = table.take(order)
+    per_n = {}
+    for n in sorted(set(table.column("n").to_pylist())):
+        rows = table.filter(pc.equal(table["n"], n))
+        per_n[int(n)] = (rows.num_rows, rows.slice(0, per_n_limit).to_pylist())
     if h.hexdigest() != info.get("sha256"):
         message = (f"{path}: ngrams.arrow differs from the one used for this artifact (sha256 {h.hexdigest()[:12]}… vs "
                    f"{str(info.get('sha256'))[:12]}… in the manifest): the n-grams below may not be the ones used")
     else:
         message = f"{path} (sha256 matches the manifest)"
-    return Dictionary(path, True, message, top[:limit], per_n)
+    return Dictionary(path, True, message, table.slice(0, limit).to_pylist(), per_n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -824,9 +820,9 @@ def build_html(art: Artifact, stats: Stats, figures: list[Figure], dictionary: D
         else:
             if not dictionary.message.endswith("matches the manifest)"):
                 out.append(f'<p class="note">{_e(dictionary.message)}</p>')
-            if dictionary.per_n:
-                out.append(f"<p>Entries per n: {_e(', '.join(f'{n}: {c:,}' for n, c in sorted(dictionary.per_n.items())))}.</p>")
-            out.append(_table(["rank", "n-gram", "n", "count"], [[i + 1, r["ngram"], r["n"], r["count"]] for i, r in enumerate(dictionary.top)], {0, 2, 3}))
+            rows = [[n, entries, " · ".join(f"{r['ngram']} ({r['count']:,})" for r in top)]
+                    for n, (entries, top) in sorted(dictionary.per_n.items())]
+            out.append(_table(["n", "entries", "most frequent (occurrences)"], rows, {0, 1}))
     # -- examples ----------------------------------------------------------------------------
     out.append("<h2>Example rows</h2>")
     if stats.examples:
@@ -920,7 +916,7 @@ def build_card(m: dict, *, pretty_name: str, license: str | None, source_license
     command = ["python", "-m", "pipeline.build_shards", *[str(a) for a in m.get("command", [])]]
     tok = m["tokenizer"]
     names = _build_option_names()
-    shown = {k: v for k, v in opts.items() if k != "beam" and (names is None or k in names) and v not in (None, "", [], False)}
+    shown = {k: v for k, v in opts.items() if k != "beam" and (names is None or k in names) and v not in (None, "")}
     beam = opts.get("beam", {})
     lines = front + [
         "",
@@ -1099,7 +1095,7 @@ def write_report(
     name = pretty_name or os.path.basename(art.root.rstrip("/")) or "spanprep artifact"
     tok = _decoder(art)
     started = time.time()
-    say(f"report: {art.uri}: {m['counts']['rows']:,} rows in {len(m['shards'])} shards")
+    say(f"{art.uri}: {m['counts']['rows']:,} rows in {len(m['shards'])} shards")
     stats = collect(art, max_rows=max_rows, seed=seed, examples=examples, progress=say)
     dictionary = read_dictionary((m.get("candidates") or {}).get("ngram_dictionary"))
 
@@ -1149,21 +1145,21 @@ def write_report(
         plan.append(("ngrams.png", "Most frequent n-grams of the dictionary", lambda: plot_ngrams(plt, dictionary.top),
                      f"The {min(TOP_NGRAMS, len(dictionary.top))} most frequent entries of the n-gram dictionary {dictionary.path}."))
 
+    # Everything is made in memory first, so a failure leaves the previous report as it was.
+    figures = [Figure(file, alt, caption) for file, alt, _, caption in plan]
+    pngs = {file: _png(make()) for file, _, make, _ in plan}
+    page = build_html(art, stats, figures, dictionary, tok, name)
+    card = build_card(m, pretty_name=name, license=license, source_license=source_license, language=language, uri=art.uri)
     try:
         art.fs.delete_dir_contents(art.path(fmt.REPORT_DIR), missing_dir_ok=True)
         art.fs.create_dir(art.path(fmt.REPORT_DIR), recursive=True)
     except OSError as e:
         raise ReportError(f"cannot write {art.display(fmt.REPORT_DIR)}: {e}") from None
-    figures = []
-    for file, alt, make, caption in plan:
-        _write(art, f"{fmt.REPORT_DIR}/{file}", _png(make()))
-        figures.append(Figure(file, alt, caption))
-    say(f"report: {len(figures)} plots written")
-    page = build_html(art, stats, figures, dictionary, tok, name)
+    for file, data in pngs.items():
+        _write(art, f"{fmt.REPORT_DIR}/{file}", data)
     _write(art, f"{fmt.REPORT_DIR}/{INDEX_FILE}", page.encode("utf-8"))
-    card = build_card(m, pretty_name=name, license=license, source_license=source_license, language=language, uri=art.uri)
     _write(art, README_FILE, card.encode("utf-8"))
-    say(f"report: wrote {art.display(fmt.REPORT_DIR + '/' + INDEX_FILE)} and {art.display(README_FILE)} in {time.time() - started:.1f} s")
+    say(f"wrote {art.display(fmt.REPORT_DIR + '/' + INDEX_FILE)} and {art.display(README_FILE)} in {time.time() - started:.1f} s")
     return {"index": art.display(f"{fmt.REPORT_DIR}/{INDEX_FILE}"), "card": art.display(README_FILE),
             "plots": [art.display(f"{fmt.REPORT_DIR}/{f.file}") for f in figures], "stats": stats}
 
@@ -1187,7 +1183,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run(argv: list[str] | None = None) -> dict[str, Any]:
     """Parse ``argv`` and write the report; raises FormatError on a missing, incomplete or unreadable artifact."""
     a = build_parser().parse_args(argv)
-    progress = None if a.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    progress = None if a.quiet else (lambda msg: print(f"report: {msg}", file=sys.stderr, flush=True))
     return write_report(a.artifact, license=a.license, source_license=a.source_license, pretty_name=a.pretty_name,
                         language=a.language, max_rows=a.max_rows, seed=a.seed, examples=max(0, a.examples), progress=progress)
 

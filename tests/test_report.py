@@ -25,7 +25,7 @@ from pipeline import report
 from pipeline.verify import verify
 from schemas import format as fmt
 from schemas.artifact import Artifact
-from tests.conftest import build, wikitext2
+from tests.conftest import DEMO_CORPUS, build, wikitext2
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
@@ -251,32 +251,26 @@ def test_full_read_statistics_equal_the_shards_and_the_manifest(wikitext_reporte
     assert dict(stats.entity_labels) == labels
 
 
-def _rebatch(src: Path, dst: Path, rows_per_batch: int) -> Path:
-    """A copy of an artifact whose shards hold the same rows in smaller record batches (the format allows any
-    size up to 128), with the manifest's sizes and checksums updated: documents now cross batch boundaries."""
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("report", "README.md"))
-    manifest = _manifest(dst)
-    for entry in manifest["shards"]:
-        path = dst / entry["path"]
-        table = ipc.open_file(str(path)).read_all()
-        with ipc.new_file(str(path), table.schema, options=ipc.IpcWriteOptions(compression="zstd")) as w:
-            w.write_table(table, max_chunksize=rows_per_batch)
-        entry["bytes"], entry["sha256"] = path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
-    (dst / "manifest.json").write_text(json.dumps(manifest, sort_keys=True), encoding="utf-8")
-    return dst
+@pytest.fixture(scope="module")
+def short_rows_artifact(tmp_path_factory) -> Path:
+    """The demo corpus in rows of at most 22 tokens: about 1,900 rows, documents of ~50 rows, so documents cross
+    record batches (128 rows) and an artifact has enough batches to sample from."""
+    out = tmp_path_factory.mktemp("short-rows") / "artifact"
+    build(DEMO_CORPUS, out, "--input-format", "jsonl", "--train-tokenizer", "--vocab-size", "1000", "--num-shards", "2",
+          "--max-seq-len", "24")
+    return out
 
 
-def test_sampling_is_seeded_and_counts_whole_documents(demo_artifact, tmp_path):
-    small = _rebatch(demo_artifact, tmp_path / "small-batches", 3)
-    assert verify(str(small)).ok
-    art = Artifact.open(str(small))
-    full = _doc_totals(_rows(small))
-    assert sorted(report.collect(art).doc_tokens) == full  # documents across batches are summed whole
+def test_sampling_is_seeded_and_counts_whole_documents(short_rows_artifact):
+    art = Artifact.open(str(short_rows_artifact))
+    full = _doc_totals(_rows(short_rows_artifact))
+    whole = report.collect(art)
+    assert not whole.sampled and sorted(whole.doc_tokens) == full and whole.batches_total > 10
     followed = 0
-    for seed in range(8):
-        a = report.collect(art, max_rows=9, seed=seed, examples=2)
-        b = report.collect(art, max_rows=9, seed=seed, examples=2)
-        assert a.sampled and 1 < a.batches_read < a.batches_total and 9 - 3 <= a.rows_read <= 9 + 2 * 3
+    for seed in range(6):
+        a = report.collect(art, max_rows=300, seed=seed, examples=2)
+        b = report.collect(art, max_rows=300, seed=seed, examples=2)
+        assert a.sampled and 1 < a.batches_read < a.batches_total and 300 - 128 <= a.rows_read <= 300 + 128
         assert a.doc_tokens == b.doc_tokens and [e.input_ids for e in a.examples] == [e.input_ids for e in b.examples]
         remaining = list(full)
         for total in a.doc_tokens:  # every sampled document has its whole length, not the part in the batch
@@ -284,6 +278,7 @@ def test_sampling_is_seeded_and_counts_whole_documents(demo_artifact, tmp_path):
             remaining.remove(total)
         followed += a.batches_followed
     assert followed > 0  # sampled batches ended inside documents that were followed into the next batches
+    assert a.scope().startswith(f"a sample of {a.rows_read:,} of {a.rows_total:,} rows") and "seed 5" in a.scope()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,8 +401,11 @@ def _write_dictionary(path: Path, entries: list[tuple[str, int]]) -> dict:
 def test_the_dictionary_section_shows_its_top_ngrams_or_says_it_is_unreachable(demo_artifact, tmp_path):
     entries = [(f"word{i} next{i}", 1000 - 37 * i) for i in range(20)] + [("New York City", 5000), ("of the", 5000)]
     info = _write_dictionary(tmp_path / "dict", entries)
-    d = report.read_dictionary(info, limit=10)
+    d = report.read_dictionary(info, limit=10, per_n_limit=3)
     assert d.reachable and [(r["ngram"], r["count"]) for r in d.top] == sorted(entries, key=lambda e: (-e[1], e[0]))[:10]
+    bigrams = sorted((e for e in entries if e[0].count(" ") == 1), key=lambda e: (-e[1], e[0]))
+    assert d.per_n[2] == (len(bigrams), [{"ngram": g, "n": 2, "count": c} for g, c in bigrams[:3]])
+    assert d.per_n[3] == (1, [{"ngram": "New York City", "n": 3, "count": 5000}])
     assert "sha256 matches" in d.message
     changed = report.read_dictionary({**info, "sha256": "0" * 64})
     assert changed.reachable and "differs from the one used" in changed.message
@@ -422,7 +420,8 @@ def test_the_dictionary_section_shows_its_top_ngrams_or_says_it_is_unreachable(d
     report.write_report(Artifact(art.uri, art.fs, art.root, manifest), examples=0, progress=None)
     page = (out / "report" / "index.html").read_text(encoding="utf-8")
     assert png_size(out / "report" / "ngrams.png")[0] >= 400
-    assert "<td>New York City</td>" in page and page.index("<td>New York City</td>") < page.index("<td>word0 next0</td>")
+    assert re.search(r"<td[^>]*>2</td><td[^>]*>21</td><td>of the \(5,000\) · word0 next0 \(1,000\) · ", page)
+    assert re.search(r"<td[^>]*>3</td><td[^>]*>1</td><td>New York City \(5,000\)</td>", page)
     manifest["candidates"]["ngram_dictionary"] = {**info, "path": str(tmp_path / "elsewhere")}
     report.write_report(Artifact(art.uri, art.fs, art.root, manifest), examples=0, progress=None)
     assert "not reachable" in (out / "report" / "index.html").read_text(encoding="utf-8")
