@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import logging
 import re
 import sys
@@ -209,8 +210,17 @@ def _candidates_manifest(o, kinds: tuple[str, ...]) -> dict[str, Any]:
             seg = Segmenter.from_dictionary(o.ngram_dictionary)
         except (ValueError, OSError) as e:
             raise UsageError(f"--ngram-dictionary: {e}") from None
-        raw = FileSystems.open(f"{o.ngram_dictionary.rstrip('/')}/ngrams.arrow").read()
-        info["ngram_dictionary"] = {"path": o.ngram_dictionary, "sha256": hashlib.sha256(raw).hexdigest(), "entries": len(seg), "max_n": seg.max_n, "lowercase": seg.lowercase}
+        root = o.ngram_dictionary.rstrip("/")
+        raw = FileSystems.open(f"{root}/ngrams.arrow").read()
+        dictionary_manifest = json.loads(FileSystems.open(f"{root}/manifest.json").read().decode("utf-8"))
+        info["ngram_dictionary"] = {
+            "path": o.ngram_dictionary,
+            "sha256": hashlib.sha256(raw).hexdigest(),
+            "entries": dictionary_manifest.get("total_entries"),  # rows of ngrams.arrow
+            "segmenter_entries": len(seg),  # distinct multi-word entries after lowercasing / @-@ normalisation
+            "max_n": seg.max_n,
+            "lowercase": seg.lowercase,
+        }
     return info
 
 

@@ -214,5 +214,6 @@ def test_ngram_spans_are_the_segmenters_multiword_segments(tmp_path, wikitext_su
                 checked += 1
     assert checked > 20
     m = Artifact.open(str(out)).manifest
-    assert m["candidates"]["ngram_dictionary"]["entries"] == len(seg)
+    assert m["candidates"]["ngram_dictionary"]["segmenter_entries"] == len(seg)
+    assert m["candidates"]["ngram_dictionary"]["entries"] == ipc.open_file(str(tmp_path / "dict" / "ngrams.arrow")).read_all().num_rows
     assert verify(str(out)).ok
