@@ -28,7 +28,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import readers, tokenization, wikitext
+from pipeline import configure_logging, readers, tokenization, wikitext
 from pipeline.dead_letters import WriteDeadLetters
 from pipeline.documents import ReadDocuments
 from pipeline.manifest import WriteManifest, library_versions
@@ -348,12 +348,6 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenization.TokenizerSpec, static
     )
 
 
-def _configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr, force=True)
-    for noisy in ("apache_beam", "apache_beam.runners", "absl"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
 def run(argv: list[str] | None = None) -> dict:
     """Run the job; return the manifest. Raises :class:`UsageError` for bad options or inputs."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -400,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     if "-h" in argv or "--help" in argv:
         _job_parser().print_help()
         return 0
-    _configure_logging()
+    configure_logging()
     try:
         manifest = run(argv)
     except UsageError as e:

@@ -1183,7 +1183,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run(argv: list[str] | None = None) -> dict[str, Any]:
     """Parse ``argv`` and write the report; raises FormatError on a missing, incomplete or unreadable artifact."""
     a = build_parser().parse_args(argv)
-    progress = None if a.quiet else (lambda msg: print(f"report: {msg}", file=sys.stderr, flush=True))
+    progress = (lambda msg: None) if a.quiet else (lambda msg: print(f"report: {msg}", file=sys.stderr, flush=True))
     return write_report(a.artifact, license=a.license, source_license=a.source_license, pretty_name=a.pretty_name,
                         language=a.language, max_rows=a.max_rows, seed=a.seed, examples=max(0, a.examples), progress=progress)
 
