@@ -7,7 +7,9 @@
     python -m pipeline.build_ngram_dictionary ... --direct_running_mode multi_processing --direct_num_workers 2
     # any Beam runner, inputs and output on gs:// or s3://:
     python -m pipeline.build_ngram_dictionary --input 'gs://b/wikitext-103/wiki.*.tokens' --output gs://b/dict \\
-        --runner DataflowRunner --project P --region R --temp_location gs://b/tmp
+        --runner DataflowRunner --project P --region R --temp_location gs://b/tmp \\
+        --extra_package dist/spanprep-0.1.0.tar.gz    # workers need this package: python -m build --sdist
+    (remote runners are not exercised by the tests here, which run offline)
 
 ``--input`` is repeatable and takes globs. ``--min-count`` is inclusive (keep ``count >= min_count``); its
 default 11 is the paper's "more than ten times" (its public code keeps ``>= 10``). The counting rules are in
@@ -31,9 +33,9 @@ The same input and options give byte-identical files, whatever the runner or num
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
+import operator
 import os
 import sys
 import time
@@ -108,8 +110,9 @@ class NgramDictionaryOptions(PipelineOptions):
         )
         parser.add_argument(
             "--pruning", choices=ngram_counts.PRUNING_MODES, default="apriori",
-            help="apriori (default): count length n only where both (n-1)-grams are frequent, one pass per "
-            "length; none: count every n-gram in one pass (for min-count 1 or 2)",
+            help="apriori (default): count the words, then each length n only where both of its (n-1)-grams "
+            "are frequent (exact; reads the input twice); none: count every n-gram as a string in one pass "
+            "(for min-count 1 or 2)",
         )
         parser.add_argument(
             "--split-mb", "--split_mb", dest="split_mb", type=float, default=None,
@@ -118,9 +121,9 @@ class NgramDictionaryOptions(PipelineOptions):
         )
         parser.add_argument(
             "--max-keys-per-bundle", "--max_keys_per_bundle", dest="max_keys_per_bundle", type=int,
-            default=200_000,
+            default=1_000_000,
             help="a worker flushes its partial counts when it holds this many distinct n-grams (bounds its "
-            "memory; default 200000)",
+            "memory: about 16 bytes per key as numbers, 100+ as strings; default 1000000)",
         )
         parser.add_argument("--overwrite", action="store_true",
                             help="replace a dictionary that already exists at --output")
@@ -130,41 +133,82 @@ class NgramDictionaryOptions(PipelineOptions):
 # Writing the dictionary
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def _sorted_entries(ngram_to_count) -> list[tuple[str, int]]:
-    return sorted(ngram_to_count, key=lambda kv: (-kv[1], kv[0]))
+    """Count descending, then ngram ascending: two stable sorts on the existing objects (no key tuples)."""
+    entries = sorted(ngram_to_count, key=operator.itemgetter(0))
+    entries.sort(key=operator.itemgetter(1), reverse=True)  # reverse=True keeps equal counts in ngram order
+    return entries
 
 
-def arrow_bytes(entries: list[tuple[str, int]]) -> bytes:
-    """The ``ngrams.arrow`` file for entries already in dictionary order."""
-    table = pa.table(
-        [
-            pa.array([ngram for ngram, _ in entries], pa.string()),
-            pa.array([ngram.count(" ") + 1 for ngram, _ in entries], pa.int8()),
-            pa.array([count for _, count in entries], pa.int64()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, ARROW_SCHEMA) as writer:
-        writer.write_table(table, max_chunksize=ARROW_BATCH_ROWS)
-    return sink.getvalue().to_pybytes()
+class _HashingFile:
+    """A writable file that forwards to ``sink`` and keeps the size and sha256 of what went through."""
+
+    def __init__(self, sink):
+        self._sink = sink
+        self.size = 0
+        self._digest = hashlib.sha256()
+        self.closed = False
+
+    def write(self, data) -> int:
+        data = bytes(data)
+        self._sink.write(data)
+        self._digest.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def record(self) -> dict[str, Any]:
+        return {"bytes": self.size, "sha256": self._digest.hexdigest()}
 
 
-def tsv_bytes(entries: list[tuple[str, int]]) -> bytes:
-    out = io.StringIO()
-    out.write("ngram\tn\tcount\n")
+def _create(path: str, mime_type: str):
+    return FileSystems.create(path, mime_type=mime_type, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def write_arrow(path: str, entries: list[tuple[str, int]]) -> dict[str, Any]:
+    """Write ``ngrams.arrow`` (entries already in dictionary order) batch by batch; its size and sha256."""
+    with _create(path, "application/vnd.apache.arrow.file") as f:
+        out = _HashingFile(f)
+        with pa.ipc.new_file(pa.PythonFile(out, mode="w"), ARROW_SCHEMA) as writer:
+            for start in range(0, len(entries), ARROW_BATCH_ROWS):
+                rows = entries[start : start + ARROW_BATCH_ROWS]
+                writer.write_batch(pa.record_batch(
+                    [
+                        pa.array([ngram for ngram, _ in rows], pa.string()),
+                        pa.array([ngram.count(" ") + 1 for ngram, _ in rows], pa.int8()),
+                        pa.array([count for _, count in rows], pa.int64()),
+                    ],
+                    schema=ARROW_SCHEMA,
+                ))
+    return out.record()
+
+
+def write_lines(path: str, lines, mime_type: str) -> dict[str, Any]:
+    """Write text lines (each ending in a newline) as UTF-8, in blocks; the file's size and sha256."""
+    with _create(path, mime_type) as f:
+        out = _HashingFile(f)
+        block: list[str] = []
+        for line in lines:
+            block.append(line)
+            if len(block) >= ARROW_BATCH_ROWS:
+                out.write("".join(block).encode("utf-8"))
+                block = []
+        out.write("".join(block).encode("utf-8"))
+    return out.record()
+
+
+def _tsv_lines(entries: list[tuple[str, int]]):
+    yield "ngram\tn\tcount\n"
     for ngram, count in entries:
-        out.write(f"{ngram}\t{ngram.count(' ') + 1}\t{count}\n")
-    return out.getvalue().encode("utf-8")
-
-
-def _write(path: str, data: bytes, mime_type: str) -> None:
-    with FileSystems.create(path, mime_type=mime_type, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(data)
+        yield f"{ngram}\t{ngram.count(' ') + 1}\t{count}\n"
 
 
 class _WriteDictionaryFiles(beam.DoFn):
@@ -182,16 +226,16 @@ class _WriteDictionaryFiles(beam.DoFn):
         for ngram, _ in entries:
             per_n[str(ngram.count(" ") + 1)] += 1
         dead = sorted(dead_letters, key=lambda d: (d["source"], d["line"], d["reason"]))
+        join = FileSystems.join
         files = {
-            ARROW_FILE: (arrow_bytes(entries), "application/vnd.apache.arrow.file"),
-            TSV_FILE: (tsv_bytes(entries), "text/tab-separated-values"),
-            DEAD_LETTER_FILE: (
-                "".join(json.dumps(d, ensure_ascii=False, sort_keys=True) + "\n" for d in dead).encode("utf-8"),
+            ARROW_FILE: write_arrow(join(self._output, ARROW_FILE), entries),
+            TSV_FILE: write_lines(join(self._output, TSV_FILE), _tsv_lines(entries), "text/tab-separated-values"),
+            DEAD_LETTER_FILE: write_lines(
+                join(self._output, DEAD_LETTER_FILE),
+                (json.dumps(d, ensure_ascii=False, sort_keys=True) + "\n" for d in dead),
                 "application/jsonl",
             ),
         }
-        for name, (data, mime_type) in files.items():
-            _write(FileSystems.join(self._output, name), data, mime_type)
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -212,13 +256,10 @@ class _WriteDictionaryFiles(beam.DoFn):
             "corpus": corpus_summary,
             "entries_per_n": per_n,
             "total_entries": len(entries),
-            "files": {name: {"bytes": len(data), "sha256": _sha256(data)} for name, (data, _) in files.items()},
+            "files": files,
         }
-        _write(
-            FileSystems.join(self._output, MANIFEST_FILE),
-            (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"),
-            "application/json",
-        )
+        with _create(FileSystems.join(self._output, MANIFEST_FILE), "application/json") as f:
+            f.write((json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
         _LOG.info("wrote %d entries to %s in %.1f s", len(entries), self._output, time.monotonic() - started)
         yield manifest
 
@@ -282,7 +323,24 @@ def _unknown_flags(options: PipelineOptions, argv: list[str]) -> list[str]:
     return [a for a in argv if a.startswith("--") and a[2:].split("=", 1)[0].replace("-", "_") in unknown]
 
 
+def _print_help() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.build_ngram_dictionary",
+        description="Build an n-gram dictionary (Span Fine-tuning) from WikiText files with Apache Beam.",
+        epilog="Beam's pipeline options are accepted too, e.g. --direct_running_mode multi_processing "
+        "--direct_num_workers 2, or --runner DataflowRunner ... (default runner: FnApiRunner, in-process). "
+        "Rules and output format: dictionaries/README.md.",
+    )
+    NgramDictionaryOptions._add_argparse_args(parser)  # pylint: disable=protected-access
+    parser.print_help()
+
+
 def _parse(argv: list[str]) -> tuple[PipelineOptions, NgramDictionaryOptions, NgramRules]:
+    if "-h" in argv or "--help" in argv:
+        _print_help()
+        raise SystemExit(0)
     options = PipelineOptions(argv)
     opts = options.view_as(NgramDictionaryOptions)
     standard = options.view_as(StandardOptions)

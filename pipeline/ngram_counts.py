@@ -327,13 +327,16 @@ class _Progress:
         now = time.monotonic()
         if now - self._last >= PROGRESS_EVERY_SECONDS:
             self._last = now
-            _LOG.info("%s: %d lines, %d tokens, %.1f MB so far in this worker (%.0f s)",
+            _LOG.info("%s: %d lines, %d tokens, %.1f MB so far in this worker bundle (%.0f s)",
                       self._label, self.lines, self.tokens, self.bytes / 1e6, now - self._started)
 
     def done(self) -> None:
-        if self.lines or self.tokens:
+        elapsed = time.monotonic() - self._started
+        if self.lines:
             _LOG.info("%s: bundle done: %d lines, %d tokens, %.1f MB in %.1f s", self._label, self.lines,
-                      self.tokens, self.bytes / 1e6, time.monotonic() - self._started)
+                      self.tokens, self.bytes / 1e6, elapsed)
+        elif self.tokens:
+            _LOG.info("%s: bundle done: %d word-id positions in %.1f s", self._label, self.tokens, elapsed)
 
 
 class _CountWordsPerBundle(beam.DoFn):
@@ -712,7 +715,7 @@ class FrequentNgrams(beam.PTransform):
         *,
         pruning: str = "apriori",
         split_bytes: int = 8 << 20,
-        max_keys_per_bundle: int = 200_000,
+        max_keys_per_bundle: int = 1_000_000,
     ):
         super().__init__()
         if pruning not in PRUNING_MODES:

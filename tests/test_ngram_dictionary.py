@@ -194,6 +194,19 @@ def test_drop_punctuation_on_the_snippet(snippet_file):
         assert_that(got, equal_to(list(expected.items())))
 
 
+def test_compressed_input_gives_the_same_dictionary(snippet_file, tmp_path):
+    import gzip
+
+    packed = tmp_path / "snippet.tokens.gz"
+    packed.write_bytes(gzip.compress(snippet_file.read_bytes()))
+    plain = run_job(tmp_path, [snippet_file], "plain", "--min-count", "2")
+    from_gz = run_job(tmp_path, [packed], "gz", "--min-count", "2")
+    assert len(dictionary_rows(plain)) == 9  # as in test_four_gram_found_through_its_frequent_three_grams
+    assert (from_gz / job.ARROW_FILE).read_bytes() == (plain / job.ARROW_FILE).read_bytes()
+    manifest = json.loads((from_gz / job.MANIFEST_FILE).read_text())
+    assert manifest["sources"][0]["bytes"] == packed.stat().st_size  # the raw (compressed) file is hashed
+
+
 def test_lowercase_merges_case_variants(tmp_path):
     path = tmp_path / "cases.tokens"
     path.write_text(" The cat \n the Cat \n THE CAT \n = The Cat = \n", encoding="utf-8")
@@ -342,7 +355,8 @@ def test_source_files_hash_the_raw_bytes(snippet_file):
                                     "sha256": hashlib.sha256(data).hexdigest()}]))
 
 
-def test_write_ngram_dictionary_writes_sorted_files_and_manifest_last(tmp_path):
+def test_write_ngram_dictionary_writes_sorted_files_and_manifest_last(tmp_path, monkeypatch):
+    monkeypatch.setattr(job, "ARROW_BATCH_ROWS", 2)  # several record batches and TSV blocks (in-process runner)
     out = tmp_path / "dict"
     rules = NgramRules(min_n=2, max_n=3, min_count=2)
     with TestPipeline(runner="FnApiRunner") as p:
@@ -454,7 +468,7 @@ def test_manifest_describes_sources_options_and_entries(random_corpus, tmp_path)
     assert manifest["created_by"]["version"] == job.package_version()
     assert manifest["options"] == {
         "input": [str(p) for p in random_corpus], "min_n": 2, "max_n": 5, "min_count": 4, "lowercase": False,
-        "drop_punctuation": False, "pruning": "apriori", "split_mb": None, "max_keys_per_bundle": 200000,
+        "drop_punctuation": False, "pruning": "apriori", "split_mb": None, "max_keys_per_bundle": 1000000,
         "split_bytes": 1 << 20,  # automatic: input size / 64, at least 1 MiB
     }
     assert manifest["sources"] == [
