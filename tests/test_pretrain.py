@@ -234,6 +234,21 @@ def test_zero2_sigterm_saves_exits_0_and_the_resumed_run_continues(demo_artifact
     assert_same_run(full, stopped, after=0)  # steps 1..step before the stop, the rest after the resume
 
 
+def test_resume_with_more_steps_follows_the_new_schedule(one_process_run, demo_artifact, tmp_path):
+    run_dir = tmp_path / "longer"
+    resume_from(one_process_run, f"global_step{MAX_STEPS}", run_dir)
+    longer = MAX_STEPS + 4
+    args = list(COMMON)
+    args[args.index("--max-steps") + 1] = str(longer)
+    run([sys.executable, str(PRETRAIN), "--deepspeed_config", str(ds_config(tmp_path, 1)), "--data", str(demo_artifact),
+         "--output-dir", str(run_dir), "--resume", *args])
+    lr = metric(run_dir, "train_lr")
+    assert sorted(lr) == list(range(MAX_STEPS + 1, longer + 1))
+    warmup, peak = 2, 5e-3
+    for step, value in lr.items():  # linear decay from the end of warmup to the new last step
+        assert value == pytest.approx(peak * (longer - step + 1) / (longer - warmup + 1), rel=1e-6), (step, value)
+
+
 # -- clear errors, no traceback -------------------------------------------------------------------
 @pytest.fixture
 def main_in_process(monkeypatch, capsys):

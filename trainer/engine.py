@@ -465,7 +465,23 @@ class Trainer:
         self.step = int(client["step"])
         # The loader's state is global (epoch, consumed samples), the same on every rank.
         self.train_loader.load_state_dict(client["data"])
+        self._apply_schedule()
         return True
+
+    def _apply_schedule(self) -> None:
+        """Make the restored scheduler follow this run's --lr, --warmup-steps and --max-steps from the resumed step.
+
+        LambdaLR's state restores the schedule of the run that saved it; a resumed run may train longer or change
+        the rate. With unchanged options this recomputes the same value.
+        """
+        sched = self.scheduler
+        for f in sched.lr_lambdas:
+            f.warmup_steps, f.total_steps = self.s.optim.warmup_steps, self.s.run.max_steps
+        sched.base_lrs = [self.s.optim.lr for _ in sched.base_lrs]
+        values = [base * f(sched.last_epoch) for base, f in zip(sched.base_lrs, sched.lr_lambdas)]
+        for group, value in zip(sched.optimizer.param_groups, values):
+            group["lr"] = value
+        sched._last_lr = values
 
     # -- the loop --------------------------------------------------------------------------------
     def _data_left(self) -> bool:
@@ -508,7 +524,7 @@ class Trainer:
                 if self.step % run.log_every == 0 or self.step == run.max_steps or totals["stop"]:
                     self._log_train(window)
                     window = _Window()
-                if run.eval_every and self.step % run.eval_every == 0:
+                if run.eval_every and self.step % run.eval_every == 0 and not totals["stop"]:  # a stop saves first
                     self._evaluate()
                 if totals["stop"]:
                     tag = self.save(data_state)
