@@ -771,8 +771,9 @@ def prepare(args) -> TrainSetup:
     on_gpu = accelerator_is_gpu()
     ds_path, ds_raw = load_deepspeed_json(run.deepspeed_config, on_gpu)
     ds = resolve_deepspeed_config(ds_path, ds_raw, optim, run.output_dir, on_gpu)
+    pin = {} if getattr(args, "data.pin_memory", None) is not None else {"pin_memory": on_gpu}  # default: pin on GPUs
     data = dataclass_from_args(data_mod.DataConfig, args, dest_prefix="data.", artifact=run.data, seed=run.seed,
-                               micro_batch_size=ds["train_micro_batch_size_per_gpu"], max_seq_len=max_seq_len)
+                               micro_batch_size=ds["train_micro_batch_size_per_gpu"], max_seq_len=max_seq_len, **pin)
     if run.eval_every and data.eval_shards == 0:
         raise ConfigError("--eval-every needs held-out shards: set --eval-shards >= 1, or --eval-every 0 to not evaluate")
     rank, _, world_size = env_rank()

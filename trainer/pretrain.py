@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
             action.choices = list(masking.SCHEMES)
             action.metavar = None
             action.help = "masking scheme (default: span, SpanBERT's)"
+        if action.dest == "data.pin_memory":
+            action.help = "pin batches in page-locked memory for faster copies to the GPU (default: on with GPUs)"
         if action.dest == "data.max_seq_len":
             action.help = "sequence length, [CLS] row [SEP] (default: the artifact's max_seq_len)"
     return p
