@@ -39,6 +39,7 @@ from schemas import format as fmt
 log = logging.getLogger("pipeline.build_shards")
 
 DEFAULT_RUNNER = "FnApiRunner"
+LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PortableRunner")
 
 
 class UsageError(Exception):
@@ -190,17 +191,21 @@ def _candidate_kinds(o) -> tuple[str, ...]:
     return tuple(k for k in fmt.CANDIDATE_KINDS if k in kinds)
 
 
-def _candidates_manifest(o, kinds: tuple[str, ...]) -> dict[str, Any]:
+def _candidates_manifest(o, kinds: tuple[str, ...], local_runner: bool = True) -> dict[str, Any]:
     """What the manifest says about the candidates; also checks that spaCy / the dictionary load."""
     info: dict[str, Any] = {"kinds": list(kinds), "spacy_model": None, "np_chunker": None, "ngram_dictionary": None}
     if "entities" in kinds or "noun_phrases" in kinds:
         from pipeline import candidates
 
-        o.spacy_model = o.spacy_model or candidates.default_spacy_model()
+        # Checked here for a clear early error; the workers load (and the manifest records) their own.
+        name = o.spacy_model or candidates.default_spacy_model()
         try:
-            info["spacy_model"] = candidates.model_description(o.spacy_model)
-        except (ImportError, OSError) as e:
-            raise UsageError(f"--spacy-model {o.spacy_model}: cannot load it ({e}); install the model package first") from None
+            candidates.load_spacy(name, [k for k in kinds if k != "ngrams"], o.np_chunker)
+        except (ImportError, OSError, ValueError) as e:
+            message = f"--spacy-model {name}: cannot load it here ({e})"
+            if local_runner:
+                raise UsageError(message + "; install the model package first") from None
+            log.warning("%s; the workers must have it", message)
     if "noun_phrases" in kinds:
         info["np_chunker"] = o.np_chunker
     if "ngrams" in kinds:
@@ -332,9 +337,12 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenization.TokenizerSpec, static
     if spacy_kinds:
         from pipeline.candidates import FindMaskCandidates
 
-        documents = documents | "FindMaskCandidates" >> FindMaskCandidates(
+        annotated = documents | "FindMaskCandidates" >> FindMaskCandidates(
             o.spacy_model, spacy_kinds, np_chunker=o.np_chunker, max_chars=o.spacy_max_chars, batch_size=o.spacy_batch_size
         )
+        documents, spacy_models = annotated["documents"], annotated["models"]
+    else:
+        spacy_models = p | "NoSpacy" >> beam.Create([])
     segmenter = o.ngram_dictionary if "ngrams" in kinds else None
     tokenized = documents | "TokenizeDocuments" >> TokenizeDocuments(spec, ids_dtype, segmenter_path=segmenter)
     shards = tokenized["documents"] | "WriteShards" >> WriteShards(shard_spec, buffer_bytes=o.spill_buffer_mb << 20)
@@ -343,7 +351,7 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenization.TokenizerSpec, static
         | "AllDeadLetters" >> beam.Flatten()
         | "WriteDeadLetters" >> WriteDeadLetters(o.output)
     )
-    _ = {"input_summaries": read["input_summaries"], "shards": shards, "dead_letters": dead_letters} | "WriteManifest" >> WriteManifest(
+    _ = {"input_summaries": read["input_summaries"], "shards": shards, "dead_letters": dead_letters, "spacy_models": spacy_models} | "WriteManifest" >> WriteManifest(
         o.output, spec, static
     )
 
@@ -357,7 +365,8 @@ def run(argv: list[str] | None = None) -> dict:
     paths = _match_inputs(o.input)
     log.info("%d input file(s) matched; output %s; runner %s", len(paths), o.output, options.view_as(StandardOptions).runner)
     kinds = _candidate_kinds(o)
-    candidates = _candidates_manifest(o, kinds)
+    runner = str(options.view_as(StandardOptions).runner)
+    candidates = _candidates_manifest(o, kinds, local_runner=runner in LOCAL_RUNNERS)
     spec = _load_tokenizer(o, paths)
     _prepare_output(o.output, o.overwrite)
     static = _static_manifest_fields(o, argv, options, candidates)

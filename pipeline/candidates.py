@@ -18,12 +18,16 @@ spaCy's ``max_length`` is never reached.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.readers import Document
 from pipeline.tokenized import AnnotatedDocument, CharSpans
@@ -72,11 +76,11 @@ def load_spacy(model: str, kinds: Iterable[str], np_chunker: str):
     return nlp
 
 
-def model_description(model: str) -> dict:
+def describe(nlp, name: str) -> dict:
+    """What the manifest records about the spaCy model that found the candidates."""
     import spacy
 
-    nlp = spacy.load(model)
-    return {"name": model, "package": nlp.meta.get("name"), "version": nlp.meta.get("version"), "spacy": spacy.__version__, "pipeline": list(nlp.pipe_names)}
+    return {"name": name, "package": nlp.meta.get("name"), "version": nlp.meta.get("version"), "spacy": spacy.__version__}
 
 
 def split_text(text: str, max_chars: int) -> list[int]:
@@ -142,8 +146,13 @@ def annotate(nlp, texts: list[str], kinds: tuple[str, ...], np_chunker: str, chu
     return out
 
 
+MODELS = "models"
+
+
 class _AnnotateFn(beam.DoFn):
-    def __init__(self, model: str, kinds: tuple[str, ...], np_chunker: str, max_chars: int, batch_size: int):
+    """Annotates batches of documents; reports, once per bundle, which model it actually used."""
+
+    def __init__(self, model: str | None, kinds: tuple[str, ...], np_chunker: str, max_chars: int, batch_size: int):
         self._model = model
         self._kinds = kinds
         self._np_chunker = np_chunker
@@ -152,21 +161,36 @@ class _AnnotateFn(beam.DoFn):
         self._spans = {k: Metrics.counter("candidates", k) for k in kinds}
 
     def setup(self):
-        self._nlp = load_spacy(self._model, self._kinds, self._np_chunker)
+        # The default is resolved here, on the worker, from what the worker has installed.
+        name = self._model or default_spacy_model()
+        self._nlp = load_spacy(name, self._kinds, self._np_chunker)
+        self._description = json.dumps(describe(self._nlp, name), sort_keys=True)
         self._chunker = _Chunker(NLTK_NP_GRAMMAR) if self._np_chunker == "nltk" and "noun_phrases" in self._kinds else None
 
+    def start_bundle(self):
+        self._used = False
+
     def process(self, batch: list[Document]):
+        self._used = True
         results = annotate(self._nlp, [d.text for d in batch], self._kinds, self._np_chunker, self._chunker, self._max_chars, self._batch_size)
         for doc, spans in zip(batch, results):
             for cs in spans:
                 self._spans[cs.kind].inc(len(cs.starts))
             yield AnnotatedDocument(doc, spans)
 
+    def finish_bundle(self):
+        if self._used:
+            yield beam.pvalue.TaggedOutput(MODELS, WindowedValue(self._description, MIN_TIMESTAMP, [GlobalWindow()]))
+
 
 class FindMaskCandidates(beam.PTransform):
-    """Batch documents, run spaCy over each batch once, and attach entity / noun-phrase spans."""
+    """Batch documents, run spaCy over each batch once, and attach entity / noun-phrase spans.
 
-    def __init__(self, model: str, kinds: Iterable[str], np_chunker: str = "spacy", max_chars: int = DEFAULT_MAX_CHARS, batch_size: int = 32):
+    Returns a dict: ``documents`` (:class:`AnnotatedDocument`) and ``models`` (the JSON description of
+    each distinct spaCy model the workers used; ``model=None`` means each worker's default).
+    """
+
+    def __init__(self, model: str | None, kinds: Iterable[str], np_chunker: str = "spacy", max_chars: int = DEFAULT_MAX_CHARS, batch_size: int = 32):
         super().__init__()
         kinds = tuple(k for k in SPACY_KINDS if k in set(kinds))
         if not kinds:
@@ -177,8 +201,9 @@ class FindMaskCandidates(beam.PTransform):
         self._batch_size = batch_size
 
     def expand(self, documents):
-        return (
+        out = (
             documents
             | "Batch" >> beam.BatchElements(min_batch_size=self._batch_size, max_batch_size=self._batch_size)
-            | "Annotate" >> beam.ParDo(self._fn)
+            | "Annotate" >> beam.ParDo(self._fn).with_outputs(MODELS, main="documents")
         )
+        return {"documents": out["documents"], MODELS: out[MODELS] | "DistinctModels" >> beam.Distinct()}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import logging
 import platform
 from typing import Any
@@ -114,7 +115,7 @@ class _WriteManifestFn(beam.DoFn):
         self._spec = tokenizer_spec
         self._static = static
 
-    def process(self, _, inputs, shards, dead_letters):
+    def process(self, _, inputs, shards, dead_letters, spacy_models=()):
         out = self._output
         tokenizer = self._spec.describe()
         atomic_write(f"{out}/{fmt.TOKENIZER_FILE}", self._spec.json.encode("utf-8"))
@@ -124,7 +125,13 @@ class _WriteManifestFn(beam.DoFn):
         table = unigram_table(counts, self._spec)
         nbytes, sha = write_arrow_file(f"{out}/{fmt.UNIGRAM_FILE}", table.schema, table.to_batches())
         unigram = {"file": fmt.UNIGRAM_FILE, "sha256": sha, "bytes": nbytes, "total": int(counts.sum())}
-        manifest = build_manifest(self._static, tokenizer, [i.as_dict() for i in inputs], list(shards), list(dead_letters), unigram)
+        static = self._static
+        models = sorted(json.loads(m) for m in spacy_models) if spacy_models else []
+        if models:
+            if len(models) > 1:
+                log.warning("workers used different spaCy models: %s", models)
+            static = {**static, "candidates": {**static["candidates"], "spacy_model": models[0] if len(models) == 1 else models}}
+        manifest = build_manifest(static, tokenizer, [i.as_dict() for i in inputs], list(shards), list(dead_letters), unigram)
         delete_tree(f"{out}/{TMP_DIR}")  # sorted runs of the shard writer, all merged by now
         atomic_write(f"{out}/{fmt.MANIFEST_FILE}", fmt.dumps_manifest(manifest).encode("utf-8"))
         log.info("wrote %s/%s", out, fmt.MANIFEST_FILE)
@@ -140,8 +147,9 @@ class WriteManifest(beam.PTransform):
 
     def expand(self, results: dict):
         side = beam.pvalue.AsList
+        extra = [side(results["spacy_models"])] if "spacy_models" in results else []
         return (
             results["shards"].pipeline
             | "Once" >> beam.Create([None])
-            | "Write" >> beam.ParDo(self._fn, side(results["input_summaries"]), side(results["shards"]), side(results["dead_letters"]))
+            | "Write" >> beam.ParDo(self._fn, side(results["input_summaries"]), side(results["shards"]), side(results["dead_letters"]), *extra)
         )

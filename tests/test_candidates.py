@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 from pathlib import Path
 
 import apache_beam as beam
@@ -172,14 +173,14 @@ def test_nltk_chunker_over_spacy_tags(nlp):
 def test_find_mask_candidates_composite(nlp):
     docs = [Document("a", "Barack Obama visited Paris in 2015.", Source("f", 1, 0)), Document("b", "No names here, only 42 cats.", Source("f", 2, 40))]
     with TestPipeline(runner="FnApiRunner") as p:
-        out = (
-            p
-            | beam.Create([0, 1])
-            | beam.Map(lambda i: docs[i])
-            | candidates.FindMaskCandidates(MODEL, ["entities"], batch_size=2)
-            | beam.Map(lambda a: (a.document.doc_id, [(a.document.text[s:e], lab) for cs in a.spans for s, e, lab in zip(cs.starts, cs.ends, cs.labels)]))
+        found = p | beam.Create([0, 1]) | beam.Map(lambda i: docs[i]) | candidates.FindMaskCandidates(None, ["entities"], batch_size=2)
+        out = found["documents"] | beam.Map(
+            lambda a: (a.document.doc_id, [(a.document.text[s:e], lab) for cs in a.spans for s, e, lab in zip(cs.starts, cs.ends, cs.labels)])
         )
-        assert_that(out, equal_to([("a", [("Barack Obama", "PERSON"), ("Paris", "GPE")]), ("b", [])]))
+        assert_that(out, equal_to([("a", [("Barack Obama", "PERSON"), ("Paris", "GPE")]), ("b", [])]), label="spans")
+        # the worker resolved the default model itself and says which one it used
+        models = found["models"] | beam.Map(lambda m: (json.loads(m)["name"], json.loads(m)["version"]))
+        assert_that(models, equal_to([(MODEL, "3.8.0")]), label="models")
 
 
 def test_ngram_spans_are_the_segmenters_multiword_segments(tmp_path, wikitext_subset):
