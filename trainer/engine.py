@@ -506,17 +506,21 @@ class Trainer:
         data_state = self.train_loader.state_dict()
         with StopRequested() as stop:
             batches = iter(self.train_loader)  # forks the workers inside the signal context
+            step_start = time.perf_counter()
             while self.step < run.max_steps:
                 if not self._data_left():
                     self._print(f"the training data ended (--num-epochs {self.s.data.num_epochs}) at step {self.step}")
                     self.save(data_state)
                     break
-                stats = self._train_step(batches)
+                lr = self.scheduler.get_last_lr()[0]  # the rate this step's update uses
+                device_sums, host = self._train_step(batches)
                 self.step += 1
                 data_state = self.train_loader.state_dict()
                 # One all-reduce per step: the metrics and whether any rank was asked to stop.
-                stats["stop"] = 1.0 if stop.requested else 0.0
-                totals = self._all_reduce(stats)
+                host["stop"] = 1.0 if stop.requested else 0.0
+                totals = self._all_reduce(device_sums, host)
+                now = time.perf_counter()  # after the all-reduce's sync: the step's work is done
+                totals["seconds"], totals["lr"] = now - step_start, lr  # data wait included, eval and saves not
                 window.add(totals)
                 if progress is not None:
                     progress.update(1)
@@ -532,16 +536,20 @@ class Trainer:
                     break
                 if self.step == run.max_steps or (run.save_every and self.step % run.save_every == 0):
                     self.save(data_state)
+                step_start = time.perf_counter()
         if progress is not None:
             progress.close()
         if self.step >= run.max_steps:
             self._print(f"done: {self.step} steps; checkpoint {self.ckpt_dir}/{latest_tag(self.ckpt_dir)}")
         return 0
 
-    def _train_step(self, batches: Iterator[dict]) -> dict[str, float]:
-        t0 = time.perf_counter()
-        sums = dict(loss=0.0, mlm_loss=0.0, sbo_loss=0.0, sequences=0.0, tokens=0.0, padded_tokens=0.0, targets=0.0)
-        lr = self.scheduler.get_last_lr()[0]  # the rate this step's update uses
+    # Per-step statistics; DEVICE_STATS accumulate on the device, so a step synchronises once (at the all-reduce).
+    DEVICE_STATS = ("loss", "mlm_loss", "sbo_loss", "tokens", "targets")
+    HOST_STATS = ("sequences", "padded_tokens", "micro_batches", "stop")
+
+    def _train_step(self, batches: Iterator[dict]) -> tuple[torch.Tensor, dict[str, float]]:
+        device_sums = torch.zeros(len(self.DEVICE_STATS), dtype=torch.float64, device=self.dist.device)
+        host = dict(sequences=0.0, padded_tokens=0.0, micro_batches=float(self.accum), stop=0.0)
         for micro in range(self.accum):
             batch = next(batches)
             inputs = _to_device({k: batch[k] for k in MODEL_INPUTS if k in batch}, self.dist.device)
@@ -552,27 +560,21 @@ class Trainer:
             out = self.engine(**inputs)
             self.engine.backward(out["loss"])
             self.engine.step()
-            sums["loss"] += out["loss"].item()
-            sums["mlm_loss"] += out["mlm_loss"].item()
-            if "sbo_loss" in out:
-                sums["sbo_loss"] += out["sbo_loss"].item()
-            sums["sequences"] += inputs["input_ids"].size(0)
-            sums["tokens"] += float(inputs["attention_mask"].sum().item())
-            sums["padded_tokens"] += inputs["input_ids"].numel()
-            sums["targets"] += float(out["num_targets"].item())
-        sums["micro_batches"] = float(self.accum)
-        sums["seconds"] = time.perf_counter() - t0
-        sums["lr"] = lr
-        return sums
+            zero = out["loss"].new_zeros(())
+            device_sums += torch.stack([
+                out["loss"].detach(), out["mlm_loss"].detach(), out.get("sbo_loss", zero).detach(),
+                inputs["attention_mask"].sum(), out["num_targets"],
+            ]).to(torch.float64)  # fmt: skip
+            host["sequences"] += inputs["input_ids"].size(0)
+            host["padded_tokens"] += inputs["input_ids"].numel()
+        return device_sums, host
 
-    def _all_reduce(self, stats: dict[str, float]) -> dict[str, float]:
-        keys = sorted(stats)
-        t = torch.tensor([stats[k] for k in keys], dtype=torch.float64, device=self.dist.device)
+    def _all_reduce(self, device_sums: torch.Tensor, host: dict[str, float]) -> dict[str, float]:
+        """Sum the step's statistics over the ranks (one collective, one device sync)."""
+        host_t = torch.tensor([host[k] for k in self.HOST_STATS], dtype=torch.float64, device=self.dist.device)
+        t = torch.cat([device_sums, host_t])
         torch.distributed.all_reduce(t)
-        out = dict(zip(keys, t.tolist()))
-        out["seconds"] = out["seconds"] / self.dist.world_size  # mean wall time of the step
-        out["lr"] = stats["lr"]
-        return out
+        return dict(zip(self.DEVICE_STATS + self.HOST_STATS, t.tolist()))
 
     def _log_train(self, w: "_Window") -> None:
         t = w.totals
