@@ -63,7 +63,7 @@ def _launcher_command(artifact: Path, run_dir: Path, steps: int) -> tuple[list[s
         str(deepspeed), *ranks, "--master_port", str(_free_port()), "trainer/pretrain.py",
         "--deepspeed_config", config, "--data", str(artifact), "--preset", "tiny", "--max-seq-len", "128",
         "--max-steps", str(steps), "--warmup-steps", str(max(1, steps // 10)), "--lr", "1e-3",
-        "--log-every", "5", "--eval-every", str(steps), "--save-every", str(steps),
+        "--log-every", "5", "--eval-every", str(steps), "--save-every", str(steps), "--num-workers", "1",
         "--output-dir", str(run_dir),
     ]  # fmt: skip
     return cmd, env
