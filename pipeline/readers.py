@@ -330,10 +330,17 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions) -> Iterator
 
 
 class _DocBuilder:
-    """Accumulates the lines of one multi-line document with a byte bound."""
+    """Accumulates the lines of one multi-line document (WikiText, plain text) with a byte bound.
 
-    def __init__(self, limit: int):
+    Documents are numbered in file order (``<file name>:<ordinal>``); a line that is too long or not
+    UTF-8 rejects the whole document it belongs to, with the line named in the reason.
+    """
+
+    def __init__(self, limit: int, name: str, joiner: str):
         self.limit = limit
+        self.name = name
+        self.joiner = joiner
+        self.ordinal = 0
         self.reset(None)
 
     def reset(self, src: Source | None):
@@ -341,7 +348,10 @@ class _DocBuilder:
         self.parts: list[str] = []
         self.size = 0
         self.problem: tuple[str, str] | None = None
-        self.has_content = False
+
+    def start(self, src: Source):
+        self.ordinal += 1
+        self.reset(src)
 
     def add(self, text: str, nbytes: int):
         self.size += nbytes
@@ -353,10 +363,32 @@ class _DocBuilder:
             return
         self.parts.append(text)
 
-    def fail(self, reason: str, detail: str):
+    def fail(self, src: Source, reason: str, detail: str):
+        if self.src is None:
+            self.start(src)
         if not self.problem:
             self.problem = (reason, detail)
             self.parts = []
+
+    def decode(self, src: Source, line: bytes | None, length: int) -> str | None:
+        """The line as text, or None when it rejects the document (too long, or not UTF-8)."""
+        if line is None:
+            self.fail(src, LINE_TOO_LONG, f"line {src.line} of {length:,} bytes exceeds --max-record-bytes={self.limit:,}")
+            return None
+        text, bad = _decode(line, src)
+        if bad:
+            self.fail(src, INVALID_UTF8, f"line {src.line}: {bad.detail}")
+            return None
+        return text
+
+    def emit(self) -> Iterator[Record]:
+        if self.src is None:
+            return
+        doc_id = f"{self.name}:{self.ordinal}"
+        if self.problem:
+            yield DeadLetter(self.problem[0], self.problem[1], self.src, doc_id, "")
+        else:
+            yield _finish_text(doc_id, self.joiner.join(self.parts), self.src)
 
 
 def _wikitext_records(lines, name: str, path: str, opts: ReaderOptions) -> Iterator[Record]:
@@ -371,43 +403,18 @@ def _wikitext_records(lines, name: str, path: str, opts: ReaderOptions) -> Itera
             return " ".join(s.replace(wikitext.UNK, " ").split())
         return s.replace(wikitext.UNK, unk) if unk != wikitext.UNK else s
 
-    doc = _DocBuilder(opts.max_record_bytes)
-    ordinal = 0
-
-    def emit() -> Iterator[Record]:
-        if doc.src is None:
-            return
-        doc_id = f"{name}:{ordinal}"
-        if doc.problem:
-            yield DeadLetter(doc.problem[0], doc.problem[1], doc.src, doc_id, "")
-        else:
-            yield _finish_text(doc_id, "\n\n".join(doc.parts), doc.src)
-
+    doc = _DocBuilder(opts.max_record_bytes, name, "\n\n")
     for line_no, offset, line, length in lines:
         src = Source(path, line_no, offset)
-        if line is None:
-            if doc.src is None:
-                ordinal += 1
-                doc.reset(src)
-            doc.fail(LINE_TOO_LONG, f"line {line_no} of {length:,} bytes exceeds --max-record-bytes={opts.max_record_bytes:,}")
-            continue
-        text, bad = _decode(line, src)
-        if bad:
-            if doc.src is None:
-                ordinal += 1
-                doc.reset(src)
-            doc.fail(INVALID_UTF8, f"line {line_no}: {bad.detail}")
-            continue
-        if wikitext.is_blank(text):
+        text = doc.decode(src, line, length)
+        if text is None or wikitext.is_blank(text):
             continue
         level = wikitext.heading_level(text)
         if level == 1:
-            yield from emit()
-            ordinal += 1
-            doc.reset(src)
+            yield from doc.emit()
+            doc.start(src)
         elif doc.src is None:  # content before the first title still forms a document
-            ordinal += 1
-            doc.reset(src)
+            doc.start(src)
         if level:
             if opts.wikitext_headings == "keep":
                 doc.add(convert(wikitext.heading_text(text)), length)
@@ -415,46 +422,24 @@ def _wikitext_records(lines, name: str, path: str, opts: ReaderOptions) -> Itera
         converted = convert(text)
         if converted:
             doc.add(converted, length)
-    yield from emit()
+    yield from doc.emit()
 
 
 def _text_records(lines, name: str, path: str, opts: ReaderOptions) -> Iterator[Record]:
-    doc = _DocBuilder(opts.max_record_bytes)
-    ordinal = 0
-
-    def emit() -> Iterator[Record]:
-        doc_id = f"{name}:{ordinal}"
-        if doc.problem:
-            yield DeadLetter(doc.problem[0], doc.problem[1], doc.src, doc_id, "")
-        else:
-            yield _finish_text(doc_id, "\n".join(doc.parts), doc.src)
-
+    doc = _DocBuilder(opts.max_record_bytes, name, "\n")
     for line_no, offset, line, length in lines:
         src = Source(path, line_no, offset)
-        if line is None:
-            if doc.src is None:
-                ordinal += 1
-                doc.reset(src)
-            doc.fail(LINE_TOO_LONG, f"line {line_no} of {length:,} bytes exceeds --max-record-bytes={opts.max_record_bytes:,}")
-            continue
-        text, bad = _decode(line, src)
-        if bad:
-            if doc.src is None:
-                ordinal += 1
-                doc.reset(src)
-            doc.fail(INVALID_UTF8, f"line {line_no}: {bad.detail}")
+        text = doc.decode(src, line, length)
+        if text is None:
             continue
         if not text.strip():
-            if doc.src is not None:
-                yield from emit()
-                doc.reset(None)
+            yield from doc.emit()
+            doc.reset(None)
             continue
         if doc.src is None:
-            ordinal += 1
-            doc.reset(src)
+            doc.start(src)
         doc.add(text.rstrip("\r"), length)
-    if doc.src is not None:
-        yield from emit()
+    yield from doc.emit()
 
 
 _FORMATS: dict[str, Callable] = {"jsonl": _jsonl_records, "wikitext": _wikitext_records, "text": _text_records}
