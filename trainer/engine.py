@@ -16,6 +16,7 @@ GPUs, gloo on CPU), the device comes from ``deepspeed.get_accelerator()`` and th
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import logging
@@ -117,12 +118,47 @@ class Dist:
         return self.device.type != "cpu"
 
 
+@contextlib.contextmanager
+def environment_ninja():
+    """Build DeepSpeed's JIT ops (``deepspeed_shm_comm`` on CPU, CPU Adam, ...) with the ``ninja`` of this Python
+    environment, whatever PATH the run was started with.
+
+    torch runs the first ``ninja`` on PATH. The ``ninja`` package DeepSpeed depends on (1.13 here) records a
+    rapidhash of each command in ``.ninja_log``, a system ninja (1.11) a MurmurHash of the same command, so each
+    one takes the other's log entries for a changed command line and recompiles the op from scratch. Runs started
+    from a shell with the virtualenv activated (its ``bin`` first on PATH) and runs started as ``.venv/bin/python``
+    / ``.venv/bin/deepspeed`` without it alternated such rebuilds (20-140 s each) in the shared
+    TORCH_EXTENSIONS_DIR, although ``build.ninja`` was the same. PATH is changed only for the duration of the block.
+    """
+    bin_dir = None
+    try:
+        import ninja
+
+        candidate = getattr(ninja, "BIN_DIR", None)
+        if candidate and os.access(os.path.join(candidate, "ninja"), os.X_OK):
+            bin_dir = candidate
+    except ImportError:  # no ninja package: torch uses the system's, the only one there is
+        pass
+    saved = os.environ.get("PATH")
+    if bin_dir is not None:
+        os.environ["PATH"] = bin_dir + (os.pathsep + saved if saved else "")
+    try:
+        yield
+    finally:
+        if bin_dir is not None:
+            if saved is None:
+                os.environ.pop("PATH", None)
+            else:
+                os.environ["PATH"] = saved
+
+
 def init_distributed() -> Dist:
     import deepspeed
     import torch.distributed as torch_dist
 
     accelerator = deepspeed.get_accelerator()
-    deepspeed.init_distributed()  # backend: the accelerator's (nccl on GPUs, gloo on CPU)
+    with environment_ninja():  # the CPU backend JIT-builds its shared-memory op here
+        deepspeed.init_distributed()  # backend: the accelerator's (nccl on GPUs, gloo on CPU)
     rank, world = torch_dist.get_rank(), torch_dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if accelerator.device_name() == "cpu":
@@ -413,12 +449,13 @@ class Trainer:
         torch.manual_seed(s.run.seed)  # identical initial weights on every rank
         model = SpanBert(s.model)
         schedule = WarmupLinearDecay(s.optim.warmup_steps, s.run.max_steps)
-        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
-            model=model,
-            model_parameters=parameter_groups(model, s.optim.weight_decay),
-            config=s.deepspeed,
-            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule),
-        )
+        with environment_ninja():  # ops an optimizer may JIT-build (CPU Adam with offload)
+            self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+                model=model,
+                model_parameters=parameter_groups(model, s.optim.weight_decay),
+                config=s.deepspeed,
+                lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule),
+            )
         self.monitor = self.engine.monitor
         self.train_loader = s.train_loader
         self.eval_loader = s.eval_loader
