@@ -31,11 +31,11 @@ def build_artifact(workdir: Path) -> Path:
     from pipeline import build_shards, verify
 
     artifact = workdir / "artifact"
-    _banner(f"1/3 building the artifact from {CORPUS.relative_to(REPO)} (tokenizer training, punkt, spaCy candidates, Arrow shards)")
+    _banner(f"1/3 building the artifact from {CORPUS.relative_to(REPO)} (tokenizer training, punkt, spaCy candidates, Arrow shards, report)")
     argv = [
         "--input", str(CORPUS), "--input-format", "jsonl", "--output", str(artifact), "--overwrite",
         "--train-tokenizer", "--vocab-size", "4000", "--num-shards", "4", "--max-seq-len", "128",
-        "--mask-candidates", "entities,noun_phrases",
+        "--mask-candidates", "entities,noun_phrases", "--report",
     ]  # fmt: skip
     started = time.time()
     code = build_shards.main(argv)
@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     _banner("losses")
     print_losses(run_dir)
     print(f"\nartifact:    {artifact}\n             (python -m pipeline.verify {artifact}; schemas/FORMAT.md)")
+    print(f"report:      {artifact}/report/index.html and the dataset card {artifact}/README.md")
     print(f"training run: {run_dir}\n             (checkpoints, monitor CSV/TensorBoard, resolved config)")
     print(f"export:      python -m trainer.export {run_dir}/checkpoints --out {workdir}/hf_model")
     return 0
