@@ -311,6 +311,7 @@ def test_bad_options_are_clear_errors(extra, words, demo_artifact, tmp_path, mai
         ({"optimizer": {"type": "AdamW", "params": {}}}, "fused Adam, which needs a GPU"),
         ({"train_micro_batch_size_per_gpu": 0}, "train_micro_batch_size_per_gpu must be a positive integer"),
         ({"zero_optimization": {"stage": 2, "overlap_comms": True}}, "DeepSpeed rejects it: 1 validation error"),
+        ({"checkpoint": {"load_universal": True}}, "remove checkpoint.load_universal: the trainer sets it when --resume changes"),
     ],
 )
 def test_bad_deepspeed_config_is_a_clear_error(changes, words, demo_artifact, tmp_path, main_in_process):

@@ -182,6 +182,7 @@ class RunConfig:
     eval_batches: int = opt(50, "micro-batches per rank in each evaluation")
     log_every: int = opt(10, "write metrics to the monitor every N steps")
     resume: bool = opt(False, "continue from the latest checkpoint in OUTPUT_DIR/checkpoints (model, optimizer, schedule, step, data position)")
+    elastic_resume: bool = opt(True, "--resume may change the number of ranks: a checkpoint written by another number converts to a DeepSpeed universal checkpoint first (--no-elastic-resume refuses instead)")
     peak_tflops: float = opt(0.0, "peak dense TFLOP/s of one accelerator for model FLOPs utilisation; 0 = look it up for known GPUs (A100, H100, ...); never on CPU")
     progress: bool = opt(True, "show a progress bar on rank 0")
     log_level: Literal["debug", "info", "warning", "error"] = opt("warning", "level of DeepSpeed's own log messages")

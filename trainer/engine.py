@@ -17,6 +17,7 @@ GPUs, gloo on CPU), the device comes from ``deepspeed.get_accelerator()`` and th
 from __future__ import annotations
 
 import contextlib
+import datetime
 import glob
 import json
 import logging
@@ -25,6 +26,7 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 import warnings
@@ -60,6 +62,10 @@ _OWNED_TOP_LEVEL = {
     "gradient_clipping": "use --grad-clip",
     "scheduler": "the warmup + linear decay schedule comes from --lr, --warmup-steps and --max-steps",
 }
+# A resume that changes the number of ranks loads a universal checkpoint (see ``_elastic_resume_plan``).
+UNIVERSAL_SUFFIX = "_universal"
+UNIVERSAL_MARKER = "spanprep_universal.json"  # written after a complete conversion; its absence means redo it
+CONVERSION_TIMEOUT_HOURS = 6  # how long the other ranks wait for rank 0's conversion
 _OWNED_OPTIMIZER_PARAMS = {"lr": "--lr", "betas": "--adam-beta1/--adam-beta2", "eps": "--adam-eps", "weight_decay": "--weight-decay"}
 # Peak dense bf16 TFLOP/s per accelerator, for model FLOPs utilisation (GPU only; --peak-tflops overrides).
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "A800": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0, "V100": 125.0}
@@ -212,6 +218,8 @@ def resolve_deepspeed_config(path: str, ds: dict, optim: OptimConfig, run_dir: s
     accum = ds.setdefault("gradient_accumulation_steps", 1)
     if not isinstance(accum, int) or isinstance(accum, bool) or accum < 1:
         raise ConfigError(f"{where}: gradient_accumulation_steps must be a positive integer, got {accum!r}")
+    if "load_universal" in ds.get("checkpoint", {}):
+        raise ConfigError(f"{where}: remove checkpoint.load_universal: the trainer sets it when --resume changes the number of ranks")
     stage = ds.get("zero_optimization", {}).get("stage", 0)
     if stage not in (0, 1, 2, 3):
         raise ConfigError(f"{where}: zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")
@@ -280,7 +288,11 @@ def checkpoint_dir(run_dir: str) -> str:
 
 
 def latest_tag(ckpt_dir: str) -> str | None:
-    path = os.path.join(ckpt_dir, "latest")
+    return latest_tag_file(ckpt_dir, "latest")
+
+
+def latest_tag_file(ckpt_dir: str, name: str) -> str | None:
+    path = os.path.join(ckpt_dir, name)
     if not os.path.isfile(path):
         return None
     with open(path) as f:
@@ -312,6 +324,65 @@ def optimizer_state_bytes(ckpt_dir: str, tag: str) -> list[int]:
         return 0
 
     return [tensor_bytes(torch.load(f, map_location="cpu", weights_only=False)["optimizer_state_dict"]) for f in files]
+
+
+@dataclass
+class ElasticResume:
+    """A resume whose checkpoint was written by another number of ranks (decided in :func:`prepare`)."""
+
+    tag: str  # the checkpoint, e.g. global_step5000
+    saved_world_size: int
+    world_size: int
+    universal: bool  # convert to a universal checkpoint (partitioned optimizer state); False: ZeRO-0 fp32/fp16
+    saved_global_batch: int | None  # None for checkpoints written before the trainer recorded it
+
+
+def universal_dir(ckpt_dir: str, tag: str) -> str:
+    """Where the universal form of checkpoint ``tag`` goes: next to it, ``<tag>_universal``."""
+    return os.path.join(ckpt_dir, tag + UNIVERSAL_SUFFIX)
+
+
+def convert_to_universal(ckpt_dir: str, tag: str) -> tuple[str, bool]:
+    """Convert ``ckpt_dir/tag`` with DeepSpeed's ``ds_to_universal`` into ``ckpt_dir/<tag>_universal``.
+
+    Runs the converter's command-line entry point in a child process (its worker pool forks, and its memory,
+    about one checkpoint's worth, is returned when it ends). A complete earlier conversion of the same tag is
+    reused: the trainer's (marked by a file it writes at the end) or one made by hand with the same command
+    (the converter's last act is to point ``latest_universal`` at it); an incomplete one is redone.
+    Returns (the universal tag, whether it converted).
+    """
+    src, dst = os.path.join(ckpt_dir, tag), universal_dir(ckpt_dir, tag)
+    marker = os.path.join(dst, UNIVERSAL_MARKER)
+    if os.path.isfile(marker):
+        return os.path.basename(dst), False
+    if latest_tag_file(ckpt_dir, "latest_universal") == os.path.basename(dst) and os.path.isfile(
+            os.path.join(dst, "zero", "optimizer_state.pt")):
+        return os.path.basename(dst), False
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    workers = max(1, min(4, os.cpu_count() or 1))
+    cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", src, "--output_folder", dst,
+           "--num_extract_workers", str(workers), "--num_merge_workers", str(max(1, workers // 2)),
+           "--inject_missing_state"]  # checkpoints written before the trainer recorded universal_checkpoint_info
+    log_path = os.path.join(dst, "ds_to_universal.log")
+    with open(log_path, "w") as out:
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        with open(log_path) as f:
+            tail = "".join(f.readlines()[-15:])
+        raise RuntimeError(f"DeepSpeed's ds_to_universal could not convert {src} (exit {proc.returncode}; "
+                           f"full output in {log_path}):\n{tail}")
+    with open(marker, "w") as f:
+        json.dump({"source": tag, "deepspeed_command": cmd}, f, indent=1)
+    return os.path.basename(dst), True
+
+
+def remove_universal_checkpoints(ckpt_dir: str) -> None:
+    """Delete the universal checkpoints (``<tag>_universal``): once a newer checkpoint exists, nothing resumes from them."""
+    for path in glob.glob(os.path.join(ckpt_dir, TAG_PREFIX + "*" + UNIVERSAL_SUFFIX)):
+        shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(ckpt_dir, "latest_universal"))  # the converter's pointer; the trainer names tags itself
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,9 +470,14 @@ class TrainSetup:
     artifact: Any  # schemas.artifact.Artifact
     train_loader: Any  # trainer.data.StreamLoader of this rank (not iterated yet)
     eval_loader: Any  # trainer.data.StreamLoader over the held-out shards, or None
+    elastic: ElasticResume | None = None  # --resume of a checkpoint written by another number of ranks
 
     def resolved(self, world_size: int) -> dict:
         ds = self.deepspeed
+        elastic = None
+        if self.elastic is not None:
+            elastic = {"checkpoint": self.elastic.tag, "saved_world_size": self.elastic.saved_world_size,
+                       "universal_checkpoint": self.elastic.universal}
         return {
             "model": to_jsonable(self.model),
             "optim": to_jsonable(self.optim),
@@ -412,6 +488,7 @@ class TrainSetup:
             "deepspeed": ds,
             "world_size": world_size,
             "global_batch_size": ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * world_size,
+            "elastic_resume": elastic,
             "artifact": {
                 "uri": self.artifact.uri,
                 "format_version": self.artifact.manifest.get("format_version"),
@@ -472,6 +549,8 @@ class Trainer:
             "max_seq_len": art.manifest.get("max_seq_len"),
             "artifact": art.uri,
             "world_size": self.dist.world_size,
+            "zero_stage": self.s.deepspeed.get("zero_optimization", {}).get("stage", 0),
+            "global_batch_size": self.micro * self.accum * self.dist.world_size,
             "deepspeed_config_file": self.s.deepspeed_path,
         }
 
@@ -483,27 +562,95 @@ class Trainer:
                 f.write(dumps(self._meta()))
             with open(os.path.join(self.ckpt_dir, tag, CHECKPOINT_TOKENIZER_FILE), "w", encoding="utf-8") as f:
                 f.write(self.tokenizer_json)
-        client_state = {"step": self.step, "data": data_state, "world_size": self.dist.world_size}
+        from deepspeed.checkpoint.constants import (
+            UNIVERSAL_CHECKPOINT_INFO,
+            UNIVERSAL_CHECKPOINT_VERSION_KEY,
+            UNIVERSAL_CHECKPOINT_VERSION_VALUE,
+        )
+
+        client_state = {"step": self.step, "data": data_state, "world_size": self.dist.world_size,
+                        # what DeepSpeed's ds_to_universal requires of a checkpoint (data parallelism only here)
+                        UNIVERSAL_CHECKPOINT_INFO: {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE}}
         self.engine.save_checkpoint(self.ckpt_dir, tag=tag, client_state=client_state)
         torch.distributed.barrier()
-        if self.dist.is_main and self.s.run.keep_checkpoints:
-            for _, old in checkpoint_tags(self.ckpt_dir)[: -self.s.run.keep_checkpoints]:
-                if old != tag:
-                    shutil.rmtree(os.path.join(self.ckpt_dir, old), ignore_errors=True)
+        if self.dist.is_main:
+            remove_universal_checkpoints(self.ckpt_dir)  # an elastic resume's conversion is superseded
+            if self.s.run.keep_checkpoints:
+                for _, old in checkpoint_tags(self.ckpt_dir)[: -self.s.run.keep_checkpoints]:
+                    if old != tag:
+                        shutil.rmtree(os.path.join(self.ckpt_dir, old), ignore_errors=True)
         return tag
 
     def resume(self) -> bool:
         tag = latest_tag(self.ckpt_dir)
         if tag is None:
             return False
-        path, client = self.engine.load_checkpoint(self.ckpt_dir, tag=tag)
+        load_tag = tag
+        elastic = self.s.elastic
+        if elastic is not None and elastic.tag != tag:
+            raise RuntimeError(f"{self.ckpt_dir}/latest changed from {elastic.tag} to {tag} while the run started")
+        groups = None
+        if elastic is not None and elastic.universal:
+            load_tag = self._universal_checkpoint(tag)
+            groups = [{k: v for k, v in g.items() if k not in ("params", "lr")} for g in self.optimizer.param_groups]
+        path, client = self.engine.load_checkpoint(self.ckpt_dir, tag=load_tag)
         if path is None:
-            raise RuntimeError(f"{self.ckpt_dir}/{tag}: DeepSpeed could not load the checkpoint")
+            raise RuntimeError(f"{self.ckpt_dir}/{load_tag}: DeepSpeed could not load the checkpoint")
+        if groups is not None:
+            self._repair_universal_load(groups)
         self.step = int(client["step"])
         # The loader's state is global (epoch, consumed samples), the same on every rank.
         self.train_loader.load_state_dict(client["data"])
         self._apply_schedule()
         return True
+
+    def _repair_universal_load(self, groups: list[dict]) -> None:
+        """Undo two things DeepSpeed 0.19.8's ZeRO-3 universal loader gets wrong (ZeRO-1/2's does neither).
+
+        * It gives every parameter group the hyperparameters of the first: biases and LayerNorm weights would get
+          weight decay. Each group gets back its own, as built from this run's options (the lr follows in
+          ``_apply_schedule``).
+        * It stores one and the same ``step`` tensor in the Adam state of every group, and ``torch.optim.AdamW``
+          increments it in place once per group, so the bias correction would count steps twice. Each state gets
+          its own copy.
+        """
+        for group, own in zip(self.optimizer.param_groups, groups):
+            group.update(own)
+        base = getattr(self.optimizer, "optimizer", self.optimizer)  # the torch optimizer inside ZeRO's wrapper
+        seen: set[int] = set()
+        for state in base.state.values():
+            step = state.get("step")
+            if torch.is_tensor(step):
+                if id(step) in seen:
+                    state["step"] = step.clone()
+                seen.add(id(state["step"]))
+
+    def _universal_checkpoint(self, tag: str) -> str:
+        """Rank 0 converts ``tag`` to a universal checkpoint while the other ranks wait; all learn the outcome."""
+        e = self.s.elastic
+        src, dst = os.path.join(self.ckpt_dir, tag), universal_dir(self.ckpt_dir, tag)
+        self._print(f"elastic resume: {src} was saved by {e.saved_world_size} ranks, this run has {e.world_size}; "
+                    f"ZeRO stage {self.s.deepspeed.get('zero_optimization', {}).get('stage', 0)} partitions the "
+                    f"optimizer state by rank, so rank 0 converts the checkpoint with DeepSpeed's ds_to_universal "
+                    f"into {dst} (the other ranks wait) and every rank loads its new partition from there")
+        error = ""
+        if self.dist.is_main:
+            start = time.perf_counter()
+            try:
+                _, converted = convert_to_universal(self.ckpt_dir, tag)
+                self._print(f"elastic resume: {'converted' if converted else 'reusing the complete conversion'} "
+                            f"{dst}" + (f" in {time.perf_counter() - start:.1f} s" if converted else ""))
+            except Exception as exc:  # reported on every rank below
+                error = str(exc)
+        # A collective rather than a barrier: the other ranks must learn that rank 0 failed. On a group of its own
+        # (gloo, CPU tensors) with a long timeout: converting a large checkpoint can outlast DEEPSPEED_TIMEOUT.
+        wait = torch.distributed.new_group(backend="gloo", timeout=datetime.timedelta(hours=CONVERSION_TIMEOUT_HOURS))
+        failed = torch.tensor([1.0 if error else 0.0])
+        torch.distributed.all_reduce(failed, group=wait)
+        torch.distributed.destroy_process_group(wait)
+        if failed.item():
+            raise RuntimeError(error or f"rank 0 could not convert {src} to a universal checkpoint (see its error)")
+        return os.path.basename(dst)
 
     def _apply_schedule(self) -> None:
         """Make the restored scheduler follow this run's --lr, --warmup-steps and --max-steps from the resumed step.
@@ -747,11 +894,13 @@ def _check_model_matches_artifact(model_given: dict, artifact) -> dict:
     return fixed
 
 
-def _check_resume(run: RunConfig, model: ModelConfig, artifact, world_size: int) -> None:
+def _check_resume(run: RunConfig, model: ModelConfig, artifact, world_size: int, ds: dict) -> ElasticResume | None:
+    """Check that the latest checkpoint (if any) can be resumed; plan an elastic resume when it was written by
+    another number of ranks (this sets ``checkpoint.load_universal`` in ``ds``)."""
     ckpt = checkpoint_dir(run.output_dir)
     tag = latest_tag(ckpt)
     if tag is None:
-        return
+        return None
     if not run.resume:
         raise ConfigError(
             f"{run.output_dir} already holds checkpoints (latest: {tag}); pass --resume to continue that run, "
@@ -774,11 +923,40 @@ def _check_resume(run: RunConfig, model: ModelConfig, artifact, world_size: int)
     diff = [f"{k}: checkpoint {saved_model.get(k)!r}, now {now[k]!r}" for k in now if saved_model.get(k) != now[k]]
     if diff:
         raise ConfigError(f"cannot resume {ckpt}/{tag} with another model configuration: " + "; ".join(diff))
-    if meta.get("world_size") not in (None, world_size):
-        raise ConfigError(
-            f"cannot resume {ckpt}/{tag} (saved by {meta['world_size']} ranks) with {world_size} ranks: ZeRO partitions "
-            f"the optimizer by rank; resume with {meta['world_size']} ranks"
-        )
+    saved_world = meta.get("world_size")
+    if saved_world in (None, world_size):
+        return None
+    return _elastic_resume_plan(run, ds, f"{ckpt}/{tag}", tag, meta, int(saved_world), world_size)
+
+
+def _elastic_resume_plan(run: RunConfig, ds: dict, where: str, tag: str, meta: dict, saved_world: int,
+                         world_size: int) -> ElasticResume:
+    """How to resume a checkpoint written by ``saved_world`` ranks with ``world_size`` ranks, or a clear refusal.
+
+    ZeRO 1/2/3 (and bf16 without ZeRO, whose optimizer DeepSpeed also partitions) keep each rank's slice of the
+    optimizer state in its own file: DeepSpeed's universal checkpoint (``ds_to_universal``, then
+    ``"checkpoint": {"load_universal": true}``) regroups it per parameter so that any number of ranks can load
+    it. Without ZeRO in fp32/fp16 the optimizer state is not partitioned and loads at any world size as is.
+    """
+    zero = ds.get("zero_optimization", {})
+    stage = zero.get("stage", 0)
+    if not run.elastic_resume:
+        raise ConfigError(f"cannot resume {where} (saved by {saved_world} ranks) with {world_size} ranks: "
+                          f"--no-elastic-resume is set; resume with {saved_world} ranks, or drop the option")
+    saved_stage = meta.get("zero_stage")
+    if saved_stage is not None and saved_stage != stage:
+        raise ConfigError(f"cannot resume {where} (ZeRO stage {saved_stage}, {saved_world} ranks) with ZeRO stage "
+                          f"{stage} and {world_size} ranks: change the number of ranks or the stage, not both at once")
+    for key in ("offload_optimizer", "offload_param"):
+        if str(zero.get(key, {}).get("device", "none")).lower() == "nvme":
+            raise ConfigError(f"cannot resume {where} (saved by {saved_world} ranks) with {world_size} ranks: "
+                              f"zero_optimization.{key} is on NVMe, and DeepSpeed's universal checkpoints do not "
+                              f"carry NVMe-swapped optimizer state; resume with {saved_world} ranks")
+    universal = stage > 0 or bool(ds.get("bf16", {}).get("enabled"))
+    if universal:
+        ds.setdefault("checkpoint", {})["load_universal"] = True
+    return ElasticResume(tag=tag, saved_world_size=saved_world, world_size=world_size, universal=universal,
+                         saved_global_batch=meta.get("global_batch_size"))
 
 
 def prepare(args) -> TrainSetup:
@@ -816,7 +994,7 @@ def prepare(args) -> TrainSetup:
     if run.eval_every and data.eval_shards == 0:
         raise ConfigError("--eval-every needs held-out shards: set --eval-shards >= 1, or --eval-every 0 to not evaluate")
     rank, _, world_size = env_rank()
-    _check_resume(run, model, artifact, world_size)
+    elastic = _check_resume(run, model, artifact, world_size, ds)
     # The loaders only index the shards here (no reading, no workers yet), so their errors are clear messages too.
     expected = dict(expected_vocab_size=model.vocab_size, expected_special_token_ids={"pad": model.pad_token_id})
     train_loader, _ = data_mod.build_train_loader(data, masking, rank=rank, world_size=world_size, **expected)
@@ -824,7 +1002,8 @@ def prepare(args) -> TrainSetup:
     if run.eval_every:
         eval_loader, _ = data_mod.build_eval_loader(data, masking, rank=rank, world_size=world_size, **expected)
     return TrainSetup(model=model, optim=optim, run=run, data=data, masking=masking, deepspeed_path=ds_path,
-                      deepspeed=ds, artifact=artifact, train_loader=train_loader, eval_loader=eval_loader)
+                      deepspeed=ds, artifact=artifact, train_loader=train_loader, eval_loader=eval_loader,
+                      elastic=elastic)
 
 
 def write_resolved_config(setup: TrainSetup, dist: Dist) -> None:
@@ -841,7 +1020,15 @@ def train(setup: TrainSetup) -> int:
     trainer.build()
     if setup.run.resume:
         if trainer.resume():
-            trainer._print(f"resumed from {trainer.ckpt_dir}/{latest_tag(trainer.ckpt_dir)} at step {trainer.step}")
+            message = f"resumed from {trainer.ckpt_dir}/{latest_tag(trainer.ckpt_dir)} at step {trainer.step}"
+            e = setup.elastic
+            if e is not None:
+                batch = setup.resolved(dist.world_size)["global_batch_size"]
+                message += (f" (saved by {e.saved_world_size} ranks, now {e.world_size}"
+                            + (" via the universal checkpoint" if e.universal else "") + "; global batch "
+                            + (f"{e.saved_global_batch} -> {batch}" if e.saved_global_batch not in (None, batch) else str(batch))
+                            + " sequences; the sample stream continues where it stopped)")
+            trainer._print(message)
         else:
             trainer._print(f"--resume: no checkpoint in {trainer.ckpt_dir}; starting at step 0")
     write_resolved_config(setup, dist)
