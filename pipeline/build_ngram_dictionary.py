@@ -32,7 +32,6 @@ The same input and options give byte-identical files, whatever the runner or num
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import operator
@@ -48,6 +47,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipeline import ngram_counts
+from pipeline.files import HashingSink
 from pipeline.ngram_counts import CorpusSummary, FrequentNgrams, NgramRules, ReadLines, SourceFiles
 
 _LOG = logging.getLogger("spanprep.build_ngram_dictionary")
@@ -140,35 +140,6 @@ def _sorted_entries(ngram_to_count) -> list[tuple[str, int]]:
     return entries
 
 
-class _HashingFile:
-    """A writable file that forwards to ``sink`` and keeps the size and sha256 of what went through."""
-
-    def __init__(self, sink):
-        self._sink = sink
-        self.size = 0
-        self._digest = hashlib.sha256()
-        self.closed = False
-
-    def write(self, data) -> int:
-        data = bytes(data)
-        self._sink.write(data)
-        self._digest.update(data)
-        self.size += len(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self.size
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-    def record(self) -> dict[str, Any]:
-        return {"bytes": self.size, "sha256": self._digest.hexdigest()}
-
-
 def _create(path: str, mime_type: str):
     return FileSystems.create(path, mime_type=mime_type, compression_type=CompressionTypes.UNCOMPRESSED)
 
@@ -176,7 +147,7 @@ def _create(path: str, mime_type: str):
 def write_arrow(path: str, entries: list[tuple[str, int]]) -> dict[str, Any]:
     """Write ``ngrams.arrow`` (entries already in dictionary order) batch by batch; its size and sha256."""
     with _create(path, "application/vnd.apache.arrow.file") as f:
-        out = _HashingFile(f)
+        out = HashingSink(f)
         with pa.ipc.new_file(pa.PythonFile(out, mode="w"), ARROW_SCHEMA) as writer:
             for start in range(0, len(entries), ARROW_BATCH_ROWS):
                 rows = entries[start : start + ARROW_BATCH_ROWS]
@@ -194,7 +165,7 @@ def write_arrow(path: str, entries: list[tuple[str, int]]) -> dict[str, Any]:
 def write_lines(path: str, lines, mime_type: str) -> dict[str, Any]:
     """Write text lines (each ending in a newline) as UTF-8, in blocks; the file's size and sha256."""
     with _create(path, mime_type) as f:
-        out = _HashingFile(f)
+        out = HashingSink(f)
         block: list[str] = []
         for line in lines:
             block.append(line)

@@ -2,9 +2,44 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 from apache_beam.io.filesystems import FileSystems
+
+
+class HashingSink:
+    """A writable file object that forwards to ``sink`` and keeps the size and sha256 of what went
+    through (pyarrow writes Arrow files through it with ``pa.PythonFile``)."""
+
+    def __init__(self, sink):
+        self._sink = sink
+        self._digest = hashlib.sha256()
+        self.bytes = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        data = bytes(data)
+        self._digest.update(data)
+        self.bytes += len(data)
+        self._sink.write(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.bytes
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
+
+    def record(self) -> dict:
+        return {"bytes": self.bytes, "sha256": self.sha256}
 
 
 def atomic_write(path: str, data: bytes) -> None:

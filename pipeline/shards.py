@@ -13,7 +13,6 @@ by the spill buffer and one record batch per run, whatever the corpus size.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import logging
 import uuid
@@ -29,6 +28,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
+from pipeline.files import HashingSink
 from pipeline.packing import Row, TokenizedDocument, pack_doc_sentences, pack_full_sentences
 from schemas import format as fmt
 
@@ -88,32 +88,6 @@ def rows_to_record_batch(rows: list[Row], schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-class _HashingSink:
-    """File-like wrapper counting and hashing what pyarrow writes through it."""
-
-    def __init__(self, f):
-        self._f = f
-        self.sha256 = hashlib.sha256()
-        self.bytes = 0
-        self.closed = False
-
-    def write(self, data) -> int:
-        data = bytes(data)
-        self.sha256.update(data)
-        self.bytes += len(data)
-        self._f.write(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self.bytes
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-
 class ArrowFileWriter:
     """Stream record batches into an Arrow IPC file written under a temporary name.
 
@@ -126,7 +100,7 @@ class ArrowFileWriter:
         self._path = path
         self._tmp = f"{directory}/.{name}.tmp-{uuid.uuid4().hex}"
         self._raw = FileSystems.create(self._tmp)
-        self._sink = _HashingSink(self._raw)
+        self._sink = HashingSink(self._raw)
         options = pa.ipc.IpcWriteOptions(compression=compression)
         out = pa.PythonFile(self._sink, mode="w")
         self._writer = pa.ipc.new_file(out, schema, options=options) if file_format else pa.ipc.new_stream(out, schema, options=options)
@@ -140,7 +114,7 @@ class ArrowFileWriter:
         if FileSystems.exists(self._path):  # a retried bundle: the content is identical
             FileSystems.delete([self._path])
         FileSystems.rename([self._tmp], [self._path])
-        return self._sink.bytes, self._sink.sha256.hexdigest()
+        return self._sink.bytes, self._sink.sha256
 
 
 def write_arrow_file(path: str, schema: pa.Schema, batches) -> tuple[int, str]:
