@@ -24,6 +24,17 @@ def wikitext2(split: str = "valid") -> Path:
     return path
 
 
+def wikitext2_articles(n: int, directory: Path, split: str = "valid") -> Path:
+    """The first ``n`` articles of a WikiText-2 split as a ``.tokens`` file in ``directory`` (real text,
+    small enough for spaCy in CI); skips when ../shared is absent."""
+    lines = wikitext2(split).read_text(encoding="utf-8").splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.startswith(" = ") and not line.startswith(" = = ")]
+    assert len(starts) > n
+    path = Path(directory) / f"wiki.{split}.first{n}.tokens"
+    path.write_text("".join(lines[: starts[n]]), encoding="utf-8")
+    return path
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -17,7 +17,7 @@ from pipeline import candidates, readers
 from pipeline.readers import Document, ReaderOptions, Source
 from pipeline.verify import verify
 from schemas.artifact import Artifact
-from tests.conftest import build, wikitext2
+from tests.conftest import build, wikitext2_articles
 
 MODEL = candidates.default_spacy_model()
 
@@ -32,11 +32,7 @@ def nlp():
 @pytest.fixture(scope="module")
 def wikitext_subset(tmp_path_factory) -> Path:
     """The first 6 articles of WikiText-2's validation split (real text, small enough for spaCy in CI)."""
-    lines = wikitext2("valid").read_text(encoding="utf-8").splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if line.startswith(" = ") and not line.startswith(" = = ")]
-    path = tmp_path_factory.mktemp("wt") / "wiki.subset.tokens"
-    path.write_text("".join(lines[: starts[6]]), encoding="utf-8")
-    return path
+    return wikitext2_articles(6, tmp_path_factory.mktemp("wt"))
 
 
 @pytest.fixture(scope="module")

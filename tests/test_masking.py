@@ -274,13 +274,10 @@ def candidate_artifacts(tmp_path_factory):
     """{column: artifact dir} built from the first 3 articles of WikiText-2 valid with real candidates:
     spaCy entities and noun phrases, and dictionary n-grams (dictionary built from the same text)."""
     from pipeline import build_ngram_dictionary, candidates
-    from tests.conftest import build, wikitext2
+    from tests.conftest import build, wikitext2_articles
 
-    lines = wikitext2("valid").read_text(encoding="utf-8").splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if line.startswith(" = ") and not line.startswith(" = = ")]
     tmp = tmp_path_factory.mktemp("candidates")
-    text = tmp / "wiki.subset.tokens"
-    text.write_text("".join(lines[: starts[3]]), encoding="utf-8")
+    text = wikitext2_articles(3, tmp)
     common = ["--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "4000", "--num-shards", "2"]
     build(text, tmp / "spacy", *common, "--mask-candidates", "entities,noun_phrases", "--spacy-model", candidates.default_spacy_model())
     build_ngram_dictionary.run(["--input", str(text), "--output", str(tmp / "dict"), "--min-count", "3", "--runner", "FnApiRunner"])

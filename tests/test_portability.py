@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEMO_CORPUS, REPO, free_port, wikitext2
+from tests.conftest import DEMO_CORPUS, REPO, free_port, wikitext2_articles
 
 pytestmark = pytest.mark.slow
 
@@ -146,12 +146,7 @@ def environments(job_endpoint, worker_pool) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def wikitext_articles(tmp_path_factory) -> Path:
     """The first three articles of WikiText-2's validation split, as a .tokens file."""
-    lines = wikitext2("valid").read_text(encoding="utf-8").splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if line.startswith(" = ") and not line.startswith(" = = ")]
-    assert len(starts) > 3
-    path = tmp_path_factory.mktemp("wikitext") / "wiki.valid.3.tokens"
-    path.write_text("".join(lines[: starts[3]]), encoding="utf-8")
-    return path
+    return wikitext2_articles(3, tmp_path_factory.mktemp("wikitext"))
 
 
 BAD_RECORDS = [

@@ -25,7 +25,7 @@ from pipeline import report
 from pipeline.verify import verify
 from schemas import format as fmt
 from schemas.artifact import Artifact
-from tests.conftest import DEMO_CORPUS, build, wikitext2
+from tests.conftest import DEMO_CORPUS, build, wikitext2_articles
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
@@ -38,10 +38,7 @@ SOURCE_LICENSE = "WikiText-2: Creative Commons Attribution-ShareAlike 3.0 (Merit
 @pytest.fixture(scope="module")
 def wikitext_reported(tmp_path_factory) -> Path:
     """The first 4 articles of WikiText-2 validation, with spaCy entity and noun-phrase candidates, reported."""
-    lines = wikitext2("valid").read_text(encoding="utf-8").splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if line.startswith(" = ") and not line.startswith(" = = ")]
-    src = tmp_path_factory.mktemp("wt") / "wiki.valid.first4.tokens"
-    src.write_text("".join(lines[: starts[4]]), encoding="utf-8")
+    src = wikitext2_articles(4, tmp_path_factory.mktemp("wt"))
     out = tmp_path_factory.mktemp("report-wt") / "wt2-first4"
     build(src, out, "--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "4000", "--num-shards", "2",
           "--mask-candidates", "entities,noun_phrases")
