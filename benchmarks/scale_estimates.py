@@ -24,7 +24,6 @@ the one its MFU monitor uses) for BERT-large at 512 tokens, at a stated model FL
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import platform
@@ -47,15 +46,9 @@ SPANBERT_STEPS, SPANBERT_BATCH, SPANBERT_SEQ = 2_400_000, 256, 512
 
 
 def load_pages(n: int | None) -> list[dict]:
-    import zstandard
+    from benchmarks.bench_shards import load_texts  # the same reader as the shard benchmark
 
-    rows = []
-    with open(WIKIPEDIA, "rb") as f:
-        for line in io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), encoding="utf-8"):
-            rows.append(json.loads(line))
-            if n and len(rows) >= n:
-                break
-    return rows
+    return load_texts(n)
 
 
 def write_jsonl_zst(rows: list[dict], path: Path) -> int:
