@@ -28,7 +28,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import configure_logging, readers, tokenization, wikitext
+from pipeline import configure_logging, readers, tokenization
 from pipeline.dead_letters import WriteDeadLetters
 from pipeline.documents import ReadDocuments
 from pipeline.manifest import WriteManifest, library_versions

@@ -8,7 +8,6 @@ writers have finished, so it is ordered after them on every runner.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import logging
 import platform

@@ -17,7 +17,7 @@ import json
 import os
 import re
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator, Union
 
 from pipeline import wikitext

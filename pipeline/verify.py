@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.ipc as ipc
 
 from schemas import format as fmt
 from schemas.artifact import Artifact

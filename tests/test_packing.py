@@ -1,7 +1,6 @@
 """Packing rules: whole sentences, never over the limit, long sentences cut at word boundaries."""
 
 import numpy as np
-import pytest
 
 from pipeline.packing import TokenizedDocument, pack_doc_sentences, pack_full_sentences, pack_ranges
 
