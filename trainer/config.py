@@ -326,3 +326,12 @@ def to_jsonable(obj: Any) -> Any:
 
 def dumps(obj: Any) -> str:
     return json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n"
+
+
+def config_from_dict(cls, d):
+    """``cls(**d)`` for a config dataclass, refusing keys it does not know with a message naming them."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - known
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+    return cls(**d)

@@ -88,7 +88,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 import numpy as np
@@ -160,11 +160,9 @@ class DataConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "DataConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"DataConfig: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-        return cls(**d)
+        from trainer.config import config_from_dict
+
+        return config_from_dict(cls, d)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ action per unit] (units = tokens for ``subword``, words otherwise; random order 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -152,11 +152,9 @@ class MaskingConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MaskingConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"MaskingConfig: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-        return cls(**d)
+        from trainer.config import config_from_dict
+
+        return config_from_dict(cls, d)
 
 
 @dataclass
