@@ -1,1 +1,8 @@
-"""The preprocessed-corpus artifact format (see FORMAT.md): schemas, version checks, an artifact reader."""
+"""The two formats spanprep writes and reads, each a prose spec, schema code and one reader.
+
+``format`` and ``artifact``: the preprocessed-corpus artifact (``FORMAT.md``; rows, shards, manifest, the
+special tokens and the two special positions a row leaves free); ``ngram_dictionary``: the n-gram dictionary
+(``NGRAM_DICTIONARY.md``). What flows in: paths or URIs of an artifact or a dictionary; what flows out:
+checked manifests, Arrow schemas and tables, or a one-line error. Only pyarrow is needed; importing the
+package has no side effects.
+"""

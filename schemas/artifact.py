@@ -8,7 +8,6 @@ a shard whose schema is not the one the manifest's tokenizer implies.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +16,6 @@ import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from schemas import format as fmt
-
-
-def _split_uri(uri: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in uri:
-        return pafs.FileSystem.from_uri(uri)
-    return pafs.LocalFileSystem(), os.path.abspath(uri)
 
 
 @dataclass(frozen=True)
@@ -36,7 +29,7 @@ class Artifact:
 
     @classmethod
     def open(cls, uri: str) -> "Artifact":
-        fs, root = _split_uri(uri.rstrip("/"))
+        fs, root = fmt.split_uri(uri.rstrip("/"))
         info = fs.get_file_info(root)
         if info.type == pafs.FileType.NotFound:
             raise fmt.FormatError(f"{uri}: artifact directory does not exist")

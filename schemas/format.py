@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import Any, Mapping
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 FORMAT_NAME = "spanprep-preprocessed-corpus"
 # MAJOR.MINOR. A reader accepts any MINOR of a MAJOR it knows (minor versions only add
@@ -39,6 +41,17 @@ ROWS_PER_BATCH = 128
 # Arrow IPC body compression of shards; zstd is deterministic for a given level and input.
 SHARD_COMPRESSION = "zstd"
 
+# The special tokens every artifact's tokenizer has (BERT's), by role.
+SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+# A model sequence is [CLS] row [SEP]: a row holds at most max_seq_len - SPECIAL_POSITIONS tokens.
+SPECIAL_POSITIONS = 2
+
+
+def max_row_tokens(max_seq_len: int) -> int:
+    """The most tokens a row may hold for sequences of ``max_seq_len`` ([CLS] row [SEP])."""
+    return max_seq_len - SPECIAL_POSITIONS
+
+
 UINT16_VOCAB_LIMIT = 65536
 # manifest row_length_histogram: counts[i] = rows with length in [i*w + 1, (i+1)*w].
 HISTOGRAM_BIN_WIDTH = 32
@@ -59,6 +72,13 @@ def shard_of(doc_id: str, num_shards: int) -> int:
     """The shard a document's rows go to: stable across processes, machines and Python versions."""
     digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % num_shards
+
+
+def split_uri(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and root path of a local path or of any URI pyarrow.fs understands (gs://, s3://, ...)."""
+    if "://" in uri:
+        return pafs.FileSystem.from_uri(uri)
+    return pafs.LocalFileSystem(), os.path.abspath(uri)
 
 
 def shard_filename(index: int, num_shards: int) -> str:

@@ -95,3 +95,68 @@ def test_manifest_json_is_canonical():
     text = fmt.dumps_manifest({"b": 1, "a": {"d": 2, "c": "é"}})
     assert text == '{\n  "a": {\n    "c": "é",\n    "d": 2\n  },\n  "b": 1\n}\n'
     assert json.loads(text)["a"]["c"] == "é"
+
+
+# ---------------------------------------------------------------------------------------------
+# The n-gram dictionary format (schemas/NGRAM_DICTIONARY.md) and the special positions of a row
+# ---------------------------------------------------------------------------------------------
+PINNED_NGRAM_DICTIONARY = """ngram: string not null
+n: int8 not null
+count: int64 not null
+-- schema metadata --
+format: 'spanprep-ngram-dictionary'
+format_version: '1'"""
+
+
+def test_ngram_dictionary_schema_and_files_are_pinned():
+    from schemas import ngram_dictionary as nd
+
+    assert nd.ARROW_SCHEMA.to_string() == PINNED_NGRAM_DICTIONARY
+    assert (nd.FORMAT, nd.FORMAT_VERSION, nd.KNOWN_FORMAT_VERSIONS) == ("spanprep-ngram-dictionary", 1, (1,))
+    assert (nd.ARROW_FILE, nd.TSV_FILE, nd.DEAD_LETTER_FILE, nd.MANIFEST_FILE) == (
+        "ngrams.arrow", "ngrams.tsv", "dead_letter.jsonl", "manifest.json")
+    assert nd.COLUMNS == tuple(nd.ARROW_SCHEMA.names)
+
+
+def test_special_tokens_and_the_two_special_positions():
+    from pipeline import tokenization
+
+    assert fmt.SPECIAL_TOKENS == {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+    assert fmt.SPECIAL_TOKENS == tokenization.SPECIAL_TOKENS  # one set of names until the tokenizer imports these
+    assert fmt.SPECIAL_POSITIONS == 2 and fmt.max_row_tokens(512) == 510
+
+
+def _write_ngram_dictionary(path, manifest: dict) -> bytes:
+    import pyarrow.ipc as ipc
+
+    from schemas import ngram_dictionary as nd
+
+    path.mkdir()
+    table = pa.table({"ngram": ["of the", "New York City"], "n": pa.array([2, 3], pa.int8()),
+                      "count": pa.array([40, 12], pa.int64())}, schema=nd.ARROW_SCHEMA)
+    with ipc.new_file(str(path / nd.ARROW_FILE), nd.ARROW_SCHEMA) as w:
+        w.write_table(table)
+    (path / nd.MANIFEST_FILE).write_text(json.dumps(manifest))
+    return (path / nd.ARROW_FILE).read_bytes()
+
+
+def test_the_ngram_dictionary_reader_reads_and_refuses(tmp_path):
+    import hashlib
+
+    from schemas.ngram_dictionary import NgramDictionary
+
+    good = {"format": "spanprep-ngram-dictionary", "format_version": 1, "options": {"lowercase": True}}
+    raw = _write_ngram_dictionary(tmp_path / "good", good)
+    d = NgramDictionary.open(str(tmp_path / "good"))
+    assert d.manifest == good and d.lowercase is True
+    assert d.read_table().to_pylist() == [{"ngram": "of the", "n": 2, "count": 40},
+                                          {"ngram": "New York City", "n": 3, "count": 12}]
+    assert d.arrow_sha256() == hashlib.sha256(raw).hexdigest()
+    with pytest.raises(ValueError, match=r"nowhere: not a complete n-gram dictionary \(no manifest.json"):
+        NgramDictionary.open(str(tmp_path / "nowhere"))
+    _write_ngram_dictionary(tmp_path / "other", {**good, "format": "something-else"})
+    with pytest.raises(ValueError, match="other: not an n-gram dictionary"):
+        NgramDictionary.open(str(tmp_path / "other"))
+    _write_ngram_dictionary(tmp_path / "future", {**good, "format_version": 2})
+    with pytest.raises(ValueError, match="future: n-gram dictionary format version 2 is not one this code reads"):
+        NgramDictionary.open(str(tmp_path / "future"))
