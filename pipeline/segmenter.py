@@ -27,17 +27,13 @@ the spans always index the words as given.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable, Sequence
 
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
-import pyarrow.ipc as ipc
+
+from schemas.ngram_dictionary import NgramDictionary
 
 MARKER_NORMALISATION = {"@,@": ",", "@.@": ".", "@-@": "-"}
-DICTIONARY_FORMAT = "spanprep-ngram-dictionary"
-KNOWN_FORMAT_VERSIONS = (1,)
 
 
 class Segmenter:
@@ -100,35 +96,17 @@ class Segmenter:
         normalize_markers: bool = True,
     ) -> "Segmenter":
         """Load a dictionary directory written by ``pipeline.build_ngram_dictionary`` (local or a URI
-        pyarrow.fs understands). Honours its ``lowercase`` option; ``min_count`` keeps only entries at least
-        that frequent (e.g. 11 on a dictionary built with ``--min-count 10``)."""
-        if "://" in path:
-            fs, root = pafs.FileSystem.from_uri(path.rstrip("/"))
-        else:
-            fs, root = pafs.LocalFileSystem(), os.path.abspath(path)
-        manifest_path = f"{root}/manifest.json"
-        if fs.get_file_info(manifest_path).type == pafs.FileType.NotFound:
-            raise ValueError(
-                f"{path}: not a complete n-gram dictionary (no manifest.json; it is written last, so the job "
-                "that builds it did not finish, or this is not a dictionary directory)"
-            )
-        with fs.open_input_stream(manifest_path) as f:
-            manifest = json.loads(f.read().decode("utf-8"))
-        if manifest.get("format") != DICTIONARY_FORMAT:
-            raise ValueError(f"{path}: not an n-gram dictionary (format {manifest.get('format')!r})")
-        if manifest.get("format_version") not in KNOWN_FORMAT_VERSIONS:
-            raise ValueError(
-                f"{path}: n-gram dictionary format version {manifest.get('format_version')!r} is not one this "
-                f"code reads ({KNOWN_FORMAT_VERSIONS}); update spanprep"
-            )
-        with fs.open_input_file(f"{root}/ngrams.arrow") as f:
-            table = ipc.open_file(f).read_all()
+        pyarrow.fs understands), through ``schemas.ngram_dictionary``, which refuses an incomplete directory or
+        an unknown format version with a ``ValueError``. Honours its ``lowercase`` option; ``min_count`` keeps
+        only entries at least that frequent (e.g. 11 on a dictionary built with ``--min-count 10``)."""
+        dictionary = NgramDictionary.open(path)
+        table = dictionary.read_table()
         if min_count is not None:
             table = table.filter(pc.greater_equal(table["count"], min_count))
         return cls(
             table["ngram"].to_pylist(),
             max_n=max_n,
-            lowercase=bool(manifest["options"]["lowercase"]),
+            lowercase=dictionary.lowercase,
             normalize_markers=normalize_markers,
         )
 

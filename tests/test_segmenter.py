@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import build_ngram_dictionary as job
+from schemas import ngram_dictionary as ngram_format
 from pipeline.segmenter import Segmenter
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -179,10 +180,10 @@ def test_from_dictionary_refuses_incomplete_or_unknown_dictionaries(lowercase_di
         Segmenter.from_dictionary(str(tmp_path))
     copy = tmp_path / "copy"
     copy.mkdir()
-    (copy / job.ARROW_FILE).write_bytes((lowercase_dictionary / job.ARROW_FILE).read_bytes())
-    manifest = json.loads((lowercase_dictionary / job.MANIFEST_FILE).read_text())
+    (copy / ngram_format.ARROW_FILE).write_bytes((lowercase_dictionary / ngram_format.ARROW_FILE).read_bytes())
+    manifest = json.loads((lowercase_dictionary / ngram_format.MANIFEST_FILE).read_text())
     manifest["format_version"] = 99
-    (copy / job.MANIFEST_FILE).write_text(json.dumps(manifest))
+    (copy / ngram_format.MANIFEST_FILE).write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match="format version 99"):
         Segmenter.from_dictionary(str(copy))
 
@@ -194,7 +195,7 @@ def test_segments_real_wikitext2_like_the_reference(tmp_path):
     job.run(["--input", str(valid), "--output", str(out)])
     seg = Segmenter.from_dictionary(str(out), normalize_markers=False)
     entries = {tuple(line.split("\t")[0].split(" "))
-               for line in (out / job.TSV_FILE).read_text(encoding="utf-8").splitlines()[1:]}
+               for line in (out / ngram_format.TSV_FILE).read_text(encoding="utf-8").splitlines()[1:]}
     assert len(entries) > 0 and len(seg) == len(entries)
     lines = [line.split() for line in (WIKITEXT2 / "wiki.test.tokens").read_text(encoding="utf-8").splitlines()]
     multi = 0
