@@ -13,19 +13,12 @@
 
 ``--input`` is repeatable and takes globs. ``--min-count`` is inclusive (keep ``count >= min_count``); its
 default 11 is the paper's "more than ten times" (its public code keeps ``>= 10``). The counting rules are in
-``pipeline/ngram_counts.py`` and ``dictionaries/README.md``. The runner is the local FnApiRunner unless
+``pipeline/ngrams/`` (its package docstring) and ``dictionaries/README.md``. The runner is the local FnApiRunner unless
 ``--runner`` says otherwise.
 
-Output directory (``manifest.json`` is written last: its presence means the dictionary is complete):
-
-- ``ngrams.arrow``: Arrow IPC file, columns ``ngram`` (string: tokens joined by one space), ``n`` (int8),
-  ``count`` (int64); rows sorted by count descending, then by ngram ascending in Unicode code point order
-  (the same as UTF-8 byte order).
-- ``ngrams.tsv``: the same rows, same order, tab-separated, with the header ``ngram<TAB>n<TAB>count``.
-- ``dead_letter.jsonl``: one record per input line that is not UTF-8 (``source``, ``reason``, ``line``);
-  usually empty.
-- ``manifest.json``: format version, package version, options, sources (path, bytes, sha256), what the input
-  was made of (lines by kind, tokens), entries per n, total entries, and size and sha256 of each file above.
+Output directory, in the format of ``schemas/NGRAM_DICTIONARY.md`` (``ngrams.arrow``, ``ngrams.tsv``,
+``dead_letter.jsonl``, and ``manifest.json``, written last: its presence means the dictionary is complete).
+The stages are in ``pipeline/ngrams/``; this module is the job: options, input matching, the pipeline.
 
 The same input and options give byte-identical files, whatever the runner or number of workers.
 """
@@ -34,40 +27,26 @@ from __future__ import annotations
 
 import json
 import logging
-import operator
 import os
 import sys
 import time
 from typing import Any
 
 import apache_beam as beam
-import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import ngram_counts
-from pipeline.files import HashingSink
-from pipeline.ngram_counts import CorpusSummary, FrequentNgrams, NgramRules, ReadLines, SourceFiles
+from pipeline.ngrams.corpus_summary import CorpusSummary
+from pipeline.ngrams.dictionary_files import WriteNgramDictionary
+from pipeline.ngrams.frequent_ngrams import FrequentNgrams
+from pipeline.ngrams.lines import ReadLines
+from pipeline.ngrams.rules import PRUNING_MODES, NgramRules
+from pipeline.ngrams.source_files import SourceFiles
+from schemas.ngram_dictionary import DEAD_LETTER_FILE, MANIFEST_FILE
 
 _LOG = logging.getLogger("spanprep.build_ngram_dictionary")
 
-FORMAT = "spanprep-ngram-dictionary"
-FORMAT_VERSION = 1
-ARROW_FILE = "ngrams.arrow"
-TSV_FILE = "ngrams.tsv"
-DEAD_LETTER_FILE = "dead_letter.jsonl"
-MANIFEST_FILE = "manifest.json"
-SORT_ORDER = "count descending, then ngram ascending by Unicode code point (= UTF-8 byte order)"
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("ngram", pa.string(), nullable=False),
-        pa.field("n", pa.int8(), nullable=False),
-        pa.field("count", pa.int64(), nullable=False),
-    ],
-    metadata={"format": FORMAT, "format_version": str(FORMAT_VERSION)},
-)
-ARROW_BATCH_ROWS = 64 * 1024
 AUTO_SPLITS = 64  # default: read the input in about this many byte ranges (parallelism), ...
 MIN_AUTO_SPLIT_BYTES = 1 << 20  # ... of at least 1 MiB
 MAX_AUTO_SPLIT_BYTES = 64 << 20  # ... and at most 64 MiB (Beam's own default)
@@ -109,7 +88,7 @@ class NgramDictionaryOptions(PipelineOptions):
             help="drop n-grams that contain a punctuation token (@-@ @,@ @.@, or only Unicode P*/S* chars)",
         )
         parser.add_argument(
-            "--pruning", choices=ngram_counts.PRUNING_MODES, default="apriori",
+            "--pruning", choices=PRUNING_MODES, default="apriori",
             help="apriori (default): count the words, then each length n only where both of its (n-1)-grams "
             "are frequent (exact; reads the input twice); none: count every n-gram as a string in one pass "
             "(for min-count 1 or 2)",
@@ -129,145 +108,10 @@ class NgramDictionaryOptions(PipelineOptions):
                             help="replace a dictionary that already exists at --output")
 
 
-# --------------------------------------------------------------------------------------------------
-# Writing the dictionary
-
-
-def _sorted_entries(ngram_to_count) -> list[tuple[str, int]]:
-    """Count descending, then ngram ascending: two stable sorts on the existing objects (no key tuples)."""
-    entries = sorted(ngram_to_count, key=operator.itemgetter(0))
-    entries.sort(key=operator.itemgetter(1), reverse=True)  # reverse=True keeps equal counts in ngram order
-    return entries
-
-
-def _create(path: str, mime_type: str):
-    return FileSystems.create(path, mime_type=mime_type, compression_type=CompressionTypes.UNCOMPRESSED)
-
-
-def write_arrow(path: str, entries: list[tuple[str, int]]) -> dict[str, Any]:
-    """Write ``ngrams.arrow`` (entries already in dictionary order) batch by batch; its size and sha256."""
-    with _create(path, "application/vnd.apache.arrow.file") as f:
-        out = HashingSink(f)
-        with pa.ipc.new_file(pa.PythonFile(out, mode="w"), ARROW_SCHEMA) as writer:
-            for start in range(0, len(entries), ARROW_BATCH_ROWS):
-                rows = entries[start : start + ARROW_BATCH_ROWS]
-                writer.write_batch(pa.record_batch(
-                    [
-                        pa.array([ngram for ngram, _ in rows], pa.string()),
-                        pa.array([ngram.count(" ") + 1 for ngram, _ in rows], pa.int8()),
-                        pa.array([count for _, count in rows], pa.int64()),
-                    ],
-                    schema=ARROW_SCHEMA,
-                ))
-    return out.record()
-
-
-def write_lines(path: str, lines, mime_type: str) -> dict[str, Any]:
-    """Write text lines (each ending in a newline) as UTF-8, in blocks; the file's size and sha256."""
-    with _create(path, mime_type) as f:
-        out = HashingSink(f)
-        block: list[str] = []
-        for line in lines:
-            block.append(line)
-            if len(block) >= ARROW_BATCH_ROWS:
-                out.write("".join(block).encode("utf-8"))
-                block = []
-        out.write("".join(block).encode("utf-8"))
-    return out.record()
-
-
-def _tsv_lines(entries: list[tuple[str, int]]):
-    yield "ngram\tn\tcount\n"
-    for ngram, count in entries:
-        yield f"{ngram}\t{ngram.count(' ') + 1}\t{count}\n"
-
-
-class _WriteDictionaryFiles(beam.DoFn):
-    """The single list of surviving entries -> the dictionary files, manifest last; yields the manifest."""
-
-    def __init__(self, *, output: str, options: dict[str, Any], rules: NgramRules):
-        self._output = output
-        self._options = options
-        self._rules = rules
-
-    def process(self, ngram_to_count, sources, corpus_summary, dead_letters):
-        started = time.monotonic()
-        entries = _sorted_entries(ngram_to_count)
-        per_n = {str(n): 0 for n in range(self._rules.min_n, self._rules.max_n + 1)}
-        for ngram, _ in entries:
-            per_n[str(ngram.count(" ") + 1)] += 1
-        dead = sorted(dead_letters, key=lambda d: (d["source"], d["line"], d["reason"]))
-        join = FileSystems.join
-        files = {
-            ARROW_FILE: write_arrow(join(self._output, ARROW_FILE), entries),
-            TSV_FILE: write_lines(join(self._output, TSV_FILE), _tsv_lines(entries), "text/tab-separated-values"),
-            DEAD_LETTER_FILE: write_lines(
-                join(self._output, DEAD_LETTER_FILE),
-                (json.dumps(d, ensure_ascii=False, sort_keys=True) + "\n" for d in dead),
-                "application/jsonl",
-            ),
-        }
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "created_by": {"package": "spanprep", "version": package_version(),
-                           "job": "pipeline.build_ngram_dictionary"},
-            "options": self._options,
-            "rules": {
-                "threshold": f"count >= {self._rules.min_count} (inclusive)",
-                "n": f"{self._rules.min_n} <= n <= {self._rules.max_n}",
-                "barriers": "n-grams never cross a line, a heading line or <unk>; heading lines never count",
-                "punctuation": "@-@ @,@ @.@, or a token made only of Unicode punctuation (P*) or symbol (S*) "
-                "characters" + ("; n-grams containing one are dropped" if self._rules.drop_punctuation
-                                else "; counted like words"),
-                "lowercase": self._rules.lowercase,
-                "sort": SORT_ORDER,
-            },
-            "sources": sorted(sources, key=lambda s: s["path"]),
-            "corpus": corpus_summary,
-            "entries_per_n": per_n,
-            "total_entries": len(entries),
-            "files": files,
-        }
-        with _create(FileSystems.join(self._output, MANIFEST_FILE), "application/json") as f:
-            f.write((json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
-        _LOG.info("wrote %d entries to %s in %.1f s", len(entries), self._output, time.monotonic() - started)
-        yield manifest
-
-
-class WriteNgramDictionary(beam.PTransform):
-    """ngram_to_count (the survivors) + sources + corpus summary + dead letters -> the dictionary directory.
-
-    The survivors are collected into one list (400k entries on WikiText-103: a few tens of MB) so that one
-    worker writes the single sorted file; returns a PCollection holding the manifest.
-    """
-
-    def __init__(self, *, output: str, options: dict[str, Any], rules: NgramRules):
-        super().__init__()
-        self._write = _WriteDictionaryFiles(output=output, options=options, rules=rules)
-
-    def expand(self, inputs):
-        ngram_to_count, sources, corpus_summary, dead_letters = inputs
-        all_entries = ngram_to_count | "CollectEntries" >> beam.combiners.ToList()
-        return all_entries | "WriteFiles" >> beam.ParDo(
-            self._write,
-            sources=beam.pvalue.AsList(sources),
-            corpus_summary=beam.pvalue.AsSingleton(corpus_summary),
-            dead_letters=beam.pvalue.AsList(dead_letters),
-        )
 
 
 # --------------------------------------------------------------------------------------------------
 # The job
-
-
-def package_version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("spanprep")
-    except metadata.PackageNotFoundError:
-        return "0.1.0"
 
 
 def _match_inputs(patterns: list[str]) -> list[tuple[str, int]]:

@@ -1,4 +1,4 @@
-"""The n-gram dictionary job (pipeline.build_ngram_dictionary) and its stages (pipeline.ngram_counts).
+"""The n-gram dictionary job (pipeline.build_ngram_dictionary) and its stages (pipeline.ngrams).
 
 Counts are checked against hand-counted examples and against a brute-force counter written here, independent
 of the pipeline's code (no pruning, no runs, no bundles): every window of every non-heading line.
@@ -22,23 +22,19 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline import build_ngram_dictionary as job
-from pipeline import ngram_counts
-from pipeline.ngram_counts import (
-    CorpusSummary,
-    CountNgrams,
-    DecodeNgrams,
-    FrequentLongerNgrams,
-    FrequentNgrams,
-    FrequentPairs,
-    FrequentWords,
-    KeepFrequent,
-    NgramRules,
-    ReadLines,
-    SourceFiles,
-    encode_code,
-    is_punctuation,
-    line_runs,
-)
+from schemas import ngram_dictionary as ngram_format
+from pipeline.ngrams import dictionary_files, frequent_pairs
+from pipeline.ngrams.codes import encode_code
+from pipeline.ngrams.corpus_summary import CorpusSummary
+from pipeline.ngrams.counted_ngrams import CountNgrams, KeepFrequent
+from pipeline.ngrams.decoded_ngrams import DecodeNgrams
+from pipeline.ngrams.frequent_longer_ngrams import FrequentLongerNgrams
+from pipeline.ngrams.frequent_ngrams import FrequentNgrams
+from pipeline.ngrams.frequent_pairs import FrequentPairs
+from pipeline.ngrams.frequent_words import FrequentWords
+from pipeline.ngrams.lines import ReadLines
+from pipeline.ngrams.rules import NgramRules, is_punctuation, line_runs
+from pipeline.ngrams.source_files import SourceFiles
 from pipeline.wikitext import heading_level
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,7 +72,7 @@ def brute_force(lines, *, min_n, max_n, min_count, lowercase=False, drop_punctua
 
 
 def dictionary_rows(output: Path) -> list[tuple[str, int, int]]:
-    with ipc.open_file(output / job.ARROW_FILE) as reader:
+    with ipc.open_file(output / ngram_format.ARROW_FILE) as reader:
         table = reader.read_all()
     return list(zip(table["ngram"].to_pylist(), table["n"].to_pylist(), table["count"].to_pylist()))
 
@@ -146,7 +142,7 @@ def test_job_on_the_snippet_matches_the_hand_count(snippet_file, tmp_path):
         ("sat on the", 3, 2),
         ("the cat sat", 3, 2),
     ]
-    manifest = json.loads((out / job.MANIFEST_FILE).read_text())
+    manifest = json.loads((out / ngram_format.MANIFEST_FILE).read_text())
     assert manifest["entries_per_n"] == {"2": 5, "3": 3}
     assert manifest["total_entries"] == 8
     assert manifest["corpus"] == {
@@ -202,8 +198,8 @@ def test_compressed_input_gives_the_same_dictionary(snippet_file, tmp_path):
     plain = run_job(tmp_path, [snippet_file], "plain", "--min-count", "2")
     from_gz = run_job(tmp_path, [packed], "gz", "--min-count", "2")
     assert len(dictionary_rows(plain)) == 9  # as in test_four_gram_found_through_its_frequent_three_grams
-    assert (from_gz / job.ARROW_FILE).read_bytes() == (plain / job.ARROW_FILE).read_bytes()
-    manifest = json.loads((from_gz / job.MANIFEST_FILE).read_text())
+    assert (from_gz / ngram_format.ARROW_FILE).read_bytes() == (plain / ngram_format.ARROW_FILE).read_bytes()
+    manifest = json.loads((from_gz / ngram_format.MANIFEST_FILE).read_text())
     assert manifest["sources"][0]["bytes"] == packed.stat().st_size  # the raw (compressed) file is hashed
 
 
@@ -356,7 +352,7 @@ def test_source_files_hash_the_raw_bytes(snippet_file):
 
 
 def test_write_ngram_dictionary_writes_sorted_files_and_manifest_last(tmp_path, monkeypatch):
-    monkeypatch.setattr(job, "ARROW_BATCH_ROWS", 2)  # several record batches and TSV blocks (in-process runner)
+    monkeypatch.setattr(dictionary_files, "ARROW_BATCH_ROWS", 2)  # several record batches and TSV blocks (in-process runner)
     out = tmp_path / "dict"
     rules = NgramRules(min_n=2, max_n=3, min_count=2)
     with TestPipeline(runner="FnApiRunner") as p:
@@ -364,21 +360,21 @@ def test_write_ngram_dictionary_writes_sorted_files_and_manifest_last(tmp_path, 
         sources = p | "Sources" >> beam.Create([{"path": "x", "bytes": 1, "sha256": "0" * 64}])
         summary = p | "Summary" >> beam.Create([{"lines": 1}])
         dead = p | "Dead" >> beam.Create([])
-        manifests = (entries, sources, summary, dead) | job.WriteNgramDictionary(
+        manifests = (entries, sources, summary, dead) | dictionary_files.WriteNgramDictionary(
             output=str(out), options={"min_count": 2}, rules=rules
         )
         assert_that(manifests | beam.Map(lambda m: (m["total_entries"], m["entries_per_n"])),
                     equal_to([(5, {"2": 4, "3": 1})]))
     assert dictionary_rows(out) == [("a b", 2, 7), ("a b c", 3, 7), ("z y", 2, 3), ("é f", 2, 3), ("b c", 2, 2)]
-    assert (out / job.TSV_FILE).read_text(encoding="utf-8") == (
+    assert (out / ngram_format.TSV_FILE).read_text(encoding="utf-8") == (
         "ngram\tn\tcount\na b\t2\t7\na b c\t3\t7\nz y\t2\t3\né f\t2\t3\nb c\t2\t2\n"
     )
-    manifest = json.loads((out / job.MANIFEST_FILE).read_text())
-    for name in (job.ARROW_FILE, job.TSV_FILE, job.DEAD_LETTER_FILE):
+    manifest = json.loads((out / ngram_format.MANIFEST_FILE).read_text())
+    for name in (ngram_format.ARROW_FILE, ngram_format.TSV_FILE, ngram_format.DEAD_LETTER_FILE):
         data = (out / name).read_bytes()
         assert manifest["files"][name] == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     # the file written last is the manifest
-    assert max((out / n).stat().st_mtime_ns for n in manifest["files"]) <= (out / job.MANIFEST_FILE).stat().st_mtime_ns
+    assert max((out / n).stat().st_mtime_ns for n in manifest["files"]) <= (out / ngram_format.MANIFEST_FILE).stat().st_mtime_ns
 
 
 # --------------------------------------------------------------------------------------------------
@@ -429,7 +425,7 @@ def _corpus_lines(paths) -> list[str]:
     ids=["apriori", "lowercase-drop-punctuation", "no-pruning"],
 )
 def test_job_equals_brute_force_on_random_input(random_corpus, tmp_path, monkeypatch, options):
-    monkeypatch.setattr(ngram_counts, "CHUNK_TOKENS", 37)  # many id chunks per bundle (in-process runner)
+    monkeypatch.setattr(frequent_pairs, "CHUNK_TOKENS", 37)  # many id chunks per bundle (in-process runner)
     options = dict(options)
     pruning = options.pop("pruning", "apriori")
     argv = ["--min-n", str(options["min_n"]), "--max-n", str(options["max_n"]),
@@ -455,7 +451,7 @@ def test_job_is_deterministic_across_runs_and_worker_counts(random_corpus, tmp_p
     multi = run_job(tmp_path, random_corpus, "multi", *common,
                     "--direct_running_mode", "multi_processing", "--direct_num_workers", "2")
     assert len(dictionary_rows(first)) > 0
-    for name in (job.ARROW_FILE, job.TSV_FILE, job.MANIFEST_FILE):
+    for name in (ngram_format.ARROW_FILE, ngram_format.TSV_FILE, ngram_format.MANIFEST_FILE):
         reference = (first / name).read_bytes()
         assert (second / name).read_bytes() == reference, name
         assert (multi / name).read_bytes() == reference, name
@@ -463,9 +459,9 @@ def test_job_is_deterministic_across_runs_and_worker_counts(random_corpus, tmp_p
 
 def test_manifest_describes_sources_options_and_entries(random_corpus, tmp_path):
     out = run_job(tmp_path, random_corpus, "d", "--min-count", "4")
-    manifest = json.loads((out / job.MANIFEST_FILE).read_text())
+    manifest = json.loads((out / ngram_format.MANIFEST_FILE).read_text())
     assert manifest["format"] == "spanprep-ngram-dictionary" and manifest["format_version"] == 1
-    assert manifest["created_by"]["version"] == job.package_version()
+    assert manifest["created_by"]["version"] == dictionary_files.package_version()
     assert manifest["options"] == {
         "input": [str(p) for p in random_corpus], "min_n": 2, "max_n": 5, "min_count": 4, "lowercase": False,
         "drop_punctuation": False, "pruning": "apriori", "split_mb": None, "max_keys_per_bundle": 1000000,
@@ -482,7 +478,7 @@ def test_manifest_describes_sources_options_and_entries(random_corpus, tmp_path)
     lines = _corpus_lines(random_corpus)
     assert manifest["corpus"]["lines"] == len(lines)
     assert manifest["corpus"]["heading_lines"] == sum(1 for line in lines if heading_level(line))
-    tsv = (out / job.TSV_FILE).read_text(encoding="utf-8").splitlines()
+    tsv = (out / ngram_format.TSV_FILE).read_text(encoding="utf-8").splitlines()
     assert tsv[0] == "ngram\tn\tcount"
     assert [tuple(r.split("\t")) for r in tsv[1:]] == [(g, str(n), str(c)) for g, n, c in rows]
 
@@ -515,7 +511,7 @@ def test_bad_options_and_input_give_one_clear_error(snippet_file, tmp_path, caps
         job.run(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
-    assert not (tmp_path / "out" / job.MANIFEST_FILE).exists()
+    assert not (tmp_path / "out" / ngram_format.MANIFEST_FILE).exists()
 
 
 def test_existing_dictionary_needs_overwrite(snippet_file, tmp_path, capsys):
@@ -555,7 +551,7 @@ def test_wikitext2_dictionary_equals_brute_force(tmp_path):
     assert {n for _, n, _ in rows} == {2, 3, 4, 5}
     assert not any("<unk>" in g.split(" ") for g, _, _ in rows)
     assert rows == expected_rows(brute_force(_corpus_lines(files), min_n=2, max_n=5, min_count=11))
-    manifest = json.loads((out / job.MANIFEST_FILE).read_text())
+    manifest = json.loads((out / ngram_format.MANIFEST_FILE).read_text())
     published = {"wiki.valid.tokens": "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
                  "wiki.test.tokens": "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"}
     assert {Path(s["path"]).name: s["sha256"] for s in manifest["sources"]} == published

@@ -1,0 +1,25 @@
+"""Read the input: file paths -> raw lines (``ReadLines``)."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+
+class ReadLines(beam.PTransform):
+    """file paths -> raw lines (bytes, newline stripped), split into byte ranges so workers share big files.
+
+    Lines are read as bytes and decoded by the consumers, so that a line that is not UTF-8 becomes a
+    dead-letter record (see :class:`CorpusSummary`) rather than a crash.
+    """
+
+    def __init__(self, *, split_bytes: int, with_filename: bool = False):
+        super().__init__()
+        self._split_bytes = split_bytes
+        self._with_filename = with_filename
+
+    def expand(self, paths):
+        return paths | "ReadAllFromText" >> beam.io.ReadAllFromText(
+            desired_bundle_size=self._split_bytes,
+            coder=beam.coders.BytesCoder(),
+            with_filename=self._with_filename,
+        )
