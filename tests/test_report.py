@@ -12,6 +12,7 @@ import shlex
 import shutil
 import struct
 import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -22,6 +23,9 @@ import pytest
 import yaml
 
 from pipeline import report
+from pipeline.report.common import DEFAULT_EXAMPLES, KIND_CSS
+from pipeline.report.page import render_example
+from pipeline.report.statistics import Example, collect, read_dictionary
 from pipeline.verify import verify
 from schemas import format as fmt
 from schemas.artifact import Artifact
@@ -224,7 +228,7 @@ def _doc_totals(rows: list[dict]) -> list[int]:
 def test_full_read_statistics_equal_the_shards_and_the_manifest(wikitext_reported):
     art = Artifact.open(str(wikitext_reported))
     m = art.manifest
-    stats = report.collect(art)
+    stats = collect(art)
     rows = _rows(wikitext_reported)
     assert not stats.sampled and stats.rows_read == len(rows) == m["counts"]["rows"] > 0
     assert stats.tokens_read == m["counts"]["tokens"]
@@ -261,12 +265,12 @@ def short_rows_artifact(tmp_path_factory) -> Path:
 def test_sampling_is_seeded_and_counts_whole_documents(short_rows_artifact):
     art = Artifact.open(str(short_rows_artifact))
     full = _doc_totals(_rows(short_rows_artifact))
-    whole = report.collect(art)
+    whole = collect(art)
     assert not whole.sampled and sorted(whole.doc_tokens) == full and whole.batches_total > 10
     followed = 0
     for seed in range(6):
-        a = report.collect(art, max_rows=300, seed=seed, examples=2)
-        b = report.collect(art, max_rows=300, seed=seed, examples=2)
+        a = collect(art, max_rows=300, seed=seed, examples=2)
+        b = collect(art, max_rows=300, seed=seed, examples=2)
         assert a.sampled and 1 < a.batches_read < a.batches_total and 300 - 128 <= a.rows_read <= 300 + 128
         assert a.doc_tokens == b.doc_tokens and [e.input_ids for e in a.examples] == [e.input_ids for e in b.examples]
         remaining = list(full)
@@ -322,15 +326,15 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+", "", text)
 
 
-def _check_rendering(tok, ex: report.Example, kinds: list[str]) -> int:
+def _check_rendering(tok, ex: Example, kinds: list[str]) -> int:
     marks = _Marks()
-    marks.feed(report.render_example(tok, ex, kinds))
+    marks.feed(render_example(tok, ex, kinds))
     marks.close()
     assert "".join(t for t, _ in marks.chunks) == tok.decode(ex.input_ids, skip_special_tokens=False)
     checked = 0
     for kind in kinds:
         spans = sorted(ex.spans[kind])
-        runs = marks.runs(report.KIND_CSS[kind])
+        runs = marks.runs(KIND_CSS[kind])
         assert [_squash(r) for r in runs] == [_squash(tok.decode(ex.input_ids[s:e], skip_special_tokens=False)) for s, e, _ in spans]
         checked += len(spans)
     if "entities" in kinds:
@@ -343,11 +347,11 @@ def test_example_rows_show_the_decoded_text_with_every_span_marked(wikitext_repo
 
     art = Artifact.open(str(wikitext_reported))
     tok = Tokenizer.from_str(art.tokenizer_json())
-    stats = report.collect(art, examples=6)
+    stats = collect(art, examples=6)
     assert len(stats.examples) == 6
     assert sum(_check_rendering(tok, ex, ["entities", "noun_phrases"]) for ex in stats.examples) > 0
     page = (wikitext_reported / "report" / "index.html").read_text(encoding="utf-8")
-    assert page.count('<div class="example">') == report.DEFAULT_EXAMPLES
+    assert page.count('<div class="example">') == DEFAULT_EXAMPLES
 
 
 def test_example_text_is_escaped():
@@ -362,12 +366,12 @@ def test_example_text_is_escaped():
     ids, word_ids = enc.ids, enc.word_ids
     starts = [i == 0 or word_ids[i] != word_ids[i - 1] for i in range(len(ids))]
     ny = enc.tokens.index("New")
-    ex = report.Example("shards/x.arrow", 0, 0, "d", 0, ids, starts, {
+    ex = Example("shards/x.arrow", 0, 0, "d", 0, ids, starts, {
         "entities": [(0, 1, "PERSON"), (2, 7, "<WORK>"), (ny, ny + 2, "GPE")],
         "noun_phrases": [(0, 7, ""), (ny, ny + 4, "")],
         "ngrams": [],
     })  # fmt: skip
-    out = report.render_example(tok, ex, ["entities", "noun_phrases", "ngrams"])
+    out = render_example(tok, ex, ["entities", "noun_phrases", "ngrams"])
     assert "<b" not in out and "</b" not in out and "&lt; b &gt;" in out and "&amp;" in out and "&lt;WORK&gt;" in out
     assert _check_rendering(tok, ex, ["entities", "noun_phrases", "ngrams"]) == 5
 
@@ -390,7 +394,7 @@ def _write_dictionary(path: Path, entries: list[tuple[str, int]]) -> dict:
                       "count": pa.array([c for _, c in rows], pa.int64())})
     with ipc.new_file(str(path / "ngrams.arrow"), table.schema) as w:
         w.write_table(table, max_chunksize=7)
-    (path / "manifest.json").write_text(json.dumps({"format": "spanprep-ngram-dictionary", "entries_per_n": {"2": 1}}))
+    (path / "manifest.json").write_text(json.dumps({"format": "spanprep-ngram-dictionary", "format_version": 1, "entries_per_n": {"2": 1}}))
     sha = hashlib.sha256((path / "ngrams.arrow").read_bytes()).hexdigest()
     return {"path": str(path), "sha256": sha, "entries": len(rows), "max_n": 3, "lowercase": False}
 
@@ -398,16 +402,21 @@ def _write_dictionary(path: Path, entries: list[tuple[str, int]]) -> dict:
 def test_the_dictionary_section_shows_its_top_ngrams_or_says_it_is_unreachable(demo_artifact, tmp_path):
     entries = [(f"word{i} next{i}", 1000 - 37 * i) for i in range(20)] + [("New York City", 5000), ("of the", 5000)]
     info = _write_dictionary(tmp_path / "dict", entries)
-    d = report.read_dictionary(info, limit=10, per_n_limit=3)
+    d = read_dictionary(info, limit=10, per_n_limit=3)
     assert d.reachable and [(r["ngram"], r["count"]) for r in d.top] == sorted(entries, key=lambda e: (-e[1], e[0]))[:10]
     bigrams = sorted((e for e in entries if e[0].count(" ") == 1), key=lambda e: (-e[1], e[0]))
     assert d.per_n[2] == (len(bigrams), [{"ngram": g, "n": 2, "count": c} for g, c in bigrams[:3]])
     assert d.per_n[3] == (1, [{"ngram": "New York City", "n": 3, "count": 5000}])
     assert "sha256 matches" in d.message
-    changed = report.read_dictionary({**info, "sha256": "0" * 64})
+    changed = read_dictionary({**info, "sha256": "0" * 64})
     assert changed.reachable and "differs from the one used" in changed.message
-    gone = report.read_dictionary({**info, "path": str(tmp_path / "elsewhere")})
+    gone = read_dictionary({**info, "path": str(tmp_path / "elsewhere")})
     assert not gone.reachable and "not reachable" in gone.message
+    future = tmp_path / "future"
+    shutil.copytree(tmp_path / "dict", future)
+    (future / "manifest.json").write_text(json.dumps({"format": "spanprep-ngram-dictionary", "format_version": 2}))
+    unknown = read_dictionary({**info, "path": str(future)})
+    assert not unknown.reachable and "format version 2 is not one this code reads" in unknown.message
 
     out = tmp_path / "artifact"
     shutil.copytree(demo_artifact, out, ignore=shutil.ignore_patterns("report", "README.md"))
@@ -432,6 +441,15 @@ def test_the_same_artifact_gives_the_same_report(demo_reported):
     after = {p.name: p.read_bytes() for p in (demo_reported / "report").iterdir()}
     after["README.md"] = (demo_reported / "README.md").read_bytes()
     assert after == before and len(before) > 8
+
+
+def test_the_report_does_not_import_the_build_job(demo_reported):
+    """No import circle: the card lists the job's options from the manifest, which keeps Beam's apart."""
+    code = ("import sys; from pipeline import report; assert report.main([sys.argv[1], '--quiet']) == 0; "
+            "print(sorted(m for m in sys.modules if m.startswith('pipeline.')))")
+    done = subprocess.run([sys.executable, "-c", code, str(demo_reported)], capture_output=True, text=True, check=True)
+    loaded = done.stdout.strip()
+    assert "pipeline.report.card" in loaded and "pipeline.build_shards" not in loaded
 
 
 def test_missing_or_incomplete_artifacts_are_clear_errors(demo_artifact, tmp_path, capsys):
