@@ -33,14 +33,12 @@ class Artifact:
         info = fs.get_file_info(root)
         if info.type == pafs.FileType.NotFound:
             raise fmt.FormatError(f"{uri}: artifact directory does not exist")
-        manifest_path = f"{root}/{fmt.MANIFEST_FILE}"
-        if fs.get_file_info(manifest_path).type == pafs.FileType.NotFound:
+        raw = fmt.read_if_present(fs, f"{root}/{fmt.MANIFEST_FILE}")
+        if raw is None:
             raise fmt.FormatError(
                 f"{uri}: incomplete artifact: no {fmt.MANIFEST_FILE} (it is written last; the job that builds "
                 f"this artifact did not finish, failed, or is still running)"
             )
-        with fs.open_input_stream(manifest_path) as f:
-            raw = f.read()
         try:
             manifest = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -81,6 +81,14 @@ def split_uri(uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), os.path.abspath(uri)
 
 
+def read_if_present(fs: pafs.FileSystem, path: str) -> bytes | None:
+    """The bytes of a file, or None when it does not exist (a manifest is written last: absent = incomplete)."""
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        return None
+    with fs.open_input_stream(path) as f:
+        return f.read()
+
+
 def shard_filename(index: int, num_shards: int) -> str:
     """``shards/part-00003-of-00064.arrow``: relative to the artifact root."""
     return f"{SHARDS_DIR}/part-{index:05d}-of-{num_shards:05d}.arrow"

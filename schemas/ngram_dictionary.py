@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
-from schemas.format import split_uri
+from schemas.format import read_if_present, split_uri
 
 FORMAT = "spanprep-ngram-dictionary"
 FORMAT_VERSION = 1  # an integer: a new version means a file or column changed meaning
@@ -60,14 +60,13 @@ class NgramDictionary:
     @classmethod
     def open(cls, path: str) -> "NgramDictionary":
         fs, root = split_uri(path.rstrip("/"))
-        manifest_path = f"{root}/{MANIFEST_FILE}"
-        if fs.get_file_info(manifest_path).type == pafs.FileType.NotFound:
+        raw = read_if_present(fs, f"{root}/{MANIFEST_FILE}")
+        if raw is None:
             raise ValueError(
                 f"{path}: not a complete n-gram dictionary (no {MANIFEST_FILE}; it is written last, so the job "
                 "that builds it did not finish, or this is not a dictionary directory)"
             )
-        with fs.open_input_stream(manifest_path) as f:
-            manifest = json.loads(f.read().decode("utf-8"))
+        manifest = json.loads(raw.decode("utf-8"))
         if manifest.get("format") != FORMAT:
             raise ValueError(f"{path}: not an n-gram dictionary (format {manifest.get('format')!r})")
         if manifest.get("format_version") not in KNOWN_FORMAT_VERSIONS:
