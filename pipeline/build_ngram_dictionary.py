@@ -108,8 +108,6 @@ class NgramDictionaryOptions(PipelineOptions):
                             help="replace a dictionary that already exists at --output")
 
 
-
-
 # --------------------------------------------------------------------------------------------------
 # The job
 

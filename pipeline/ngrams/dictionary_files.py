@@ -164,7 +164,3 @@ class WriteNgramDictionary(beam.PTransform):
             corpus_summary=beam.pvalue.AsSingleton(corpus_summary),
             dead_letters=beam.pvalue.AsList(dead_letters),
         )
-
-
-# --------------------------------------------------------------------------------------------------
-# The job

@@ -41,6 +41,7 @@ def _fence(text: str, lang: str = "") -> str:
         ticks += "`"
     return f"{ticks}{lang}\n{text}\n{ticks}"
 
+
 def build_card(m: dict, *, pretty_name: str, license: str | None, source_license: str | None, language: str | None,
                uri: str) -> str:
     c = m["counts"]
@@ -203,5 +204,3 @@ def build_card(m: dict, *, pretty_name: str, license: str | None, source_license
         "",
     ]
     return "\n".join(lines)
-
-

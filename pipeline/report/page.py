@@ -70,7 +70,6 @@ def render_example(tok, ex: Example, kinds: list[str]) -> str:
     return "".join(parts)
 
 
-
 CSS = """
 :root { color-scheme: light; }
 body { font: 15px/1.5 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: #111827;
@@ -133,7 +132,6 @@ def _table(headers: list[str], rows: list[list[Any]], numeric: set[int] = frozen
 
 class _Html(str):
     """Already-escaped HTML."""
-
 
 
 def _dead_letter_examples(art: Artifact) -> dict[str, dict]:
@@ -291,5 +289,3 @@ def build_html(art: Artifact, stats: Stats, figures: list[Figure], dictionary: D
     )
     out.append("</main></body></html>")
     return "\n".join(out) + "\n"
-
-

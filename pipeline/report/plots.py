@@ -224,5 +224,3 @@ def plot_ngrams(plt, top: list[dict]):
     ax.set_xlabel("occurrences in the dictionary's corpus")
     ax.set_title("Most frequent dictionary n-grams", loc="left")
     return fig
-
-

@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 
 from pipeline.report.common import DEFAULT_EXAMPLES, DEFAULT_MAX_ROWS, TOP_NGRAMS, ReportError
 from schemas import format as fmt
-from schemas.artifact import Artifact
 from schemas import ngram_dictionary as ngram_format
+from schemas.artifact import Artifact
 from schemas.ngram_dictionary import NgramDictionary
 
 
@@ -273,4 +273,3 @@ def read_dictionary(info: dict | None, limit: int = TOP_NGRAMS, per_n_limit: int
     else:
         message = f"{path} (sha256 matches the manifest)"
     return Dictionary(path, True, message, table.slice(0, limit).to_pylist(), per_n)
-

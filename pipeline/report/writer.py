@@ -156,4 +156,3 @@ def write_report(
     say(f"wrote {art.display(fmt.REPORT_DIR + '/' + INDEX_FILE)} and {art.display(README_FILE)} in {time.time() - started:.1f} s")
     return {"index": art.display(f"{fmt.REPORT_DIR}/{INDEX_FILE}"), "card": art.display(README_FILE),
             "plots": [art.display(f"{fmt.REPORT_DIR}/{f.file}") for f in figures], "stats": stats}
-
