@@ -50,6 +50,7 @@ from trainer.config import (
     to_jsonable,
 )
 from trainer import resume_check
+from trainer.checkpoint_files import load_tensors
 from trainer.model import SpanBert
 
 log = logging.getLogger("trainer")
@@ -324,7 +325,7 @@ def optimizer_state_bytes(ckpt_dir: str, tag: str) -> list[int]:
             return sum(tensor_bytes(v) for v in obj)
         return 0
 
-    return [tensor_bytes(torch.load(f, map_location="cpu", weights_only=False)["optimizer_state_dict"]) for f in files]
+    return [tensor_bytes(load_tensors(f)["optimizer_state_dict"]) for f in files]
 
 
 @dataclass
