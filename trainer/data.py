@@ -26,6 +26,8 @@ Interface (what ``trainer/pretrain.py`` calls)
 special_token_ids=)`` raises :class:`TokenizerMismatchError` naming both sides; the builders call it when
 given ``expected_*``. Every artifact problem (missing, incomplete, unknown format version, corrupt shard)
 raises ``schemas.format.FormatError`` with a message naming the file; config mistakes raise ``ValueError``.
+Building a loader checks its split's shards against the manifest first (size, and sha256 as
+``DataConfig.verify_shards`` says: once per node by default; ``schemas/integrity.py``).
 
 Splits
 ------
