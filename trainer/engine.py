@@ -38,6 +38,8 @@ import torch
 # DeepSpeed's ZeRO calls a torch.distributed function that torch marks deprecated, once per step and rank.
 warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*is deprecated", category=FutureWarning)
 
+from trainer import resume_check
+from trainer.checkpoint_files import load_tensors
 from trainer.config import (
     CHECKPOINT_META_FILE,
     CHECKPOINT_TOKENIZER_FILE,
@@ -49,8 +51,6 @@ from trainer.config import (
     dumps,
     to_jsonable,
 )
-from trainer import resume_check
-from trainer.checkpoint_files import load_tensors
 from trainer.model import SpanBert
 
 log = logging.getLogger("trainer")
