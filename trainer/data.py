@@ -131,9 +131,7 @@ class DataConfig:
     eval_shards: int = 1  # the last eval_shards shards (manifest order) are held out for evaluation
     num_epochs: int | None = None  # None: the training stream never ends; else it stops after num_epochs epochs
     worker_chunk_batches: int | None = None  # micro-batches per worker chunk; None: one shuffle window, at most 256 rows
-    # shard sha256 against the manifest when the loader opens the artifact: once (per node and shard version,
-    # cached; schemas/integrity.py), always, or off (sizes only)
-    verify_shards: Literal["once", "always", "off"] = "once"
+    verify_shards: Literal["once", "always", "off"] = "once"  # check each shard's sha256 against the manifest: once per node (cached), always, or off (sizes only)
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
