@@ -49,6 +49,7 @@ def test_once_hashes_each_shard_once_per_node_and_a_changed_file_again(demo_arti
     good = tmp_path / "good"
     shutil.copytree(demo_artifact, good)
     art = Artifact.open(str(good))
+    assert art.fingerprint == Artifact.open(str(demo_artifact)).fingerprint  # content, not location
     cache = tmp_path / "cache"
     paths = art.shard_paths
 
