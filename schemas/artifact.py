@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -71,14 +72,18 @@ class Artifact:
     def shard_paths(self) -> list[str]:
         return [s["path"] for s in self.manifest["shards"]]
 
+    @cached_property
+    def _shard_entries(self) -> dict[str, dict[str, Any]]:
+        return {s["path"]: s for s in self.manifest["shards"]}
+
     def shard_entry(self, relative: str) -> dict[str, Any]:
         """The manifest's entry ({"path", "rows", "tokens", "bytes", "sha256"}) of a shard."""
-        for s in self.manifest["shards"]:
-            if s["path"] == relative:
-                return s
-        raise fmt.FormatError(f"{self.display(relative)}: not a shard of this artifact's manifest")
+        entry = self._shard_entries.get(relative)
+        if entry is None:
+            raise fmt.FormatError(f"{self.display(relative)}: not a shard of this artifact's manifest")
+        return entry
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         """The artifact's :func:`schemas.integrity.content_fingerprint` (same for every copy of it)."""
         return integrity.content_fingerprint(self.manifest)
