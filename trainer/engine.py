@@ -1017,6 +1017,7 @@ def prepare(args) -> TrainSetup:
     train_loader, _ = data_mod.build_train_loader(data, masking, rank=rank, world_size=world_size, **expected)
     changes = []
     if resume_meta is not None:
+        resume_check.check_zero_stage(resume_meta, ds.get("zero_optimization", {}).get("stage", 0), checkpoint)
         resume_check.check_data_stream(resume_meta, train_loader, checkpoint)
         changes = resume_check.changed_options(resume_meta, run_options(run, optim, data, masking, ds, world_size))
     eval_loader = None

@@ -8,6 +8,7 @@ position. On resume:
 * another artifact (another fingerprint) is refused, naming both;
 * a data-stream change the loader cannot continue (held-out shards, seed, shuffle window, masking scheme or mask
   seed) is refused with the loader's own reason;
+* a ZeRO stage DeepSpeed cannot load the checkpoint into (anything but 1 <-> 2) is refused;
 * every other changed option is accepted and listed (``changed_options``), e.g. a longer ``--max-steps``, another
   ``--lr``, ``--max-seq-len`` or number of ranks; the engine prints the list when the run resumes.
 
@@ -57,6 +58,22 @@ def check_data_stream(meta: Mapping[str, Any], train_loader, where: str) -> None
         train_loader.load_state_dict(state)  # the same state Trainer.resume loads again from DeepSpeed's files
     except ValueError as e:
         raise ConfigError(f"cannot resume {where}: {e}") from None
+
+
+# ZeRO stages whose checkpoints load into each other at the same number of ranks (1 and 2 write the same
+# per-rank optimizer files; 0 writes none, 3 partitions the weights too: DeepSpeed's loader fails on a mix).
+COMPATIBLE_ZERO_STAGES = ({0}, {1, 2}, {3})
+
+
+def check_zero_stage(meta: Mapping[str, Any], stage: int, where: str) -> None:
+    """Refuse (ConfigError, one line) a ZeRO stage DeepSpeed cannot load the checkpoint's optimizer files into."""
+    saved = meta.get("zero_stage")
+    if saved is None or saved == stage or any({saved, stage} <= group for group in COMPATIBLE_ZERO_STAGES):
+        return
+    raise ConfigError(
+        f"cannot resume {where} (ZeRO stage {saved}) with ZeRO stage {stage}: DeepSpeed cannot load its optimizer files "
+        f"into that stage (stages 1 and 2 can take each other's); resume with a DeepSpeed config of stage {saved}"
+    )
 
 
 def _flatten(options: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
