@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -16,6 +17,7 @@ import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from schemas import format as fmt
+from schemas import integrity
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,22 @@ class Artifact:
     def shard_paths(self) -> list[str]:
         return [s["path"] for s in self.manifest["shards"]]
 
+    @cached_property
+    def _shard_entries(self) -> dict[str, dict[str, Any]]:
+        return {s["path"]: s for s in self.manifest["shards"]}
+
+    def shard_entry(self, relative: str) -> dict[str, Any]:
+        """The manifest's entry ({"path", "rows", "tokens", "bytes", "sha256"}) of a shard."""
+        entry = self._shard_entries.get(relative)
+        if entry is None:
+            raise fmt.FormatError(f"{self.display(relative)}: not a shard of this artifact's manifest")
+        return entry
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """The artifact's :func:`schemas.integrity.content_fingerprint` (same for every copy of it)."""
+        return integrity.content_fingerprint(self.manifest)
+
     @property
     def vocab_size(self) -> int:
         return int(self.manifest["tokenizer"]["vocab_size"])
@@ -74,11 +92,29 @@ class Artifact:
         with self.fs.open_input_stream(self.path(relative)) as f:
             return f.read()
 
+    def check_shard(self, relative: str, mode: str = "once") -> str:
+        """Check a shard's size and (``mode`` once/always) sha256 against the manifest; a mismatch raises
+        :class:`schemas.integrity.ShardMismatchError` naming the shard. See :func:`schemas.integrity.verify_file`."""
+        return integrity.verify_file(self.fs, self.path(relative), self.shard_entry(relative), self.display(relative),
+                                     mode=mode, fingerprint=self.fingerprint, location=self.display(relative))
+
+    def check_shards(self, relatives: list[str], mode: str = "once", start: int = 0) -> dict[str, int]:
+        """:meth:`check_shard` for each of ``relatives``, beginning at index ``start`` (mod their number) and
+        wrapping around, so that ranks of one node given different starts hash different shards at the same time.
+        Returns how many were checked by size only, hashed, or found in the node's cache."""
+        done = {"size": 0, "hashed": 0, "cached": 0}
+        n = len(relatives)
+        for k in range(n):
+            done[self.check_shard(relatives[(start + k) % n], mode)] += 1
+        return done
+
     def open_shard(self, relative: str) -> ipc.RecordBatchFileReader:
-        """Open one shard for random access to its record batches, checking version and schema."""
+        """Open one shard for random access to its record batches, checking its size (against the manifest),
+        version and schema. Its sha256 is :meth:`check_shard`'s job (it reads the whole file)."""
         where = self.display(relative)
         try:
             source = self.fs.open_input_file(self.path(relative))
+            integrity.check_size(self.shard_entry(relative), source.size(), where)
             reader = ipc.open_file(source)
         except FileNotFoundError:
             raise fmt.FormatError(f"{where}: shard listed in the manifest is missing") from None

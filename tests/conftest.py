@@ -64,3 +64,19 @@ def demo_artifact(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("demo") / "artifact"
     build(DEMO_CORPUS, out, "--input-format", "jsonl", "--train-tokenizer", "--vocab-size", "4000", "--num-shards", "4")
     return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shard_check_cache(tmp_path_factory):
+    """Markers of verified shards (schemas/integrity.py) go to a directory of this session, not ~/.cache;
+    subprocesses inherit it."""
+    import os
+
+    path = tmp_path_factory.mktemp("spanprep_cache")
+    saved = os.environ.get("SPANPREP_CACHE_DIR")
+    os.environ["SPANPREP_CACHE_DIR"] = str(path)
+    yield path
+    if saved is None:
+        os.environ.pop("SPANPREP_CACHE_DIR", None)
+    else:
+        os.environ["SPANPREP_CACHE_DIR"] = saved

@@ -144,3 +144,80 @@ def test_export_of_a_directory_without_checkpoint_is_a_clear_error(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"export: error: {tmp_path}: no 'latest' file" in proc.stderr
+
+
+# -- checkpoint files are loaded without running code from them (issue 9, case 9) -------------------
+class RunsCodeWhenUnpickled:
+    """What a crafted checkpoint can hold: unpickling it calls ``open(path, "w")`` (any callable would do)."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def crafted_checkpoint(root: Path, marker: Path, file_name: str, key: str) -> Path:
+    """A checkpoint directory whose DeepSpeed file ``file_name`` holds a payload under ``key``."""
+    tag = root / "global_step1"
+    tag.mkdir(parents=True)
+    (root / "latest").write_text("global_step1")
+    cfg = ModelConfig.preset("tiny", vocab_size=100)
+    (tag / "spanprep_trainer.json").write_text(json.dumps({"step": 1, "model": json.loads(json.dumps(cfg.__dict__)),
+                                                           "tokenizer": {}, "max_seq_len": 64}))
+    (tag / "tokenizer.json").write_text("{}")
+    torch.save({key: {"weight": torch.zeros(2), "payload": RunsCodeWhenUnpickled(marker)}}, tag / file_name)
+    return root
+
+
+def test_export_refuses_a_checkpoint_file_that_would_run_code(tmp_path):
+    marker = tmp_path / "code_ran"
+    ckpt = crafted_checkpoint(tmp_path / "checkpoints", marker, "mp_rank_00_model_states.pt", "module")
+    proc = subprocess.run([sys.executable, "-m", "trainer.export", str(ckpt), "--out", str(tmp_path / "out")],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert not marker.exists(), "loading the checkpoint ran code from it"
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"export: error: {ckpt}/global_step1/mp_rank_00_model_states.pt: refused to load"), line
+    assert "Unsupported global" in line and "open" in line
+
+
+def test_optimizer_state_sizes_are_read_without_running_code(tmp_path):
+    from trainer.checkpoint_files import UntrustedCheckpointError
+    from trainer.engine import optimizer_state_bytes
+
+    marker = tmp_path / "code_ran"
+    ckpt = crafted_checkpoint(tmp_path / "checkpoints", marker, "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                              "optimizer_state_dict")
+    with pytest.raises(UntrustedCheckpointError, match="zero_pp_rank_0_mp_rank_00_optim_states.pt: refused to load"):
+        optimizer_state_bytes(str(ckpt), "global_step1")
+    assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_a_real_zero0_checkpoint_exports_with_weights_only_loading(demo_artifact, tmp_path):
+    """ZeRO-0 is the stage whose weights the exporter reads with its own torch.load (the others go through
+    DeepSpeed's zero_to_fp32): a real one still loads with weights_only=True."""
+    from conftest import free_port
+
+    cfg = json.loads((REPO / "trainer" / "configs" / "zero1_cpu.json").read_text())
+    cfg.update(train_micro_batch_size_per_gpu=4, zero_optimization={"stage": 0})
+    (tmp_path / "ds.json").write_text(json.dumps(cfg))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(OMP_NUM_THREADS="1", MASTER_PORT=str(free_port()))
+    proc = subprocess.run(
+        [sys.executable, "trainer/pretrain.py", "--deepspeed_config", str(tmp_path / "ds.json"), "--data", str(demo_artifact),
+         "--preset", "tiny", "--max-steps", "2", "--warmup-steps", "1", "--lr", "5e-3", "--eval-every", "0",
+         "--num-workers", "0", "--no-progress", "--output-dir", str(tmp_path / "run")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    ckpt = tmp_path / "run" / "checkpoints"
+    assert not list((ckpt / "global_step2").glob("*optim_states.pt"))  # the exporter's own-loading path
+    model, meta = load_model(str(ckpt))
+    assert meta["step"] == 2
+    torch.manual_seed(1234)
+    assert not torch.allclose(SpanBert(model.config).embeddings.word_embeddings.weight, model.embeddings.word_embeddings.weight)
+    out = subprocess.run([sys.executable, "-m", "trainer.export", str(ckpt), "--out", str(tmp_path / "hf")],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and (tmp_path / "hf" / "model.safetensors").exists(), out.stderr[-3000:]

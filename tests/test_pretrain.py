@@ -240,8 +240,18 @@ def test_resume_with_more_steps_follows_the_new_schedule(one_process_run, demo_a
     longer = MAX_STEPS + 4
     args = list(COMMON)
     args[args.index("--max-steps") + 1] = str(longer)
-    run([sys.executable, str(PRETRAIN), "--deepspeed_config", str(ds_config(tmp_path, 1)), "--data", str(demo_artifact),
-         "--output-dir", str(run_dir), "--resume", *args])
+    proc = run([sys.executable, str(PRETRAIN), "--deepspeed_config", str(ds_config(tmp_path, 1)), "--data", str(demo_artifact),
+                "--output-dir", str(run_dir), "--resume", *args])
+    # Every option that differs from the checkpoint's run is listed (issue 9, case 8).
+    changes = [line.split("accepted: ", 1)[1] for line in proc.stdout.splitlines()
+               if line.startswith("resume: option changed since the checkpoint, accepted: ")]
+    old_ds = one_process_run.parent / f"zero1_cpu_mb{MICRO_BATCH}.json"
+    assert sorted(changes) == [
+        f"run.deepspeed_config: {str(old_ds)!r} -> {str(ds_config(tmp_path, 1))!r}",
+        f"run.max_steps: {MAX_STEPS} -> {longer}",
+        f"run.output_dir: {str(one_process_run)!r} -> {str(run_dir)!r}",
+        f"run.save_every: {MAX_STEPS} -> 1000",
+    ], proc.stdout
     lr = metric(run_dir, "train_lr")
     assert sorted(lr) == list(range(MAX_STEPS + 1, longer + 1))
     warmup, peak = 2, 5e-3
@@ -330,3 +340,67 @@ def test_existing_run_needs_resume_and_resume_needs_the_same_tokenizer(one_proce
     assert code == 2 and f"already holds checkpoints (latest: global_step{MAX_STEPS}); pass --resume" in err, err
     code, err = main_in_process("--data", str(wikitext2_artifact), *base, "--resume")
     assert code == 2 and "was trained with another tokenizer" in err and "vocabulary 4000" in err and "vocabulary 8000" in err, err
+
+
+@pytest.fixture(scope="module")
+def demo_artifact_same_tokenizer(demo_artifact, tmp_path_factory) -> Path:
+    """Another artifact (3 shards, first half of the demo corpus) tokenized with the demo artifact's tokenizer."""
+    from conftest import DEMO_CORPUS, build
+
+    tmp = tmp_path_factory.mktemp("same_tokenizer")
+    half = tmp / "half.jsonl"
+    lines = DEMO_CORPUS.read_text(encoding="utf-8").splitlines(keepends=True)
+    half.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+    build(half, tmp / "artifact", "--input-format", "jsonl", "--tokenizer", str(demo_artifact / "tokenizer.json"),
+          "--num-shards", "3")
+    return tmp / "artifact"
+
+
+def test_resume_on_another_artifact_with_the_same_tokenizer_is_one_line_naming_both(
+        one_process_run, demo_artifact, demo_artifact_same_tokenizer, tmp_path):
+    from schemas.artifact import Artifact
+
+    other = demo_artifact_same_tokenizer
+    assert Artifact.open(str(other)).manifest["tokenizer"]["sha256"] == Artifact.open(str(demo_artifact)).manifest["tokenizer"]["sha256"]
+    run_dir = tmp_path / "run"
+    resume_from(one_process_run, f"global_step{MAX_STEPS}", run_dir)
+    proc = subprocess.run([sys.executable, str(PRETRAIN), "--deepspeed_config", str(ds_config(tmp_path, 1)), "--data", str(other),
+                           "--output-dir", str(run_dir), "--resume", *COMMON, "--max-steps", str(MAX_STEPS + 2)],
+                          cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 2, proc.stderr[-4000:]
+    assert "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"pretrain: error: cannot resume {run_dir / 'checkpoints'}/global_step{MAX_STEPS} on {other} (fingerprint ")
+    assert f"trained on another artifact, {demo_artifact} (fingerprint " in line, line
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--scheme", "whole_word"], "mask_scheme: saved 'span', now 'whole_word'"),
+        (["--shuffle-window", "3"], "shuffle_window: saved 16, now 3"),
+        (["--seed", "8"], "seed: saved 7, now 8"),
+    ],
+)
+def test_resume_refuses_a_sample_stream_it_cannot_continue(extra, words, one_process_run, demo_artifact, tmp_path,
+                                                           main_in_process):
+    run_dir = tmp_path / "run"
+    resume_from(one_process_run, f"global_step{MAX_STEPS}", run_dir)
+    args = [a for a in COMMON if a not in ("--seed", "7")]
+    args[args.index("--max-steps") + 1] = str(MAX_STEPS + 2)
+    code, err = main_in_process("--deepspeed_config", str(ds_config(tmp_path, 1)), "--data", str(demo_artifact),
+                                "--output-dir", str(run_dir), "--resume", *args, *(extra if "--seed" in extra else ["--seed", "7", *extra]))
+    assert code == 2 and err.startswith(f"pretrain: error: cannot resume {run_dir / 'checkpoints'}/global_step{MAX_STEPS}: ")
+    assert words in err and err.count("\n") == 1, err
+
+
+def test_resume_refuses_a_zero_stage_deepspeed_cannot_load(one_process_run, demo_artifact, tmp_path, main_in_process):
+    """ZeRO-1's checkpoint with ZeRO-3 at the same number of ranks: DeepSpeed's loader fails (an AssertionError
+    traceback, exit 1, before this check). 1 <-> 2 loads (tried by hand) and is only listed as a change."""
+    run_dir = tmp_path / "run"
+    resume_from(one_process_run, f"global_step{MAX_STEPS}", run_dir)
+    code, err = main_in_process("--deepspeed_config", str(ds_config(tmp_path, 3)), "--data", str(demo_artifact),
+                                "--output-dir", str(run_dir), "--resume", *COMMON, "--max-steps", str(MAX_STEPS + 2))
+    assert code == 2 and err.startswith(f"pretrain: error: cannot resume {run_dir / 'checkpoints'}/global_step{MAX_STEPS} "
+                                        f"(ZeRO stage 1) with ZeRO stage 3: "), err
+    assert err.count("\n") == 1, err

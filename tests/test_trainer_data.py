@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import shutil
@@ -48,6 +49,19 @@ def synthetic_rows(num_rows: int, seed: int = 0, min_len: int = 6, max_len: int 
     return rows
 
 
+def file_entry(path: Path) -> dict:
+    data = Path(path).read_bytes()
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def reseal(root: Path, rel: str) -> None:
+    """Make the manifest's size and sha256 of shard ``rel`` those of the file as it is now (a writer's bug, not damage)."""
+    manifest = json.loads((root / fmt.MANIFEST_FILE).read_text())
+    entry = next(s for s in manifest["shards"] if s["path"] == rel)
+    entry.update(file_entry(root / rel))
+    (root / fmt.MANIFEST_FILE).write_text(fmt.dumps_manifest(manifest))
+
+
 def write_artifact(root: Path, shards: list[list[dict]], *, rows_per_batch: int = 4, vocab_size: int = VOCAB, version: str = fmt.FORMAT_VERSION) -> Path:
     """Write an artifact whose shard ``k`` holds ``shards[k]`` (rows as dicts of the shard columns)."""
     root = Path(root)
@@ -73,7 +87,7 @@ def write_artifact(root: Path, shards: list[list[dict]], *, rows_per_batch: int 
                 w.write_batch(b)
         for r in rows:
             np.add.at(counts, r["input_ids"], 1)
-        entries.append({"path": rel, "rows": len(rows), "tokens": sum(len(r["input_ids"]) for r in rows), "bytes": 0, "sha256": f"{k:064d}"})
+        entries.append({"path": rel, "rows": len(rows), "tokens": sum(len(r["input_ids"]) for r in rows), **file_entry(root / rel)})
     uni = pa.Table.from_pydict({"token_id": list(range(vocab_size)), "token": [f"t{i}" for i in range(vocab_size)], "count": counts.tolist()}, schema=fmt.unigram_schema())
     with pa.OSFile(str(root / fmt.UNIGRAM_FILE), "wb") as f, ipc.new_file(f, uni.schema) as w:
         w.write_table(uni)
@@ -275,10 +289,17 @@ def test_corrupt_shard_fails_naming_the_file(artifact, tmp_path):
     middle = len(data) // 2
     data[middle - 200 : middle + 200] = bytes(400)  # record batch bodies; the footer stays intact
     shard.write_bytes(bytes(data))
-    loader, _ = build_train_loader(cfg(bad, num_epochs=1), MASK)
+    with pytest.raises(fmt.FormatError, match=r"part-00002-of-00005.arrow: sha256 .* differs from the manifest's"):
+        build_train_loader(cfg(bad, num_epochs=1), MASK)
+    # Without the checksum (--verify-shards off) the reader's own checks still find this damage, later.
+    loader, _ = build_train_loader(cfg(bad, num_epochs=1, verify_shards="off"), MASK)
     with pytest.raises(fmt.FormatError, match="part-00002-of-00005.arrow"):
         list(loader)
     shard.write_bytes(bytes(data[: len(data) // 3]))  # truncated: no footer
+    for mode in ("off", "once"):
+        with pytest.raises(fmt.FormatError, match=r"part-00002-of-00005.arrow: [\d,]+ bytes, the manifest says [\d,]+ \(truncated"):
+            build_train_loader(cfg(bad, verify_shards=mode), MASK)
+    reseal(bad, fmt.shard_filename(2, 5))  # a manifest that agrees with the truncated file: Arrow refuses it
     with pytest.raises(fmt.FormatError, match="part-00002-of-00005.arrow.*not a readable Arrow IPC file"):
         build_train_loader(cfg(bad), MASK)
 
@@ -290,7 +311,7 @@ def test_corrupt_shard_error_crosses_worker_processes(artifact, tmp_path):
     data = bytearray(shard.read_bytes())
     data[100:1500] = bytes(1400)
     shard.write_bytes(bytes(data))
-    loader, _ = build_train_loader(cfg(bad, num_epochs=1, num_workers=1), MASK)
+    loader, _ = build_train_loader(cfg(bad, num_epochs=1, num_workers=1, verify_shards="off"), MASK)
     with pytest.raises(fmt.FormatError, match="part-00000-of-00005.arrow"):
         list(loader)
 
@@ -323,6 +344,7 @@ def test_irregular_record_batches_are_refused_naming_the_shard(tmp_path):
             for n in sizes:
                 w.write_batch(table.slice(start, n).to_batches()[0])
                 start += n
+        reseal(art, rel)  # the writer got the layout wrong, not the checksum
 
     rewrite([3, 3, 3, 1])  # 4 batches for 10 rows where 3 batches of <= 4 rows are expected
     with pytest.raises(fmt.FormatError, match="part-00001-of-00002.arrow: 4 record batches for 10 rows"):

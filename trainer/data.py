@@ -26,6 +26,8 @@ Interface (what ``trainer/pretrain.py`` calls)
 special_token_ids=)`` raises :class:`TokenizerMismatchError` naming both sides; the builders call it when
 given ``expected_*``. Every artifact problem (missing, incomplete, unknown format version, corrupt shard)
 raises ``schemas.format.FormatError`` with a message naming the file; config mistakes raise ``ValueError``.
+Building a loader checks its split's shards against the manifest first (size, and sha256 as
+``DataConfig.verify_shards`` says: once per node by default; ``schemas/integrity.py``).
 
 Splits
 ------
@@ -89,7 +91,7 @@ import hashlib
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -129,6 +131,7 @@ class DataConfig:
     eval_shards: int = 1  # the last eval_shards shards (manifest order) are held out for evaluation
     num_epochs: int | None = None  # None: the training stream never ends; else it stops after num_epochs epochs
     worker_chunk_batches: int | None = None  # micro-batches per worker chunk; None: one shuffle window, at most 256 rows
+    verify_shards: Literal["once", "always", "off"] = "once"  # check each shard's sha256 against the manifest: once per node (cached), always, or off (sizes only)
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -157,6 +160,8 @@ class DataConfig:
             bad(f"seed must be an integer in [0, 2**32); got {self.seed!r}")
         if not isinstance(self.pin_memory, bool):
             bad(f"pin_memory must be a bool; got {self.pin_memory!r}")
+        if self.verify_shards not in ("once", "always", "off"):
+            bad(f"verify_shards must be once, always or off; got {self.verify_shards!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "DataConfig":
@@ -460,6 +465,8 @@ class ArtifactStream(IterableDataset):
             raise ValueError("DataConfig.eval_shards is 0: there are no held-out shards to evaluate on")
         train_idx, eval_idx = split_shards(artifact, data_cfg.eval_shards)
         self.shard_indices = train_idx if split == "train" else eval_idx
+        paths = [manifest["shards"][i]["path"] for i in self.shard_indices]
+        self.shard_checks = artifact.check_shards(paths, data_cfg.verify_shards, start=rank)
         self.blocks = _index_blocks(artifact, self.shard_indices)
         self.micro_batch_size = data_cfg.micro_batch_size if split == "train" else (data_cfg.eval_micro_batch_size or data_cfg.micro_batch_size)
         self.global_batch_size = self.micro_batch_size * world_size

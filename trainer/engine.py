@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
@@ -38,6 +38,8 @@ import torch
 # DeepSpeed's ZeRO calls a torch.distributed function that torch marks deprecated, once per step and rank.
 warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*is deprecated", category=FutureWarning)
 
+from trainer import resume_check
+from trainer.checkpoint_files import load_tensors
 from trainer.config import (
     CHECKPOINT_META_FILE,
     CHECKPOINT_TOKENIZER_FILE,
@@ -323,7 +325,7 @@ def optimizer_state_bytes(ckpt_dir: str, tag: str) -> list[int]:
             return sum(tensor_bytes(v) for v in obj)
         return 0
 
-    return [tensor_bytes(torch.load(f, map_location="cpu", weights_only=False)["optimizer_state_dict"]) for f in files]
+    return [tensor_bytes(load_tensors(f)["optimizer_state_dict"]) for f in files]
 
 
 @dataclass
@@ -471,6 +473,10 @@ class TrainSetup:
     train_loader: Any  # trainer.data.StreamLoader of this rank (not iterated yet)
     eval_loader: Any  # trainer.data.StreamLoader over the held-out shards, or None
     elastic: ElasticResume | None = None  # --resume of a checkpoint written by another number of ranks
+    resume_changes: list[str] = field(default_factory=list)  # options that differ from the checkpoint's run
+
+    def options(self, world_size: int) -> dict:
+        return run_options(self.run, self.optim, self.data, self.masking, self.deepspeed, world_size)
 
     def resolved(self, world_size: int) -> dict:
         ds = self.deepspeed
@@ -498,6 +504,13 @@ class TrainSetup:
             },
             "versions": _versions(),
         }
+
+
+def run_options(run, optim, data, masking, ds: dict, world_size: int) -> dict:
+    """The options a checkpoint records, to list what a resume changes (``trainer.resume_check``)."""
+    return {"run": to_jsonable(run), "optim": to_jsonable(optim), "data": to_jsonable(data), "masking": to_jsonable(masking),
+            "world_size": world_size, "zero_stage": ds.get("zero_optimization", {}).get("stage", 0),
+            "global_batch_size": ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * world_size}
 
 
 def _versions() -> dict:
@@ -540,9 +553,10 @@ class Trainer:
         protect_workers(self.eval_loader)
 
     # -- checkpoints -----------------------------------------------------------------------------
-    def _meta(self) -> dict:
+    def _meta(self, data_state: dict) -> dict:
         art = self.s.artifact
         return {
+            **resume_check.checkpoint_record(art, self.s.options(self.dist.world_size), data_state),
             "step": self.step,
             "model": to_jsonable(self.s.model),
             "tokenizer": art.manifest["tokenizer"],
@@ -559,7 +573,7 @@ class Trainer:
         if self.dist.is_main:
             os.makedirs(os.path.join(self.ckpt_dir, tag), exist_ok=True)
             with open(os.path.join(self.ckpt_dir, tag, CHECKPOINT_META_FILE), "w") as f:
-                f.write(dumps(self._meta()))
+                f.write(dumps(self._meta(data_state)))
             with open(os.path.join(self.ckpt_dir, tag, CHECKPOINT_TOKENIZER_FILE), "w", encoding="utf-8") as f:
                 f.write(self.tokenizer_json)
         from deepspeed.checkpoint.constants import (
@@ -894,13 +908,15 @@ def _check_model_matches_artifact(model_given: dict, artifact) -> dict:
     return fixed
 
 
-def _check_resume(run: RunConfig, model: ModelConfig, artifact, world_size: int, ds: dict) -> ElasticResume | None:
+def _check_resume(run: RunConfig, model: ModelConfig, artifact, world_size: int,
+                  ds: dict) -> tuple[ElasticResume | None, dict | None, str]:
     """Check that the latest checkpoint (if any) can be resumed; plan an elastic resume when it was written by
-    another number of ranks (this sets ``checkpoint.load_universal`` in ``ds``)."""
+    another number of ranks (this sets ``checkpoint.load_universal`` in ``ds``). Returns (the plan, the checkpoint's
+    meta or None without a checkpoint, the checkpoint's path)."""
     ckpt = checkpoint_dir(run.output_dir)
     tag = latest_tag(ckpt)
     if tag is None:
-        return None
+        return None, None, ckpt
     if not run.resume:
         raise ConfigError(
             f"{run.output_dir} already holds checkpoints (latest: {tag}); pass --resume to continue that run, "
@@ -919,14 +935,15 @@ def _check_resume(run: RunConfig, model: ModelConfig, artifact, world_size: int,
             f"{saved_tok.get('special_token_ids')}) than the artifact's (sha256 {str(tok.get('sha256'))[:12]}, "
             f"vocabulary {tok.get('vocab_size')}, special ids {tok.get('special_token_ids')})"
         )
+    resume_check.check_same_artifact(meta, artifact, f"{ckpt}/{tag}")
     saved_model, now = meta.get("model", {}), to_jsonable(model)
     diff = [f"{k}: checkpoint {saved_model.get(k)!r}, now {now[k]!r}" for k in now if saved_model.get(k) != now[k]]
     if diff:
         raise ConfigError(f"cannot resume {ckpt}/{tag} with another model configuration: " + "; ".join(diff))
     saved_world = meta.get("world_size")
     if saved_world in (None, world_size):
-        return None
-    return _elastic_resume_plan(run, ds, f"{ckpt}/{tag}", tag, meta, int(saved_world), world_size)
+        return None, meta, f"{ckpt}/{tag}"
+    return _elastic_resume_plan(run, ds, f"{ckpt}/{tag}", tag, meta, int(saved_world), world_size), meta, f"{ckpt}/{tag}"
 
 
 def _elastic_resume_plan(run: RunConfig, ds: dict, where: str, tag: str, meta: dict, saved_world: int,
@@ -994,16 +1011,21 @@ def prepare(args) -> TrainSetup:
     if run.eval_every and data.eval_shards == 0:
         raise ConfigError("--eval-every needs held-out shards: set --eval-shards >= 1, or --eval-every 0 to not evaluate")
     rank, _, world_size = env_rank()
-    elastic = _check_resume(run, model, artifact, world_size, ds)
+    elastic, resume_meta, checkpoint = _check_resume(run, model, artifact, world_size, ds)
     # The loaders only index the shards here (no reading, no workers yet), so their errors are clear messages too.
     expected = dict(expected_vocab_size=model.vocab_size, expected_special_token_ids={"pad": model.pad_token_id})
     train_loader, _ = data_mod.build_train_loader(data, masking, rank=rank, world_size=world_size, **expected)
+    changes = []
+    if resume_meta is not None:
+        resume_check.check_zero_stage(resume_meta, ds.get("zero_optimization", {}).get("stage", 0), checkpoint)
+        resume_check.check_data_stream(resume_meta, train_loader, checkpoint)
+        changes = resume_check.changed_options(resume_meta, run_options(run, optim, data, masking, ds, world_size))
     eval_loader = None
     if run.eval_every:
         eval_loader, _ = data_mod.build_eval_loader(data, masking, rank=rank, world_size=world_size, **expected)
     return TrainSetup(model=model, optim=optim, run=run, data=data, masking=masking, deepspeed_path=ds_path,
                       deepspeed=ds, artifact=artifact, train_loader=train_loader, eval_loader=eval_loader,
-                      elastic=elastic)
+                      elastic=elastic, resume_changes=changes)
 
 
 def write_resolved_config(setup: TrainSetup, dist: Dist) -> None:
@@ -1017,6 +1039,10 @@ def train(setup: TrainSetup) -> int:
     """Run (or resume) training as configured; every rank calls this after :func:`init_distributed`."""
     dist = init_distributed()
     trainer = Trainer(setup, dist)
+    checks = getattr(setup.train_loader.dataset, "shard_checks", None)
+    if checks:
+        trainer._print(f"shards match the manifest (--verify-shards {setup.data.verify_shards}): rank 0 hashed "
+                       f"{checks['hashed']}, found {checks['cached']} verified on this node, size-checked {checks['size']}")
     trainer.build()
     if setup.run.resume:
         if trainer.resume():
@@ -1029,6 +1055,8 @@ def train(setup: TrainSetup) -> int:
                             + (f"{e.saved_global_batch} -> {batch}" if e.saved_global_batch not in (None, batch) else str(batch))
                             + " sequences; the sample stream continues where it stopped)")
             trainer._print(message)
+            for change in setup.resume_changes:
+                trainer._print(f"resume: option changed since the checkpoint, accepted: {change}")
         else:
             trainer._print(f"--resume: no checkpoint in {trainer.ckpt_dir}; starting at step 0")
     write_resolved_config(setup, dist)

@@ -31,6 +31,7 @@ import sys
 
 import torch
 
+from trainer.checkpoint_files import UntrustedCheckpointError, load_tensors
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ConfigError, ModelConfig
 from trainer.model import SpanBert
 
@@ -70,7 +71,10 @@ def consolidated_state_dict(checkpoint_dir: str, tag: str) -> dict[str, torch.Te
     tag_dir = os.path.join(checkpoint_dir, tag)
     if not glob.glob(os.path.join(tag_dir, "*zero_pp_rank_*optim_states.pt")):
         # ZeRO stage 0: the full module is in the model-states file.
-        states = torch.load(os.path.join(tag_dir, "mp_rank_00_model_states.pt"), map_location="cpu", weights_only=False)
+        try:
+            states = load_tensors(os.path.join(tag_dir, "mp_rank_00_model_states.pt"))
+        except UntrustedCheckpointError as e:
+            raise ExportError(str(e)) from None
         return {k: v.float() for k, v in states["module"].items()}
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
