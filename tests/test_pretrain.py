@@ -330,3 +330,18 @@ def test_existing_run_needs_resume_and_resume_needs_the_same_tokenizer(one_proce
     assert code == 2 and f"already holds checkpoints (latest: global_step{MAX_STEPS}); pass --resume" in err, err
     code, err = main_in_process("--data", str(wikitext2_artifact), *base, "--resume")
     assert code == 2 and "was trained with another tokenizer" in err and "vocabulary 4000" in err and "vocabulary 8000" in err, err
+
+
+@pytest.mark.parametrize("extra, warmup", [(["--max-steps", "30"], 0), (["--max-steps", "250"], 3),
+                                           (["--max-steps", "1000"], 10), (["--max-steps", "30", "--warmup-steps", "5"], 5)])
+def test_warmup_defaults_to_1_percent_of_max_steps(extra, warmup, demo_artifact, tmp_path, main_in_process):
+    """Issue 12: `--preset tiny --max-steps 30` without --warmup-steps used to stop with "--warmup-steps (10000)
+    must be smaller than --max-steps (30)"; the default is now 1% of the run (BERT: 10k of 1M), resolved."""
+    from trainer import engine, pretrain
+
+    args = pretrain.build_parser().parse_args(["--data", str(demo_artifact), "--preset", "tiny", "--eval-every", "0",
+                                               "--output-dir", str(tmp_path / "run"), *extra])
+    engine.default_single_process_env(args.local_rank)
+    setup = engine.prepare(args)
+    assert setup.optim.warmup_steps == warmup
+    assert setup.resolved(1)["optim"]["warmup_steps"] == warmup  # what RUN_DIR/config.json records

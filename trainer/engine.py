@@ -964,11 +964,11 @@ def prepare(args) -> TrainSetup:
     from schemas.artifact import Artifact
     from trainer import data as data_mod
     from trainer import masking as masking_mod
-    from trainer.config import check_schedule, dataclass_from_args, given_fields
+    from trainer.config import dataclass_from_args, given_fields, resolve_schedule
 
     run = dataclass_from_args(RunConfig, args, deepspeed_config=args.deepspeed_config or "auto")
     optim = dataclass_from_args(OptimConfig, args)
-    check_schedule(optim, run)
+    optim = resolve_schedule(optim, run)  # warmup not given: 1% of --max-steps
     model_given = given_fields(args, ModelConfig)
     ModelConfig.preset(args.preset, **model_given)  # report a bad model option before opening the artifact
 
