@@ -66,6 +66,7 @@ class ModelConfig:
     initializer_range: float = opt(0.02, "standard deviation of the normal initialisation (BERT 0.02)")
     pad_token_id: int = opt(0, "id of [PAD]; the trainer takes it from the artifact's tokenizer")
     objective: Literal["mlm+sbo", "mlm"] = opt("mlm+sbo", "mlm+sbo: SpanBERT (masked LM + span boundary objective); mlm: the BERT-1seq baseline")
+    nsp: bool = opt(False, "next sentence prediction head and loss (BERT, and SpanBERT's 2seq baselines); needs --segments 2")
     sbo_max_span_positions: int = opt(32, "SBO position embeddings: positions within a span the head can encode (the masking collator clips to this)")
 
     def __post_init__(self) -> None:
@@ -87,6 +88,9 @@ class ModelConfig:
                  f"model.pad_token_id ({self.pad_token_id}) must be a token id below vocab_size ({self.vocab_size})")
         _require(self.objective in OBJECTIVES,
                  f"model.objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        _require(isinstance(self.nsp, bool), f"model.nsp must be true or false, got {self.nsp!r}")
+        _require(not self.nsp or self.type_vocab_size >= 2,
+                 f"model.nsp needs token types A and B: --type-vocab-size must be >= 2, got {self.type_vocab_size}")
 
     @property
     def head_dim(self) -> int:

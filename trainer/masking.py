@@ -180,6 +180,8 @@ class Rows:
     span_starts: np.ndarray | None = None
     span_ends: np.ndarray | None = None
     span_offsets: np.ndarray | None = None
+    sentence_start: np.ndarray | None = None  # bool per token; only for two segments (trainer.segments)
+    doc_id: np.ndarray | None = None  # per row; only for two segments
 
     @property
     def num_rows(self) -> int:
