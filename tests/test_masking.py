@@ -419,6 +419,8 @@ def test_preview_masking_writes_examples_and_prints_statistics(wikitext2_artifac
         assert (lab[t] == o[t]).all() and (mk[~t] == o[~t]).all()
     assert targets == stats["targets"] > 0
     assert abs(stats["masked_ratio"] - 0.15) <= 0.01
+    assert "targets with a masked SBO boundary" in printed
+    assert stats["targets_checked"] == targets and stats["masked_boundary_targets"] == 0
     # same seed, same file contents; the statistics printed are those of the file
     stats2 = preview_masking.run(["--data", str(wikitext2_artifact), "--num", "50", "--seed", "3", "--out", str(tmp_path / "again.arrow")])
     assert ipc.open_file(str(tmp_path / "again.arrow")).read_all().equals(table) and stats2["targets"] == targets

@@ -15,7 +15,9 @@ Interface (what ``trainer/pretrain.py`` calls)
     loader.load_state_dict(saved)      # optional, BEFORE iterating (resume; any world size)
     it = iter(loader)                  # infinite unless DataConfig.num_epochs is set
     batch = next(it)                   # dict, see trainer/masking.py: input_ids, attention_mask, labels,
-                                       # span_left, span_right, span_position [B, T] and sample_id [B]
+                                       # span_left, span_right, span_position [B, T] and sample_id [B];
+                                       # DataConfig.segments == 2 adds token_type_ids [B, T] and
+                                       # next_sentence_label [B] (trainer/segments.py)
     state = loader.state_dict()        # == dataset.state_dict(): plain dict, save it in the checkpoint
 
     eval_loader, eval_set = build_eval_loader(data_cfg, mask_cfg, rank=rank, world_size=world_size)
