@@ -249,3 +249,50 @@ def test_nsp_run_exports_to_bert_for_pretraining(nsp_run, demo_artifact, tmp_pat
         real = batch["attention_mask"].bool()
         torch.testing.assert_close(theirs.prediction_logits[real], ours.mlm_logits(**inputs)[real], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(theirs.seq_relationship_logits, ours.nsp_logits(**inputs), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", ["entity", "span", "whole_word", "subword"])
+def test_pairs_carry_candidate_spans_and_every_scheme_masks_them(scheme):
+    from trainer import segments
+    from trainer.masking import Masker, Rows
+
+    R, n = 40, 40
+    ids = [list(range(5 + r * n, 5 + (r + 1) * n)) for r in range(R)]  # every token id names (row, position)
+    ws = [[p % 2 == 0 for p in range(n)] for _ in range(R)]
+    spans = [[(0, 4), (12, 16), (30, 34)] for _ in range(R)]
+    rows = Rows.from_lists(ids, ws, spans)
+    rows.sentence_start = np.tile(np.arange(n) % 10 == 0, R)
+    rows.doc_id = np.array([f"doc{r // 2}" for r in range(R)], dtype=object)  # two rows per document
+    pick = [(r + 1 + c) % R for r in range(R) for c in range(segments.OTHER_CANDIDATES)]  # candidate 0: same doc half the time
+    others = Rows.from_lists([ids[j] for j in pick], [ws[j] for j in pick], [spans[j] for j in pick])
+    others.sentence_start, others.doc_id = np.tile(np.arange(n) % 10 == 0, len(pick)), rows.doc_id[pick]
+    draws = segments.pair_draws(0, 0, np.arange(R))
+    pairs, a_len, label = segments.build_pairs(rows, others, draws, max_seq_len=64, short_seq_prob=0.1, sep_id=3)
+    assert 0 < label.sum() < R
+    kept = 0
+    for i in range(R):
+        seq = pairs.input_ids[pairs.offsets[i] : pairs.offsets[i + 1]]
+        k = int(a_len[i])
+        assert seq[k] == 3 and (seq[:k] == np.arange(5 + i * n, 5 + i * n + k)).all()
+        assert k % 10 == 0 or (k < 10 and k % 2 == 0)  # a sentence start; a word start when A + B is short
+        src = (seq[k + 1] - 5) // n
+        assert (rows.doc_id[src] != rows.doc_id[i]) == bool(label[i])
+        for s, e in zip(pairs.span_starts[pairs.span_offsets[i] : pairs.span_offsets[i + 1]].tolist(),
+                        pairs.span_ends[pairs.span_offsets[i] : pairs.span_offsets[i + 1]].tolist()):
+            assert not (s <= k < e)  # never across [SEP]
+            row, pos = divmod(int(seq[s]) - 5, n)
+            assert (pos, pos + e - s) in spans[row] and (seq[s:e] == np.arange(seq[s], seq[s] + e - s)).all()
+            kept += 1
+    assert kept > R
+    masker = Masker(MaskingConfig(scheme=scheme, seed=2), vocab_size=5 + R * n,
+                    special_token_ids={"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4},
+                    unigram_counts=np.ones(5 + R * n), max_seq_len=64)
+    m = masker.mask(pairs, np.arange(R), 0)
+    targets = m.labels != IGNORE_INDEX
+    assert targets.sum() > 0 and not (m.original_ids[targets] == 3).any()
+    assert ((m.unit_start > a_len[m.unit_row]) | (m.unit_end <= a_len[m.unit_row])).all()  # no unit holds the [SEP]
+    if scheme == "entity":
+        assert m.unit_candidate.sum() > 0
+    batch = masker.collate(m)
+    segments.add_pair_fields([batch], a_len, label)
+    assert batch["token_type_ids"].sum(1).tolist() == (np.diff(pairs.offsets) - a_len).tolist()  # B and its [SEP]
