@@ -296,3 +296,11 @@ def test_pairs_carry_candidate_spans_and_every_scheme_masks_them(scheme):
     batch = masker.collate(m)
     segments.add_pair_fields([batch], a_len, label)
     assert batch["token_type_ids"].sum(1).tolist() == (np.diff(pairs.offsets) - a_len).tolist()  # B and its [SEP]
+
+
+@pytest.mark.parametrize("kw, words", [(dict(segments=3), "segments must be 1 or 2"),
+                                       (dict(segments=2, max_seq_len=4), "max_seq_len >= 5"),
+                                       (dict(short_seq_prob=1.5), "short_seq_prob")])
+def test_segment_options_are_validated(kw, words):
+    with pytest.raises(ValueError, match=words):
+        DataConfig(artifact="a", **kw)

@@ -164,6 +164,8 @@ class DataConfig:
             bad(f"pin_memory must be a bool; got {self.pin_memory!r}")
         if self.segments not in (1, 2) or isinstance(self.segments, bool):
             bad(f"segments must be 1 or 2; got {self.segments!r}")
+        if self.segments == 2 and self.max_seq_len < 5:
+            bad(f"segments 2 needs max_seq_len >= 5 ([CLS] A [SEP] B [SEP]); got {self.max_seq_len}")
         if isinstance(self.short_seq_prob, bool) or not isinstance(self.short_seq_prob, (int, float)) or not 0 <= self.short_seq_prob <= 1:
             bad(f"short_seq_prob must be in [0, 1]; got {self.short_seq_prob!r}")
 
