@@ -20,7 +20,7 @@ from trainer.data import DataConfig, build_eval_loader, build_train_loader
 from trainer.masking import IGNORE_INDEX, MaskingConfig
 from trainer.model import SpanBert
 
-from tests.test_pretrain import DEEPSPEED, PRETRAIN, REPO, TIMEOUT, ds_config, metric, run, run_env
+from tests.test_pretrain import DEEPSPEED, PRETRAIN, REPO, TIMEOUT, ds_config, metric, resume_from, run, run_env
 from conftest import free_port
 
 
@@ -200,32 +200,44 @@ NSP_RUN = ["--preset", "tiny", "--lr", "5e-3", "--log-every", "1", "--eval-every
 
 @pytest.fixture(scope="module")
 def nsp_run(demo_artifact, tmp_path_factory) -> Path:
-    """2 CPU ranks, ZeRO-2: 4 steps, then --resume to 6 (no --warmup-steps: the 1% default)."""
+    """2 CPU ranks, ZeRO-2, 6 steps (no --warmup-steps: the 1% default); then the same run resumed from its step-4
+    checkpoint in a new directory (tests/test_pretrain.py's way). Returns the resumed run; ``full`` is beside it."""
     tmp = tmp_path_factory.mktemp("nsp_run")
-    out = tmp / "run"
-    common = [str(PRETRAIN), "--deepspeed_config", str(ds_config(tmp, 2)), "--data", str(demo_artifact), "--output-dir",
-              str(out), *NSP_RUN]
-    first = run([str(DEEPSPEED), "--num_gpus", "2", "--master_port", str(free_port()), *common, "--max-steps", "4"])
-    assert "done: 4 steps" in first.stdout
-    second = run([str(DEEPSPEED), "--num_gpus", "2", "--master_port", str(free_port()), *common, "--max-steps", "6",
-                  "--resume"])
-    assert "resumed from" in second.stdout and "at step 4" in second.stdout and "done: 6 steps" in second.stdout
-    return out
+
+    def cmd(run_dir: Path) -> list[str]:
+        return [str(DEEPSPEED), "--num_gpus", "2", "--master_port", str(free_port()), str(PRETRAIN), "--deepspeed_config",
+                str(ds_config(tmp, 2)), "--data", str(demo_artifact), "--output-dir", str(run_dir), *NSP_RUN,
+                "--max-steps", "6"]
+
+    full = run(cmd(tmp / "full"))
+    assert "done: 6 steps" in full.stdout
+    resume_from(tmp / "full", "global_step4", tmp / "resumed")
+    resumed = run([*cmd(tmp / "resumed"), "--resume"])
+    assert "resumed from" in resumed.stdout and "at step 4" in resumed.stdout and "done: 6 steps" in resumed.stdout
+    return tmp / "resumed"
 
 
 @pytest.mark.slow
 def test_two_rank_nsp_run_trains_resumes_and_evaluates_nsp(nsp_run):
-    resolved = json.loads((nsp_run / "config.json").read_text())
+    full = nsp_run.parent / "full"
+    resolved = json.loads((full / "config.json").read_text())
     assert resolved["world_size"] == 2 and resolved["model"]["nsp"] is True and resolved["data"]["segments"] == 2
     assert resolved["optim"]["warmup_steps"] == 0  # 1% of 6 steps, rounded
-    nsp = metric(nsp_run, "train_nsp_loss")
+    nsp = metric(full, "train_nsp_loss")
     assert sorted(nsp) == list(range(1, 7)) and all(0 < v < 5 for v in nsp.values())
-    assert sorted(metric(nsp_run, "train_sbo_loss")) == list(range(1, 7))
-    acc = metric(nsp_run, "eval_nsp_acc")
+    assert sorted(metric(full, "train_sbo_loss")) == list(range(1, 7))
+    acc = metric(full, "eval_nsp_acc")
     assert sorted(acc) == [2, 4, 6] and all(0.0 <= v <= 1.0 for v in acc.values())
-    assert sorted(metric(nsp_run, "eval_nsp_loss")) == [2, 4, 6]
-    events = b"".join(p.read_bytes() for p in (nsp_run / "tensorboard").rglob("*tfevents*"))
+    assert sorted(metric(full, "eval_nsp_loss")) == [2, 4, 6]
+    events = b"".join(p.read_bytes() for p in (full / "tensorboard").rglob("*tfevents*"))
     assert b"eval/nsp_acc" in events and b"train/nsp_loss" in events
+    # the resumed run continues exactly: same pairs, masks and losses as the uninterrupted run
+    for name in ("train_loss", "train_nsp_loss"):
+        a, b = metric(full, name), metric(nsp_run, name)
+        assert sorted(b) == [5, 6]
+        assert [b[s] for s in (5, 6)] == pytest.approx([a[s] for s in (5, 6)], rel=1e-6, abs=0), name
+    assert metric(nsp_run, "eval_nsp_acc")[6] == metric(full, "eval_nsp_acc")[6]
+    assert metric(nsp_run, "eval_nsp_loss")[6] == pytest.approx(metric(full, "eval_nsp_loss")[6], rel=1e-6)
 
 
 @pytest.mark.slow
