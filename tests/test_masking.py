@@ -109,18 +109,23 @@ def _check_batch_invariants(masker: Masker, rows: Rows, m, batch, word_aligned: 
         assert not np.isin(orig[t - 1], masker.forbidden_ids).any()
         nt = np.setdiff1d(np.arange(T), t)
         assert (left[b, nt] == 0).all() and (right[b, nt] == 0).all() and (pos[b, nt] == 0).all()
-        # SBO: boundaries strictly outside the unit, every position between them a target of that unit
+        # SBO: boundaries strictly outside the maximal masked run, never targets themselves, every position
+        # between them a target with the same boundaries
         assert (left[b, t] >= 0).all() and (left[b, t] < t).all() and (right[b, t] > t).all() and (right[b, t] <= n + 1).all()
+        assert (labels[b, left[b, t]] == IGNORE_INDEX).all() and (labels[b, right[b, t]] == IGNORE_INDEX).all()
         assert (pos[b, t] == np.minimum(t - left[b, t] - 1, cfg.max_span_positions - 1)).all()
         for lo, hi in set(zip(left[b, t].tolist(), right[b, t].tolist())):
             inside = np.arange(lo + 1, hi)
             assert (labels[b, inside] != IGNORE_INDEX).all() and (left[b, inside] == lo).all() and (right[b, inside] == hi).all()
+        sel = m.unit_row == b
+        ws = rows.word_start[rows.offsets[b] : rows.offsets[b + 1]]
+        budget = max(int(np.floor(cfg.mask_ratio * int(m.maskable[b]) + 0.5)), 1)
+        for s, e in zip(m.unit_start[sel].tolist(), m.unit_end[sel].tolist()):
             # one decision per unit: all of it is [MASK] or none of it is
-            is_mask = ids[b, inside] == masker.mask_id
+            is_mask = ids[b, s + 1 : e + 1] == masker.mask_id
             assert is_mask.all() or not is_mask.any()
-            if word_aligned:
-                ws = rows.word_start[rows.offsets[b] : rows.offsets[b + 1]]
-                assert ws[lo] and (hi - 1 == n or ws[hi - 1])  # unit = complete words
+            if word_aligned:  # unit = complete words, except the one unit of a row no whole word fits in
+                assert ws[s] and (e == n or ws[e] or (sel.sum() == 1 and e - s == budget))
     # units of a row never overlap
     for r in range(m.offsets.shape[0] - 1):
         sel = m.unit_row == r
@@ -414,6 +419,8 @@ def test_preview_masking_writes_examples_and_prints_statistics(wikitext2_artifac
         assert (lab[t] == o[t]).all() and (mk[~t] == o[~t]).all()
     assert targets == stats["targets"] > 0
     assert abs(stats["masked_ratio"] - 0.15) <= 0.01
+    assert "targets with a masked SBO boundary" in printed
+    assert stats["targets_checked"] == targets and stats["masked_boundary_targets"] == 0
     # same seed, same file contents; the statistics printed are those of the file
     stats2 = preview_masking.run(["--data", str(wikitext2_artifact), "--num", "50", "--seed", "3", "--out", str(tmp_path / "again.arrow")])
     assert ipc.open_file(str(tmp_path / "again.arrow")).read_all().equals(table) and stats2["targets"] == targets
@@ -427,3 +434,114 @@ def test_preview_masking_explains_a_missing_or_incomplete_artifact(tmp_path, cap
     with pytest.raises(SystemExit, match="incomplete artifact"):
         preview_masking.run(["--data", str(art), "--out", str(tmp_path / "x.arrow")])
     shutil.rmtree(art)
+
+
+# -- Issue 12: SBO over maximal masked runs, exact budgets on short rows ----------------------------
+FIDELITY_SCHEMES = ("span", "whole_word", "subword")
+
+
+@pytest.fixture(scope="module")
+def short_rows(tmp_path_factory):
+    """(artifact, Rows) of 20 WikiText-2 articles packed into 14-token rows (--max-seq-len 16)."""
+    from tests.conftest import WIKITEXT2_BUILD, build, wikitext2_articles
+
+    tmp = tmp_path_factory.mktemp("short_rows")
+    build(wikitext2_articles(20, tmp), tmp / "artifact", *WIKITEXT2_BUILD, "--max-seq-len", "16")
+    art = Artifact.open(str(tmp / "artifact"))
+    ids, ws = [], []
+    for rel in art.shard_paths:
+        table = ipc.open_file(art.path(rel)).read_all()
+        ids += table.column("input_ids").to_pylist()
+        ws += table.column("word_start").to_pylist()
+    assert max(len(r) for r in ids) == 14
+    return art, Rows.from_lists(ids, ws)
+
+
+@pytest.mark.parametrize("scheme", FIDELITY_SCHEMES)
+@pytest.mark.parametrize("length", ["512", "14"])
+def test_no_mlm_target_has_a_masked_sbo_boundary_on_real_text(wiki, short_rows, scheme, length):
+    from trainer.sbo_targets import boundary_stats
+
+    art, rows = wiki if length == "512" else short_rows
+    masker = Masker.from_artifact(MaskingConfig(scheme=scheme, seed=12), art, max_seq_len=512 if length == "512" else 16)
+    checked = touching = 0
+    for epoch in range(3):
+        m = masker.mask(rows, np.arange(rows.num_rows), epoch)
+        stats = boundary_stats(m.labels, m.span_left, m.span_right, m.offsets)
+        checked += stats["targets_checked"]
+        assert stats["masked_boundary_targets"] == 0, stats
+        # the case the fix is about does occur: units that touch, so their runs are longer than a unit
+        same = (m.unit_row[1:] == m.unit_row[:-1]) & (m.unit_start[1:] == m.unit_end[:-1])
+        touching += int(same.sum())
+        # positions count from the run's first token, so a run's tokens are numbered 0, 1, 2, ...
+        t = np.flatnonzero(m.labels != IGNORE_INDEX)
+        row = np.searchsorted(m.offsets, t, side="right") - 1
+        local = t - m.offsets[row]
+        assert (m.span_position[t] == np.minimum(local - m.span_left[t], masker.cfg.max_span_positions - 1)).all()
+    assert checked > 1000 and touching > 0
+
+
+def test_boundary_stats_count_masked_boundaries():
+    from trainer.sbo_targets import boundary_stats
+
+    # one row of 6 tokens; targets at 1, 2 (content), boundaries of token 1 point at token 2's position
+    labels = np.array([-100, 7, 8, -100, -100, -100])
+    left = np.array([0, 1, 1, 0, 0, 0])  # content token j is position j + 1
+    right = np.array([0, 3, 4, 0, 0, 0])  # token 1's right boundary = position 3 = content token 2, a target
+    stats = boundary_stats(labels, left, right, np.array([0, 6]))
+    assert stats == {"targets_checked": 2, "masked_boundary_targets": 1, "masked_boundary_share": 0.5}
+
+
+@pytest.mark.parametrize("scheme", FIDELITY_SCHEMES)
+def test_short_rows_get_targets_within_their_budget(short_rows, scheme):
+    art, rows = short_rows
+    masker = Masker.from_artifact(MaskingConfig(scheme=scheme, seed=3), art, max_seq_len=16)
+    checked = 0
+    for epoch in range(4):
+        m = masker.mask(rows, np.arange(rows.num_rows), epoch)
+        targets = np.bincount(np.repeat(np.arange(rows.num_rows), np.diff(m.offsets))[m.labels != IGNORE_INDEX],
+                              minlength=rows.num_rows)
+        content = m.maskable
+        big = content >= 8
+        checked += int(big.sum())
+        assert (targets[big] >= 1).all(), f"{int((targets[big] == 0).sum())} rows without targets"
+        assert (targets[big] <= 0.4 * content[big]).all()
+        budget = np.maximum(np.floor(0.15 * content + 0.5), 1)
+        assert (targets[content > 0] <= budget[content > 0]).all()  # never past the budget
+    assert checked > 500
+
+
+@pytest.mark.parametrize("scheme", FIDELITY_SCHEMES)
+def test_512_token_statistics_stay_spanbert_s(wiki, scheme):
+    art, rows = wiki
+    long = [i for i in range(rows.num_rows) if rows.offsets[i + 1] - rows.offsets[i] >= 500]
+    part = subset(rows, long)
+    masker = Masker.from_artifact(MaskingConfig(scheme=scheme, seed=21), art)
+    targets = maskable = 0
+    words, actions = [], []
+    for epoch in range(3):
+        m = masker.mask(part, np.asarray(long), epoch)
+        targets += int((m.labels != IGNORE_INDEX).sum())
+        maskable += int(m.maskable.sum())
+        words.append(m.unit_words)
+        actions.append(m.unit_action)
+    words, actions = np.concatenate(words), np.concatenate(actions)
+    assert len(long) > 100 and len(words) > 5000
+    assert abs(targets / maskable - 0.15) <= 0.01
+    if scheme == "span":
+        assert abs(words.mean() - 3.8) <= 0.3
+    for action, share in ((ACTION_MASK, 0.8), (ACTION_RANDOM, 0.1), (ACTION_KEEP, 0.1)):
+        assert abs((actions == action).mean() - share) <= 0.02
+
+
+def test_a_row_whose_words_are_all_longer_than_the_budget_gets_part_of_one_word():
+    # 10 tokens in two 5-token words: budget round(1.5) = 2, no whole word fits
+    rows = Rows.from_lists([np.arange(10, 20)] * 50, [[True, False, False, False, False] * 2] * 50)
+    for scheme in ("span", "whole_word"):
+        masker = plain_masker(MaskingConfig(scheme=scheme, seed=1))
+        m = masker.mask(rows, np.arange(50), 0)
+        assert len(m.unit_row) == 50 and (np.bincount(m.unit_row) == 1).all()
+        assert (m.unit_end - m.unit_start == 2).all() and np.isin(m.unit_start, [0, 5]).all() and (m.unit_words == 0).all()
+        assert set(m.unit_start.tolist()) == {0, 5}  # either word
+        again = masker.mask(rows, np.arange(50), 0)
+        assert np.array_equal(again.input_ids, m.input_ids) and np.array_equal(again.labels, m.labels)

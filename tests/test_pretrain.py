@@ -404,3 +404,18 @@ def test_resume_refuses_a_zero_stage_deepspeed_cannot_load(one_process_run, demo
     assert code == 2 and err.startswith(f"pretrain: error: cannot resume {run_dir / 'checkpoints'}/global_step{MAX_STEPS} "
                                         f"(ZeRO stage 1) with ZeRO stage 3: "), err
     assert err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("extra, warmup", [(["--max-steps", "30"], 0), (["--max-steps", "250"], 3),
+                                           (["--max-steps", "1000"], 10), (["--max-steps", "30", "--warmup-steps", "5"], 5)])
+def test_warmup_defaults_to_1_percent_of_max_steps(extra, warmup, demo_artifact, tmp_path, main_in_process):
+    """Issue 12: `--preset tiny --max-steps 30` without --warmup-steps used to stop with "--warmup-steps (10000)
+    must be smaller than --max-steps (30)"; the default is now 1% of the run (BERT: 10k of 1M), resolved."""
+    from trainer import engine, pretrain
+
+    args = pretrain.build_parser().parse_args(["--data", str(demo_artifact), "--preset", "tiny", "--eval-every", "0",
+                                               "--output-dir", str(tmp_path / "run"), *extra])
+    engine.default_single_process_env(args.local_rank)
+    setup = engine.prepare(args)
+    assert setup.optim.warmup_steps == warmup
+    assert setup.resolved(1)["optim"]["warmup_steps"] == warmup  # what RUN_DIR/config.json records

@@ -23,7 +23,7 @@ from trainer.data import (
     check_tokenizer,
     open_artifact,
 )
-from trainer.masking import IGNORE_INDEX, MaskingConfig
+from trainer.masking import IGNORE_INDEX, MaskingConfig, Rows
 
 SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 VOCAB = 64
@@ -417,16 +417,25 @@ def test_candidate_schemes_read_their_column(tmp_path, scheme, column):
     dates = {i: {(s["start"], s["end"]) for s in r["entity_spans"] if s["label"] == "DATE"} for i, r in enumerate(rows)}
     checked_candidates = checked_fallback = 0
     for batch in loader:
-        for b, sid in enumerate(batch["sample_id"].tolist()):
+        sids = batch["sample_id"].tolist()
+        # the same rows masked directly with the column's spans: the loader's batch must be exactly this
+        # (units that touch share SBO boundaries, so units are read from the masker, not from the batch)
+        direct = Rows.from_lists([rows[i]["input_ids"] for i in sids], [rows[i]["word_start"] for i in sids],
+                                 [sorted(spans_of[i]) for i in sids])
+        m = ds.masker.mask(direct, np.asarray(sids), 0)
+        again = ds.masker.collate(m)
+        assert torch.equal(again["labels"], batch["labels"]) and torch.equal(again["input_ids"], batch["input_ids"])
+        for b, sid in enumerate(sids):
             target = (batch["labels"][b] != IGNORE_INDEX).numpy()
             pos = np.flatnonzero(target)
             assert len(pos) > 0
-            # contiguous runs of targets whose SBO boundaries match a candidate span are candidate units
-            units = {(int(batch["span_left"][b, p]), int(batch["span_right"][b, p]) - 1) for p in pos}
-            cand_units = [u for u in units if u in spans_of[sid]]
+            sel = m.unit_row == b
+            units = set(zip(m.unit_start[sel].tolist(), m.unit_end[sel].tolist()))
+            cand_units = {u for u, c in zip(zip(m.unit_start[sel].tolist(), m.unit_end[sel].tolist()), m.unit_candidate[sel]) if c}
+            assert cand_units <= spans_of[sid]
             if sid >= 40:
                 checked_fallback += 1
-                assert not spans_of[sid] and target.sum() > 0
+                assert not spans_of[sid] and not cand_units and target.sum() > 0
             else:
                 checked_candidates += len(cand_units)
                 assert cand_units, f"row {sid}: no candidate span was masked"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ class ModelConfig:
     initializer_range: float = opt(0.02, "standard deviation of the normal initialisation (BERT 0.02)")
     pad_token_id: int = opt(0, "id of [PAD]; the trainer takes it from the artifact's tokenizer")
     objective: Literal["mlm+sbo", "mlm"] = opt("mlm+sbo", "mlm+sbo: SpanBERT (masked LM + span boundary objective); mlm: the BERT-1seq baseline")
+    nsp: bool = opt(False, "next sentence prediction head and loss (BERT, and SpanBERT's 2seq baselines); needs --segments 2")
     sbo_max_span_positions: int = opt(32, "SBO position embeddings: positions within a span the head can encode (the masking collator clips to this)")
 
     def __post_init__(self) -> None:
@@ -86,6 +88,9 @@ class ModelConfig:
                  f"model.pad_token_id ({self.pad_token_id}) must be a token id below vocab_size ({self.vocab_size})")
         _require(self.objective in OBJECTIVES,
                  f"model.objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        _require(isinstance(self.nsp, bool), f"model.nsp must be true or false, got {self.nsp!r}")
+        _require(not self.nsp or self.type_vocab_size >= 2,
+                 f"model.nsp needs token types A and B: --type-vocab-size must be >= 2, got {self.type_vocab_size}")
 
     @property
     def head_dim(self) -> int:
@@ -126,7 +131,7 @@ class OptimConfig:
     """
 
     lr: float = opt(1e-4, "peak learning rate (BERT and SpanBERT 1e-4)")
-    warmup_steps: int = opt(10_000, "optimizer steps of linear warmup from 0 to lr (BERT and SpanBERT 10k); must be < --max-steps")
+    warmup_steps: int | None = opt(None, "optimizer steps of linear warmup from 0 to lr; must be < --max-steps. Not given: 1%% of --max-steps (BERT and SpanBERT: 10k of 1M), rounded; the resolved value is in RUN_DIR/config.json")
     adam_beta1: float = opt(0.9, "Adam beta1")
     adam_beta2: float = opt(0.999, "Adam beta2 (BERT 0.999; RoBERTa uses 0.98 with large batches)")
     adam_eps: float = opt(1e-8, "Adam epsilon (SpanBERT 1e-8)")
@@ -135,8 +140,9 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         _require(self.lr > 0, f"optim.lr must be > 0, got {self.lr!r}")
-        _require(isinstance(self.warmup_steps, int) and self.warmup_steps >= 0,
-                 f"optim.warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
+        _require(self.warmup_steps is None or (isinstance(self.warmup_steps, int) and not isinstance(self.warmup_steps, bool)
+                                                and self.warmup_steps >= 0),
+                 f"optim.warmup_steps must be an integer >= 0 (or not given: 1% of max_steps), got {self.warmup_steps!r}")
         for name in ("adam_beta1", "adam_beta2"):
             value = getattr(self, name)
             _require(0.0 <= value < 1.0, f"optim.{name} must be in [0, 1), got {value!r}")
@@ -204,9 +210,21 @@ class RunConfig:
                  f"run.log_level must be debug, info, warning or error, got {self.log_level!r}")
 
 
+DEFAULT_WARMUP_SHARE = 0.01  # BERT and SpanBERT: 10k warmup steps of 1M
+
+
+def resolve_schedule(optim: OptimConfig, run: RunConfig) -> OptimConfig:
+    """``optim`` with ``warmup_steps`` resolved (not given: 1% of ``run.max_steps``, rounded), checked against
+    the run length."""
+    if optim.warmup_steps is None:
+        optim = dataclasses.replace(optim, warmup_steps=int(math.floor(DEFAULT_WARMUP_SHARE * run.max_steps + 0.5)))
+    check_schedule(optim, run)
+    return optim
+
+
 def check_schedule(optim: OptimConfig, run: RunConfig) -> None:
-    """Cross-check the schedule against the run length."""
-    _require(optim.warmup_steps < run.max_steps,
+    """Cross-check the schedule against the run length (``optim.warmup_steps`` resolved)."""
+    _require(optim.warmup_steps is not None and optim.warmup_steps < run.max_steps,
              f"--warmup-steps ({optim.warmup_steps}) must be smaller than --max-steps ({run.max_steps}); "
              f"BERT warms up for about 1% of training")
 

@@ -15,7 +15,9 @@ Interface (what ``trainer/pretrain.py`` calls)
     loader.load_state_dict(saved)      # optional, BEFORE iterating (resume; any world size)
     it = iter(loader)                  # infinite unless DataConfig.num_epochs is set
     batch = next(it)                   # dict, see trainer/masking.py: input_ids, attention_mask, labels,
-                                       # span_left, span_right, span_position [B, T] and sample_id [B]
+                                       # span_left, span_right, span_position [B, T] and sample_id [B];
+                                       # DataConfig.segments == 2 adds token_type_ids [B, T] and
+                                       # next_sentence_label [B] (trainer/segments.py)
     state = loader.state_dict()        # == dataset.state_dict(): plain dict, save it in the checkpoint
 
     eval_loader, eval_set = build_eval_loader(data_cfg, mask_cfg, rank=rank, world_size=world_size)
@@ -101,6 +103,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from schemas import format as fmt
 from schemas.artifact import Artifact
+from trainer import segments
 from trainer.masking import Masker, MaskingConfig, Rows
 
 STATE_FORMAT = "spanprep-loader-state"
@@ -132,6 +135,8 @@ class DataConfig:
     num_epochs: int | None = None  # None: the training stream never ends; else it stops after num_epochs epochs
     worker_chunk_batches: int | None = None  # micro-batches per worker chunk; None: one shuffle window, at most 256 rows
     verify_shards: Literal["once", "always", "off"] = "once"  # check each shard's sha256 against the manifest: once per node (cached), always, or off (sizes only)
+    segments: int = 1  # 1: one segment per row (SpanBERT); 2: [CLS] A [SEP] B [SEP] pairs for NSP (BERT; trainer/segments.py)
+    short_seq_prob: float = 0.1  # segments 2: share of pairs with a random shorter target length (BERT 0.1)
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -162,6 +167,12 @@ class DataConfig:
             bad(f"pin_memory must be a bool; got {self.pin_memory!r}")
         if self.verify_shards not in ("once", "always", "off"):
             bad(f"verify_shards must be once, always or off; got {self.verify_shards!r}")
+        if self.segments not in (1, 2) or isinstance(self.segments, bool):
+            bad(f"segments must be 1 or 2; got {self.segments!r}")
+        if self.segments == 2 and self.max_seq_len < 5:
+            bad(f"segments 2 needs max_seq_len >= 5 ([CLS] A [SEP] B [SEP]); got {self.max_seq_len}")
+        if isinstance(self.short_seq_prob, bool) or not isinstance(self.short_seq_prob, (int, float)) or not 0 <= self.short_seq_prob <= 1:
+            bad(f"short_seq_prob must be in [0, 1]; got {self.short_seq_prob!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "DataConfig":
@@ -217,7 +228,9 @@ def split_shards(artifact: Artifact, eval_shards: int) -> tuple[list[int], list[
 class _BlockReader:
     """Reads and decodes blocks (record batches) for one process, with an LRU cache of decoded blocks."""
 
-    def __init__(self, artifact: Artifact, vocab_size: int, max_row_tokens: int, span_column: str | None, excluded_labels: tuple[str, ...], capacity: int):
+    def __init__(self, artifact: Artifact, vocab_size: int, max_row_tokens: int, span_column: str | None, excluded_labels: tuple[str, ...], capacity: int,
+                 segments: bool = False):
+        self.segments = segments  # also read sentence_start and doc_id (trainer.segments)
         self.artifact = artifact
         self.vocab_size = vocab_size
         self.max_row_tokens = max_row_tokens
@@ -282,6 +295,11 @@ class _BlockReader:
         if len(ids) and int(ids.max()) >= self.vocab_size:
             bad(f"token id {int(ids.max())} >= vocab_size {self.vocab_size}")
         out = {"ids": ids, "offs": offs, "ws": ws_vals.to_numpy(zero_copy_only=False)}
+        if self.segments:
+            ss_offs, ss_vals = self._list(rb.column("sentence_start"))
+            if not np.array_equal(offs, ss_offs):
+                bad("sentence_start and input_ids have different lengths")
+            out.update(ss_flags=ss_vals.to_numpy(zero_copy_only=False), doc=rb.column("doc_id").to_numpy(zero_copy_only=False))
         if self.span_column is not None:
             s_offs, s_vals = self._list(rb.column(self.span_column))
             starts = s_vals.field("start").to_numpy().astype(np.int64)
@@ -300,12 +318,16 @@ class _BlockReader:
         """Rows for ``(shard path, batch index, expected rows of that batch, row in batch)``, in order."""
         ids, ws, lens = [], [], []
         ss, se, sc = [], [], []
+        sent, docs = [], []
         for rel, b, nrows, r in where_rows:
             blk = self.block(rel, b, nrows)
             a, z = blk["offs"][r], blk["offs"][r + 1]
             ids.append(blk["ids"][a:z])
             ws.append(blk["ws"][a:z])
             lens.append(z - a)
+            if self.segments:
+                sent.append(blk["ss_flags"][a:z])
+                docs.append(blk["doc"][r])
             if self.span_column is not None:
                 p, q = blk["soffs"][r], blk["soffs"][r + 1]
                 ss.append(blk["ss"][p:q])
@@ -321,6 +343,9 @@ class _BlockReader:
             rows.span_starts = np.concatenate(ss) if ss else np.zeros(0, np.int64)
             rows.span_ends = np.concatenate(se) if se else np.zeros(0, np.int64)
             rows.span_offsets = np.concatenate([[0], np.cumsum(sc)]).astype(np.int64)
+        if self.segments:
+            rows.sentence_start = np.concatenate(sent).astype(bool) if sent else np.zeros(0, bool)
+            rows.doc_id = np.array(docs, dtype=object)
         return rows
 
 
@@ -629,6 +654,7 @@ class ArtifactStream(IterableDataset):
                 self.mask_cfg.candidate_column,
                 self.mask_cfg.excluded_entity_labels,
                 capacity=2 * self.data_cfg.shuffle_window + 4,
+                segments=self.data_cfg.segments == 2,
             )
         return self._reader
 
@@ -642,8 +668,26 @@ class ArtifactStream(IterableDataset):
         rows = self.block_reader().gather(where)
         sample_ids = b.first_sample[blk] + row
         mask_epoch = epoch if self.split == "train" else 0
+        pairs = None
+        if self.data_cfg.segments == 2:
+            rows, *pairs = self._pair_rows(mask_epoch, epoch, positions, rows, sample_ids)
         masked = self.masker.mask(rows, sample_ids, mask_epoch)
-        return self.masker.collate_chunk(masked, B)
+        batches = self.masker.collate_chunk(masked, B)
+        if pairs is not None:
+            segments.add_pair_fields(batches, *pairs)
+        return batches
+
+    def _pair_rows(self, draw_epoch: int, epoch: int, positions: np.ndarray, rows: Rows, sample_ids: np.ndarray):
+        """(A [SEP] B rows, A lengths, NSP labels): trainer.segments, B's other rows from the same window."""
+        draws = segments.pair_draws(self.data_cfg.seed, draw_epoch, sample_ids)
+        order = self.order(epoch)
+        w = np.searchsorted(order.win_start, positions, side="right") - 1
+        cand = segments.other_positions(draws, order.win_start[w], order.win_start[w + 1])
+        blk, row = order.locate(cand.ravel())
+        b = self.blocks
+        others = self.block_reader().gather([(b.shard_paths[b.shard[k]], int(b.batch[k]), int(b.rows[k]), int(r)) for k, r in zip(blk, row)])
+        return segments.build_pairs(rows, others, draws, max_seq_len=self.data_cfg.max_seq_len,
+                                    short_seq_prob=self.data_cfg.short_seq_prob, sep_id=self.masker.sep_id)
 
     def __iter__(self) -> Iterator[list[dict[str, torch.Tensor]]]:
         info = get_worker_info()

@@ -395,7 +395,8 @@ def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str
     return {k: v.to(device, non_blocking=non_blocking) for k, v in batch.items()}
 
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "labels", "span_left", "span_right", "span_position")
+MODEL_INPUTS = ("input_ids", "attention_mask", "labels", "span_left", "span_right", "span_position", "token_type_ids",
+                "next_sentence_label")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -742,7 +743,7 @@ class Trainer:
         return 0
 
     # Per-step statistics; DEVICE_STATS accumulate on the device, so a step synchronises once (at the all-reduce).
-    DEVICE_STATS = ("loss", "mlm_loss", "sbo_loss", "tokens", "targets")
+    DEVICE_STATS = ("loss", "mlm_loss", "sbo_loss", "tokens", "targets", "nsp_loss")
     HOST_STATS = ("sequences", "padded_tokens", "micro_batches", "stop")
 
     def _train_step(self, batches: Iterator[dict]) -> tuple[torch.Tensor, dict[str, float]]:
@@ -761,7 +762,7 @@ class Trainer:
             zero = out["loss"].new_zeros(())
             device_sums += torch.stack([
                 out["loss"].detach(), out["mlm_loss"].detach(), out.get("sbo_loss", zero).detach(),
-                inputs["attention_mask"].sum(), out["num_targets"],
+                inputs["attention_mask"].sum(), out["num_targets"], out.get("nsp_loss", zero).detach(),
             ]).to(torch.float64)  # fmt: skip
             host["sequences"] += inputs["input_ids"].size(0)
             host["padded_tokens"] += inputs["input_ids"].numel()
@@ -791,6 +792,8 @@ class Trainer:
         ]
         if self.s.model.use_sbo:
             events.append(("train/sbo_loss", sbo, self.step))
+        if self.s.model.nsp:
+            events.append(("train/nsp_loss", t["nsp_loss"] / n, self.step))
         mfu = self._mfu(t)
         if mfu is not None:
             events.append(("train/mfu", mfu, self.step))
@@ -799,6 +802,8 @@ class Trainer:
             parts = [f"step {self.step}/{self.s.run.max_steps}", f"loss {loss:.4f}", f"mlm {mlm:.4f}"]
             if self.s.model.use_sbo:
                 parts.append(f"sbo {sbo:.4f}")
+            if self.s.model.nsp:
+                parts.append(f"nsp {t['nsp_loss'] / n:.4f}")
             parts += [f"lr {w.last['lr']:.3g}", f"{seq_s:.1f} seq/s", f"{tok_s:,.0f} tok/s"]
             if mfu is not None:
                 parts.append(f"MFU {100 * mfu:.1f}%")
@@ -821,7 +826,8 @@ class Trainer:
     @torch.no_grad()
     def _evaluate(self) -> dict[str, float]:
         self.engine.eval()
-        keys = ("batches", "targets", "mlm_loss_sum", "mlm_correct", "sbo_loss_sum", "sbo_correct")
+        keys = ("batches", "targets", "mlm_loss_sum", "mlm_correct", "sbo_loss_sum", "sbo_correct", "pairs", "nsp_loss_sum",
+                "nsp_correct")
         sums = dict.fromkeys(keys, 0.0)
         it = iter(self.eval_loader)
         for _ in range(self.s.run.eval_batches):
@@ -841,6 +847,11 @@ class Trainer:
             if "sbo_loss" in out:
                 sums["sbo_loss_sum"] += out["sbo_loss"].item() * n
                 sums["sbo_correct"] += float(out["sbo_correct"].item())
+            if "nsp_loss" in out:
+                pairs = float(out["num_pairs"].item())
+                sums["pairs"] += pairs
+                sums["nsp_loss_sum"] += out["nsp_loss"].item() * pairs
+                sums["nsp_correct"] += float(out["nsp_correct"].item())
         t = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self.dist.device)
         torch.distributed.all_reduce(t)
         sums = dict(zip(keys, t.tolist()))
@@ -852,6 +863,8 @@ class Trainer:
         result = {"mlm_loss": sums["mlm_loss_sum"] / n, "mlm_acc": sums["mlm_correct"] / n}
         if self.s.model.use_sbo:
             result.update(sbo_loss=sums["sbo_loss_sum"] / n, sbo_acc=sums["sbo_correct"] / n)
+        if self.s.model.nsp and sums["pairs"]:
+            result.update(nsp_loss=sums["nsp_loss_sum"] / sums["pairs"], nsp_acc=sums["nsp_correct"] / sums["pairs"])
         self.monitor.write_events([(f"eval/{k}", v, self.step) for k, v in result.items()])
         self._print(f"eval step {self.step}: " + "  ".join(f"{k} {v:.4f}" for k, v in result.items())
                     + f"  ({int(n)} targets)")
@@ -981,11 +994,11 @@ def prepare(args) -> TrainSetup:
     from schemas.artifact import Artifact
     from trainer import data as data_mod
     from trainer import masking as masking_mod
-    from trainer.config import check_schedule, dataclass_from_args, given_fields
+    from trainer.config import dataclass_from_args, given_fields, resolve_schedule
 
     run = dataclass_from_args(RunConfig, args, deepspeed_config=args.deepspeed_config or "auto")
     optim = dataclass_from_args(OptimConfig, args)
-    check_schedule(optim, run)
+    optim = resolve_schedule(optim, run)  # warmup not given: 1% of --max-steps
     model_given = given_fields(args, ModelConfig)
     ModelConfig.preset(args.preset, **model_given)  # report a bad model option before opening the artifact
 
@@ -1008,6 +1021,8 @@ def prepare(args) -> TrainSetup:
     pin = {} if getattr(args, "data.pin_memory", None) is not None else {"pin_memory": on_gpu}  # default: pin on GPUs
     data = dataclass_from_args(data_mod.DataConfig, args, dest_prefix="data.", artifact=run.data, seed=run.seed,
                                micro_batch_size=ds["train_micro_batch_size_per_gpu"], max_seq_len=max_seq_len, **pin)
+    if model.nsp and data.segments != 2:
+        raise ConfigError("--nsp predicts whether segment B follows segment A: add --segments 2")
     if run.eval_every and data.eval_shards == 0:
         raise ConfigError("--eval-every needs held-out shards: set --eval-shards >= 1, or --eval-every 0 to not evaluate")
     rank, _, world_size = env_rank()

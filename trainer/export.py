@@ -14,7 +14,10 @@ DIR receives what ``transformers.BertForMaskedLM.from_pretrained(DIR)`` and
     vocab.txt               the WordPiece vocabulary in id order
     special_tokens_map.json
 
-The SBO head is a pre-training device and is not exported (BertForMaskedLM has no place for it).
+The SBO head is a pre-training device and is not exported (BertForMaskedLM has no place for it). A model
+trained with NSP (``--nsp``) exports as ``BertForPreTraining`` (architectures in config.json): the same files
+plus ``bert.pooler`` and ``cls.seq_relationship``, so ``transformers.BertForPreTraining.from_pretrained(DIR)``
+gives both the MLM and the next sentence logits (``BertForMaskedLM`` still loads it, without the pooler).
 Needs the ``hf`` extra's ``safetensors`` (and DeepSpeed's consolidation needs ``huggingface_hub``);
 ``transformers`` itself is not needed to export.
 """
@@ -127,12 +130,16 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[s
         put(f"cls.predictions.transform.LayerNorm.{p}", state[f"mlm_head.transform.LayerNorm.{p}"])
     # The decoder weight is tied to the word embeddings and its bias to cls.predictions.bias.
     put("cls.predictions.bias", state["mlm_head.decoder.bias"])
+    if cfg.nsp:  # BertForPreTraining: pooler + next sentence classifier
+        for p in ("weight", "bias"):
+            put(f"bert.pooler.dense.{p}", state[f"nsp_head.pooler.{p}"])
+            put(f"cls.seq_relationship.{p}", state[f"nsp_head.seq_relationship.{p}"])
     return out
 
 
 def hf_config(cfg: ModelConfig) -> dict:
     return {
-        "architectures": ["BertForMaskedLM"],
+        "architectures": ["BertForPreTraining" if cfg.nsp else "BertForMaskedLM"],
         "model_type": "bert",
         "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.hidden_size,

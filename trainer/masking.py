@@ -30,7 +30,8 @@ Positions index the final sequence, so ``[CLS]`` (position 0) and ``[SEP]`` (pos
 boundaries of units at the edges of the row: ``1 <= span_left + 1 <= target <= span_right - 1 <= n``.
 A *unit* is what is masked as a whole: a span (``span``), a word (``whole_word``, the random-word part of
 the candidate schemes), a candidate span (``entity``, ``noun_phrase``, ``ngram``) or a token (``subword``).
-SBO targets are always relative to the unit.
+SBO targets are relative to the *maximal masked run* holding the unit (units that touch form one run), so
+``span_left``/``span_right`` are never targets themselves (``trainer.sbo_targets``).
 
 Rules (SpanBERT, Joshi et al. 2020, and BERT; see ../shared/DESIGN.md)
 ------------------------------------------------------------------------
@@ -46,9 +47,11 @@ Rules (SpanBERT, Joshi et al. 2020, and BERT; see ../shared/DESIGN.md)
   row's word count, draw the start uniformly among the word starts where ``L`` words fit; if the span
   overlaps an earlier span, redraw the start for the same length (up to ``start_retries`` times, so the
   length distribution is not biased towards short spans), then move on to a new length. A span that fits
-  in the remaining budget is taken. A span larger than the remaining budget ``r`` (``t`` tokens) is taken
-  with probability ``r / t`` and ends the row either way: the expected number of masked tokens is exactly
-  the budget and the last span's length is not cut.
+  in the remaining budget is taken. A span larger than the remaining budget is cut after its last word that
+  keeps the budget, taken, and ends the row (the budget is filled up to less than a word, never exceeded);
+  when even its first word does not fit, the row ends if it already has targets, else it draws on.
+* No row with a budget stays without targets: a row where no whole unit fits (every word alone is longer
+  than the budget) gets the first ``budget`` tokens of one random word (``trainer.sbo_targets.fill_empty_rows``).
 * ``entity`` / ``noun_phrase`` / ``ngram``: ``round(candidate_share * budget)`` tokens from the row's
   candidate spans (``entity_spans`` / ``noun_phrase_spans`` / ``ngram_spans``; entities with a numeric label
   in ``excluded_entity_labels`` are ignored, as SpanBERT used non-numerical entities), in random order, each
@@ -63,9 +66,10 @@ Determinism: row ``i``'s masks use only ``numpy.random.Generator(Philox(key=(sam
 — a pure function of (seed, epoch, sample id), independent of batch composition, rank and worker count,
 and different at every epoch. Each row's uniforms come in a fixed layout: first one per token (the random
 replacement token at that position, by inverse CDF of the unigram distribution), then
-``span``: blocks of 48 candidates x (length, ``start_retries`` starts, accept, action), as many blocks as the
+``span``: blocks of 48 candidates x (length, ``start_retries`` starts, unused, action), as many blocks as the
 row needs; other schemes: [priority per candidate span | action per candidate span | priority per unit |
-action per unit] (units = tokens for ``subword``, words otherwise; random order = ascending priority).
+action per unit] (units = tokens for ``subword``, words otherwise; random order = ascending priority);
+then, only for a row no whole unit fitted in, two more (``fill_empty_rows``).
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
+
+from trainer.sbo_targets import fill_empty_rows, run_bounds
 
 SCHEMES = ("subword", "whole_word", "span", "entity", "noun_phrase", "ngram")
 # scheme -> the shard column with its candidate spans
@@ -174,6 +180,8 @@ class Rows:
     span_starts: np.ndarray | None = None
     span_ends: np.ndarray | None = None
     span_offsets: np.ndarray | None = None
+    sentence_start: np.ndarray | None = None  # bool per token; only for two segments (trainer.segments)
+    doc_id: np.ndarray | None = None  # per row; only for two segments
 
     @property
     def num_rows(self) -> int:
@@ -389,6 +397,11 @@ class Masker:
         else:
             units = self._greedy_units(gens, rows, R, offsets, n, budget, ids, forbidden, tok_row, wpos, wend, woff, nw, word_bad)
         u_row, u_start, u_end, u_words, u_act_u, u_cand = units
+        # Rows no whole unit fitted in (every word longer than the budget) get part of a word.
+        f_row, f_s, f_e, f_w, f_a = fill_empty_rows(gens, budget, np.bincount(u_row, minlength=R) > 0, offsets, wpos, wend, woff, word_bad)
+        if len(f_row):
+            u_row, u_start, u_end, u_words, u_act_u, u_cand = (
+                np.concatenate([a, b]) for a, b in ((u_row, f_row), (u_start, f_s), (u_end, f_e), (u_words, f_w), (u_act_u, f_a), (u_cand, np.zeros(len(f_row), bool))))
 
         order = np.argsort((u_row << 20) | u_start, kind="stable")  # by row, then start (starts < 2**20)
         u_row, u_start, u_end, u_words, u_act_u, u_cand = (a[order] for a in (u_row, u_start, u_end, u_words, u_act_u, u_cand))
@@ -405,9 +418,11 @@ class Masker:
         right = np.zeros(total, dtype=np.int64)
         pos = np.zeros(total, dtype=np.int64)
         labels[flat] = ids[flat]
-        left[flat] = u_start[tok_unit]  # final position of x_{s-1} = (s - 1) + 1
-        right[flat] = u_end[tok_unit] + 1  # final position of x_{e+1} = e + 1 (e exclusive in content)
-        pos[flat] = np.minimum(within, cfg.max_span_positions - 1)
+        # SBO boundaries around the maximal masked run (trainer.sbo_targets): always observed tokens.
+        run_s, run_e = run_bounds(u_row, u_start, u_end)
+        left[flat] = run_s[tok_unit]  # final position of x_{s-1} = (s - 1) + 1
+        right[flat] = run_e[tok_unit] + 1  # final position of x_{e+1} = e + 1 (e exclusive in content)
+        pos[flat] = np.minimum(u_start[tok_unit] + within - run_s[tok_unit], cfg.max_span_positions - 1)
         act_tok = action[tok_unit]
         m = act_tok == ACTION_MASK
         out_ids[flat[m]] = self.mask_id
@@ -462,7 +477,17 @@ class Masker:
             t = tok_e - tok_s
             r_rem = rem[rows]
             over = has_free & (t > r_rem)
-            accept = has_free & ((t <= r_rem) | (d[:, 1 + S] * t < r_rem))
+            if over.any():  # cut an overshooting span after its last word that keeps the budget
+                o_idx = np.flatnonzero(over)
+                ends = wend[np.minimum(gw[o_idx, None] + kk[None, :], len(wpos) - 1)] - offsets[rows[o_idx], None]
+                fits = ((ends - tok_s[o_idx, None]) <= r_rem[o_idx, None]) & (kk[None, :] < L[o_idx, None])
+                L_cut = fits.sum(1)
+                L[o_idx] = np.maximum(L_cut, 1)
+                tok_e[o_idx] = np.where(L_cut > 0, ends[np.arange(len(o_idx)), np.maximum(L_cut - 1, 0)], tok_e[o_idx])
+                t = tok_e - tok_s
+                # no word of it fits: the row ends if it has targets, else it keeps drawing
+                over[o_idx] = (L_cut > 0) | (r_rem[o_idx] < budget[rows[o_idx]])
+            accept = has_free & (t <= r_rem)
             acc_rows = rows[accept]
             if len(acc_rows):
                 a_idx = np.flatnonzero(accept)

@@ -16,12 +16,16 @@ of the boundary tokens x_{s-1}, x_{e+1} and a position embedding p_i of i's plac
 ``h = LN(GeLU(W1 [x_{s-1}; x_{e+1}; p_i]))``, ``y = LN(GeLU(W2 h))``, and y goes through the MLM output layer
 (the tied decoder and its bias). Loss = MLM + SBO, both cross-entropies averaged over the target positions.
 
+NSP head (BERT; ``ModelConfig.nsp``, for bi-sequence inputs ``[CLS] A [SEP] B [SEP]``): ``tanh(pooler(h_[CLS]))``
+then a 2-way classifier (0 = B continues A); its cross-entropy, averaged over the pairs, is added to the loss.
+
 Both heads run only on the target positions (labels != -100): their hidden states are gathered first, so the
 vocabulary projection costs M x V, not B x T x V.
 
 Batch interface (the masking collator's output; ``sample_id`` is ignored here):
 ``input_ids``, ``attention_mask`` [B, T]; ``labels`` [B, T] (-100 off target); ``span_left``, ``span_right``
-(positions of x_{s-1}, x_{e+1}) and ``span_position`` (0-based place in the span) [B, T], 0 off target.
+(positions of x_{s-1}, x_{e+1}) and ``span_position`` (0-based place in the span) [B, T], 0 off target;
+with NSP also ``token_type_ids`` [B, T] and ``next_sentence_label`` [B].
 """
 
 from __future__ import annotations
@@ -127,6 +131,19 @@ class SBOHead(nn.Module):
         return self.layer2(self.layer1(h))
 
 
+class NSPHead(nn.Module):
+    """BERT's next sentence prediction: ``seq_relationship(tanh(pooler(h_[CLS])))`` -> 2 logits (0 = IsNext),
+    laid out as Hugging Face's ``bert.pooler.dense`` and ``cls.seq_relationship``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.seq_relationship = nn.Linear(cfg.hidden_size, 2)
+
+    def forward(self, cls_hidden: torch.Tensor) -> torch.Tensor:
+        return self.seq_relationship(torch.tanh(self.pooler(cls_hidden)))
+
+
 class SpanBert(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -135,6 +152,7 @@ class SpanBert(nn.Module):
         self.layers = nn.ModuleList([Layer(cfg) for _ in range(cfg.num_layers)])
         self.mlm_head = MLMHead(cfg)
         self.sbo_head = SBOHead(cfg) if cfg.use_sbo else None
+        self.nsp_head = NSPHead(cfg) if cfg.nsp else None
         self.apply(self._init_weights)
         # Tie after init: the decoder's weight is the embedding matrix (one Parameter, two modules).
         self.mlm_head.decoder.weight = self.embeddings.word_embeddings.weight
@@ -173,6 +191,13 @@ class SpanBert(nn.Module):
         """MLM logits [B, T, V] at every position (what Hugging Face ``BertForMaskedLM`` returns)."""
         return self.mlm_head(self.encode(input_ids, attention_mask, token_type_ids))
 
+    def nsp_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                   token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """NSP logits [B, 2] (Hugging Face ``BertForPreTraining``'s ``seq_relationship_logits``); needs ``nsp``."""
+        if self.nsp_head is None:
+            raise ValueError("this model has no NSP head (ModelConfig.nsp is false)")
+        return self.nsp_head(self.encode(input_ids, attention_mask, token_type_ids)[:, 0])
+
     # -- training objective ----------------------------------------------------------------------
     def forward(
         self,
@@ -183,6 +208,7 @@ class SpanBert(nn.Module):
         span_right: torch.Tensor | None = None,
         span_position: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
         **unused: torch.Tensor,
     ) -> dict[str, torch.Tensor]:
         """Loss and statistics on the target positions.
@@ -195,7 +221,8 @@ class SpanBert(nn.Module):
         if labels is None:
             return {"logits": self.mlm_logits(input_ids, attention_mask, token_type_ids)}
         B, T = input_ids.shape
-        hidden = self.encode(input_ids, attention_mask, token_type_ids).reshape(B * T, -1)
+        encoded = self.encode(input_ids, attention_mask, token_type_ids)
+        hidden = encoded.reshape(B * T, -1)
 
         flat_labels = labels.reshape(-1)
         target_index = (flat_labels != IGNORE_INDEX).nonzero(as_tuple=True)[0]  # [M] positions in B*T
@@ -222,6 +249,15 @@ class SpanBert(nn.Module):
             if not self.training:
                 out["sbo_correct"] = (sbo_logits.argmax(-1) == targets).sum()
             loss = loss + sbo_loss
+        if self.nsp_head is not None:
+            if next_sentence_label is None or token_type_ids is None:
+                raise ValueError("the NSP objective needs next_sentence_label and token_type_ids in the batch (--segments 2)")
+            nsp_logits = self.nsp_head(encoded[:, 0])  # [B, 2] from [CLS]
+            out["nsp_loss"] = F.cross_entropy(nsp_logits.float(), next_sentence_label)  # mean over pairs, as BERT
+            out["num_pairs"] = torch.tensor(B, device=input_ids.device)
+            if not self.training:
+                out["nsp_correct"] = (nsp_logits.argmax(-1) == next_sentence_label).sum()
+            loss = loss + out["nsp_loss"]
         out["loss"] = loss
         return out
 
@@ -250,5 +286,7 @@ class SpanBert(nn.Module):
         head = num_targets * 2 * (H * H + H * V)
         if c.use_sbo:
             head += num_targets * 2 * (3 * H * H + H * H + H * V)
+        if c.nsp:
+            head += 2 * (H * H + 2 * H)
         return 3.0 * (encoder + head)
 

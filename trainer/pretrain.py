@@ -21,7 +21,7 @@ One process without the launcher (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT are fil
 
 Resume after a stop (SIGTERM/SIGINT save a checkpoint and exit 0): add ``--resume``; with another number of ranks
 than the checkpoint's, it goes through a DeepSpeed universal checkpoint (docs/TRAINING.md, elastic resume). The BERT-1seq baseline:
-``--objective mlm``. Masking scheme: ``--scheme span|whole_word|subword|entity|noun_phrase|ngram``.
+``--objective mlm``; BERT's two segments with next sentence prediction: ``--segments 2 --nsp``. Masking scheme: ``--scheme span|whole_word|subword|entity|noun_phrase|ngram``.
 Export: ``python -m trainer.export RUN_DIR/checkpoints --out hf_model``. All options: ``--help``;
 docs/TRAINING.md explains them.
 """

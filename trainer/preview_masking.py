@@ -15,7 +15,8 @@ no padding):
     span_left, span_right, span_position   list<int32>   the SBO targets (0 where not a target)
 
 and prints: masked ratio, number of masked units (spans), mean unit length in words and tokens, and the
-share of units masked with [MASK] / replaced by random tokens / kept.
+share of units masked with [MASK] / replaced by random tokens / kept, and the share of targets whose SBO boundary
+(``span_left``/``span_right``) is itself a target (0: boundaries are taken around maximal masked runs).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pyarrow.ipc as ipc
 from schemas import format as fmt
 from trainer.data import _BlockReader, _index_blocks, open_artifact
 from trainer.masking import IGNORE_INDEX, SCHEMES, Masker, MaskingConfig, masking_stats
+from trainer.sbo_targets import boundary_stats
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -105,6 +107,7 @@ def preview(data: str, scheme: str, num: int, seed: int, epoch: int, out: str, m
     with pa.OSFile(out, "wb") as f, ipc.new_file(f, table.schema) as w:
         w.write_table(table)
     stats = masking_stats(masked)
+    stats.update(boundary_stats(masked.labels, masked.span_left, masked.span_right, masked.offsets))
     stats.update(scheme=scheme, seed=seed, epoch=epoch, out=out)
     return stats
 
@@ -116,6 +119,7 @@ def format_stats(s: dict) -> str:
         f"masked units (spans)    {s['units']}" + (f"  ({s['candidate_units']} from candidate spans)" if s["candidate_units"] else ""),
         f"mean span length        {s['mean_unit_words']:.3f} words, {s['mean_unit_tokens']:.3f} tokens",
         f"spans masked / replaced / kept   {s['share_masked']:.3f} / {s['share_replaced']:.3f} / {s['share_kept']:.3f}",
+        f"targets with a masked SBO boundary   {s['masked_boundary_share']:.4f}  ({s['masked_boundary_targets']} of {s['targets_checked']})",
     ]
     return "\n".join(lines)
 
