@@ -316,3 +316,18 @@ def test_pairs_carry_candidate_spans_and_every_scheme_masks_them(scheme):
 def test_segment_options_are_validated(kw, words):
     with pytest.raises(ValueError, match=words):
         DataConfig(artifact="a", **kw)
+
+
+def test_resume_refuses_another_number_of_segments(demo_artifact):
+    """A loader position saved with two-segment inputs cannot continue a one-segment stream (or back)."""
+    cfg = dict(artifact=str(demo_artifact), seed=3, micro_batch_size=4, num_workers=0)
+    _, two = build_train_loader(DataConfig(segments=2, **cfg), MaskingConfig(seed=3))
+    _, one = build_train_loader(DataConfig(**cfg), MaskingConfig(seed=3))
+    state = two.state_dict()
+    assert state["segments"] == 2
+    with pytest.raises(ValueError, match="segments: saved 2, now 1"):
+        one.load_state_dict(state)
+    legacy = {k: v for k, v in one.state_dict().items() if k != "segments"}  # written before the field existed
+    one.load_state_dict(legacy)
+    with pytest.raises(ValueError, match="segments: saved 1, now 2"):
+        two.load_state_dict(legacy)

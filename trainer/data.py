@@ -584,6 +584,7 @@ class ArtifactStream(IterableDataset):
             "micro_batch_size": self.micro_batch_size,
             "mask_scheme": self.mask_cfg.scheme,
             "mask_seed": self.mask_cfg.seed,
+            "segments": self.data_cfg.segments,
         }
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
@@ -593,12 +594,13 @@ class ArtifactStream(IterableDataset):
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"loader state version {state.get('version')} is not supported (this code writes {STATE_VERSION})")
         mine = self.state_dict()
-        keys = ["split", "seed", "shuffle_window", "num_samples", "fingerprint"] + (["mask_scheme", "mask_seed"] if strict else [])
-        diff = [f"{k}: saved {state.get(k)!r}, now {mine[k]!r}" for k in keys if state.get(k) != mine[k]]
+        keys = ["split", "seed", "shuffle_window", "num_samples", "fingerprint", "segments"] + (["mask_scheme", "mask_seed"] if strict else [])
+        saved = {"segments": 1, **state}  # states written before two-segment inputs existed were one-segment
+        diff = [f"{k}: saved {saved.get(k)!r}, now {mine[k]!r}" for k in keys if saved.get(k) != mine[k]]
         if diff:
             raise ValueError(
                 "cannot resume the data stream: the saved state belongs to another stream (" + "; ".join(diff) + "). "
-                "Resume with the same artifact, eval_shards, seed, shuffle_window" + (" and masking config" if strict else "")
+                "Resume with the same artifact, eval_shards, seed, shuffle_window, segments" + (" and masking config" if strict else "")
                 + (" (or load_state_dict(..., strict=False) to change the masking)" if strict else "")
             )
         epoch, consumed = int(state["epoch"]), int(state["consumed_samples"])
