@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import logging
+import os
 import re
 import sys
 import time
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
@@ -32,6 +35,7 @@ from pipeline import configure_logging, readers, tokenization
 from pipeline.dead_letters import WriteDeadLetters
 from pipeline.documents import ReadDocuments
 from pipeline.manifest import WriteManifest, library_versions
+from pipeline.output import OutputError, has_url_credentials, prepare_output, redact_url
 from pipeline.shards import ShardSpec, WriteShards
 from pipeline.tokenized import TokenizeDocuments
 from schemas import format as fmt
@@ -120,25 +124,27 @@ def _job_option_names() -> list[str]:
     return [a.dest for a in _job_parser()._actions if a.dest != "help"]
 
 
-_SECRET = re.compile(r"secret|password|token|access_key|credential", re.IGNORECASE)
+# Names of options whose values are secrets (Beam's --s3_secret_access_key, --s3_session_token,
+# --azure_connection_string, ...). Only these: --tokenizer or --vocab-size are not secrets.
+_SECRET = re.compile(r"secret|password|passwd|session_token|access_token|auth_token|api_key|access_key|credential|connection_string", re.IGNORECASE)
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """The command line with the values of secret-looking options (e.g. --s3_secret_access_key) hidden."""
+    """The command line with the values of secret options and the credentials of URLs hidden."""
     out: list[str] = []
     hide_next = False
     for arg in argv:
         if hide_next:
             out.append("<redacted>")
             hide_next = False
-        elif arg.startswith("--") and _SECRET.search(arg.split("=", 1)[0]):
+        elif arg.startswith("--") and _SECRET.search(arg.split("=", 1)[0].replace("-", "_")):
             if "=" in arg:
                 out.append(arg.split("=", 1)[0] + "=<redacted>")
             else:
                 out.append(arg)
                 hide_next = True
         else:
-            out.append(arg)
+            out.append(redact_url(arg))
     return out
 
 
@@ -229,30 +235,58 @@ def _candidates_manifest(o, kinds: tuple[str, ...], local_runner: bool = True) -
     return info
 
 
+# The extra a URL scheme needs, and a module that shows whether it is installed.
+_SCHEME_LIBRARIES = {"gs": ("google.cloud.storage", "apache-beam[gcp]"), "s3": ("boto3", "apache-beam[aws]"),
+                     "azfs": ("azure.storage.blob", "apache-beam[azure]")}
+
+
+def _check_location(option: str, url: str) -> None:
+    """Refuse, before anything runs, a URL carrying credentials or needing a library that is not installed."""
+    if has_url_credentials(url):
+        raise UsageError(f"{option} {redact_url(url)}: credentials in a URL are not supported (and never written anywhere); "
+                         "give them through the filesystem's own options or environment")
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme in _SCHEME_LIBRARIES:
+        module, extra = _SCHEME_LIBRARIES[scheme]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            raise UsageError(f"{option} {url}: {scheme}:// needs the cloud libraries, which are not installed (pip install '{extra}')")
+
+
 def _match_inputs(patterns: list[str]) -> list[str]:
+    for pattern in patterns:
+        _check_location("--input", pattern)
     paths = []
-    for pattern, result in zip(patterns, FileSystems.match(patterns)):
-        found = [m.path for m in result.metadata_list]
+    for pattern in patterns:
+        try:
+            result = FileSystems.match([pattern])[0]
+        except (BeamIOError, ValueError) as e:
+            raise UsageError(f"--input {pattern}: cannot list it ({redact_url(str(e)).splitlines()[0][:300]})") from None
+        found = []
+        for m in result.metadata_list:
+            if "://" not in m.path and os.path.isdir(m.path):
+                if m.path.rstrip("/") == pattern.rstrip("/"):
+                    raise UsageError(f"--input {pattern}: is a directory; give its files, e.g. --input '{pattern.rstrip('/')}/*.jsonl'")
+                continue  # a glob such as dir/* also matches sub-directories: they hold no records themselves
+            found.append(m.path)
         if not found:
             raise UsageError(f"--input {pattern}: no file matches")
         paths.extend(found)
     return sorted(set(paths))
 
 
-def _prepare_output(output: str, overwrite: bool) -> None:
-    if FileSystems.exists(output):
-        pattern = output.rstrip("/") + "/*"
-        existing = FileSystems.match([pattern])[0].metadata_list
-        if existing:
-            if not overwrite:
-                raise UsageError(f"--output {output} exists and is not empty; pass --overwrite to replace it")
-            log.warning("--overwrite: deleting the existing artifact at %s", output)
-            FileSystems.delete([output])
-    FileSystems.mkdirs(output) if not FileSystems.exists(output) else None
-    for sub in (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR):
-        path = f"{output}/{sub}"
-        if not FileSystems.exists(path):
-            FileSystems.mkdirs(path)
+def _prepare_output(output: str, overwrite: bool) -> str:
+    """Claim ``output`` for this build (refusing any non-empty one without --overwrite); return the build id."""
+    _check_location("--output", output)
+    try:
+        return prepare_output(output, overwrite)
+    except OutputError as e:
+        raise UsageError(str(e)) from None
+    except (BeamIOError, ValueError, OSError) as e:
+        raise UsageError(f"--output {redact_url(output)}: cannot use it ({redact_url(str(e)).splitlines()[0][:300]})") from None
 
 
 def _reader_options(o, unk_token: str | None) -> readers.ReaderOptions:
@@ -301,7 +335,7 @@ def _load_tokenizer(o, paths: list[str]) -> tokenization.TokenizerSpec:
     return tokenization.make_spec(tok, "trained", o.lowercase)
 
 
-def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candidates: dict) -> dict[str, Any]:
+def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candidates: dict, build_id: str | None = None) -> dict[str, Any]:
     build = {k: v for k, v in vars(o).items()}
     beam_opts = {k: v for k, v in options.get_all_options(drop_default=True).items() if k not in build}
     beam_opts = {k: ("<redacted>" if _SECRET.search(k) else v) for k, v in beam_opts.items()}
@@ -313,6 +347,7 @@ def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candid
         "max_seq_len": o.max_seq_len,
         "pack": o.pack,
         "candidates": candidates,
+        "build_id": build_id,
     }
 
 
@@ -362,14 +397,15 @@ def run(argv: list[str] | None = None) -> dict:
     o, options = _parse(argv)
     _validate(o)
     o.input = list(o.input)
+    _check_location("--output", o.output)
     paths = _match_inputs(o.input)
     log.info("%d input file(s) matched; output %s; runner %s", len(paths), o.output, options.view_as(StandardOptions).runner)
     kinds = _candidate_kinds(o)
     runner = str(options.view_as(StandardOptions).runner)
     candidates = _candidates_manifest(o, kinds, local_runner=runner in LOCAL_RUNNERS)
     spec = _load_tokenizer(o, paths)
-    _prepare_output(o.output, o.overwrite)
-    static = _static_manifest_fields(o, argv, options, candidates)
+    build_id = _prepare_output(o.output, o.overwrite)
+    static = _static_manifest_fields(o, argv, options, candidates, build_id)
     started = time.time()
     with beam.Pipeline(options=options) as p:
         build_pipeline(p, o, spec, static)

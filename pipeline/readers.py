@@ -13,6 +13,7 @@ with its byte count, sha256 and whether it was truncated.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -37,6 +38,17 @@ DOCUMENT_TOO_LONG = "document_too_long"
 TRUNCATED_INPUT = "truncated_input"
 CORRUPT_INPUT = "corrupt_input"
 NO_TOKENS = "no_tokens"
+INVALID_UNICODE = "invalid_unicode"
+TOO_DEEP = "json_too_deep"
+TOKENIZER_ERROR = "tokenizer_error"
+
+# JSON records nest at most this deep; deeper lines are dead-lettered before parsing, so the parser's
+# recursion can never fail a worker (and the limit does not depend on the worker's stack depth).
+MAX_JSON_DEPTH = 100
+UTF8_BOM = b"\xef\xbb\xbf"
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_JSON_BRACKET = re.compile(rb"[\[\]{}]")
 
 # C0 and C1 control characters except tab and newline; carriage returns are normalised first.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
@@ -71,12 +83,13 @@ class DeadLetter:
     preview: str = ""
 
     def as_dict(self) -> dict:
+        """JSON-ready and always encodable as UTF-8 (lone surrogates are written as ``\\udXXX``)."""
         return {
             "reason": self.reason,
-            "detail": self.detail,
+            "detail": encodable(self.detail),
             "source": self.source.as_dict(),
-            "doc_id": self.doc_id,
-            "preview": self.preview,
+            "doc_id": None if self.doc_id is None else encodable(self.doc_id),
+            "preview": encodable(self.preview),
         }
 
 
@@ -89,6 +102,7 @@ class InputSummary:
     sha256: str = ""
     documents_read: int = 0
     truncated: bool = False
+    byte_order_mark: bool = False  # a UTF-8 BOM started the (decompressed) file and was skipped
 
     def as_dict(self) -> dict:
         return {
@@ -97,6 +111,7 @@ class InputSummary:
             "sha256": self.sha256,
             "documents_read": self.documents_read,
             "truncated": self.truncated,
+            "byte_order_mark": self.byte_order_mark,
         }
 
 
@@ -130,7 +145,37 @@ def clean_text(text: str) -> tuple[str, bool]:
 def preview(text: str | bytes) -> str:
     if isinstance(text, bytes):
         text = text[: PREVIEW_CHARS * 4].decode("utf-8", errors="replace")
-    return text[:PREVIEW_CHARS]
+    return encodable(text[:PREVIEW_CHARS])
+
+
+def encodable(text: str) -> str:
+    """``text`` with lone surrogates (which UTF-8 cannot encode) written as ``\\udXXX`` escapes."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+
+def unencodable_at(text: str) -> int | None:
+    """Index of the first character UTF-8 cannot encode (a lone surrogate from a JSON ``\\ud800`` escape), or None."""
+    m = _SURROGATE.search(text)
+    return m.start() if m else None
+
+
+def json_depth_exceeds(line: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON text ``line`` nests arrays/objects deeper than ``limit`` (brackets inside strings do not count)."""
+    if line.count(b"[") + line.count(b"{") <= limit:
+        return False  # the common case: too few brackets to be that deep, no scan
+    depth = 0
+    for m in _JSON_BRACKET.finditer(_JSON_STRING.sub(b'""', line)):
+        if m.group() in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 # -- byte streams ----------------------------------------------------------------------------
@@ -212,7 +257,22 @@ def _decompressed_chunks(raw: _HashingReader, compression: str) -> Iterator[byte
         raise TruncatedInputError(raw.bytes, out_bytes, compression)
 
 
-def iter_lines(chunks: Iterator[bytes], max_line_bytes: int) -> Iterator[tuple[int, int, bytes | None, int]]:
+def skip_bom(chunks: Iterator[bytes], found: list[bool]) -> Iterator[bytes]:
+    """The chunks without a UTF-8 byte order mark at the very start; ``found[0]`` says whether there was one."""
+    head = b""
+    for chunk in chunks:
+        head += chunk
+        if len(head) >= len(UTF8_BOM):
+            break
+    if head.startswith(UTF8_BOM):
+        found[0] = True
+        head = head[len(UTF8_BOM):]
+    if head:
+        yield head
+    yield from chunks
+
+
+def iter_lines(chunks: Iterator[bytes], max_line_bytes: int, first_offset: int = 0) -> Iterator[tuple[int, int, bytes | None, int]]:
     """Split a chunk stream into lines without holding more than ``max_line_bytes`` of one line.
 
     Yields ``(line_number, byte_offset, line_or_None, line_length)`` with the newline stripped;
@@ -220,7 +280,7 @@ def iter_lines(chunks: Iterator[bytes], max_line_bytes: int) -> Iterator[tuple[i
     A final line without a newline is yielded too.
     """
     line_no = 0
-    offset = 0  # byte offset where the pending line starts
+    offset = first_offset  # byte offset where the pending line starts
     pending: list[bytes] = []
     pending_len = 0
     overflow = False
@@ -290,6 +350,9 @@ def _decode(line: bytes, src: Source) -> tuple[str | None, DeadLetter | None]:
 
 
 def _finish_text(doc_id: str, text: str, src: Source) -> Record:
+    bad = unencodable_at(text)
+    if bad is not None:
+        return DeadLetter(INVALID_UNICODE, f"text holds a lone surrogate (U+{ord(text[bad]):04X}) at character {bad}: not valid Unicode, no tokenizer can take it", src, doc_id, preview(text))
     text, cleaned = clean_text(text)
     if not text.strip():
         return DeadLetter(EMPTY_TEXT, "text is empty or whitespace only" + (" after removing control characters" if cleaned else ""), src, doc_id, preview(text))
@@ -309,6 +372,9 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions) -> Iterator
         if bad:
             yield bad
             continue
+        if json_depth_exceeds(line):
+            yield DeadLetter(TOO_DEEP, f"JSON nests deeper than {MAX_JSON_DEPTH} levels", src, fallback_id, preview(raw))
+            continue
         try:
             obj = json.loads(raw)
         except json.JSONDecodeError as e:
@@ -319,6 +385,9 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions) -> Iterator
             continue
         value = obj.get(opts.id_field)
         doc_id = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value) else fallback_id
+        if unencodable_at(doc_id) is not None:
+            yield DeadLetter(INVALID_UNICODE, f"field {opts.id_field!r} holds a lone surrogate: not valid Unicode", src, fallback_id, preview(raw))
+            continue
         if opts.text_field not in obj:
             yield DeadLetter(MISSING_TEXT, f"no field {opts.text_field!r} (fields: {', '.join(sorted(obj)[:10])})", src, doc_id, preview(raw))
             continue
@@ -456,9 +525,12 @@ def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record 
     name = os.path.basename(path.rstrip("/"))
     summary = InputSummary(path)
     lines_seen = [0, 0]  # last line number, byte offset after it
+    bom = [False]
 
     def tracked_lines():
-        for item in iter_lines(_decompressed_chunks(raw, compression_of(path)), opts.max_record_bytes):
+        chunks = skip_bom(iter(_decompressed_chunks(raw, compression_of(path))), bom)
+        first = next(chunks, b"")  # skip_bom has decided by the time it yields its first chunk
+        for item in iter_lines(itertools.chain([first], chunks), opts.max_record_bytes, len(UTF8_BOM) if bom[0] else 0):
             lines_seen[0] = item[0]
             lines_seen[1] = item[1] + item[3] + 1
             yield item
@@ -480,6 +552,7 @@ def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record 
             "",
         )
     raw.drain()
+    summary.byte_order_mark = bom[0]
     summary.bytes = raw.bytes
     summary.sha256 = raw.sha256.hexdigest()
     yield summary

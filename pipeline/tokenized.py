@@ -78,7 +78,7 @@ class _TokenizeFn(beam.DoFn):
         self._tokens = Metrics.counter("tokenize", "tokens")
 
     def setup(self):
-        self._tok = self._spec.load()
+        self._tok = self._spec.load_for_text()
         self._dtype = np.dtype(self._ids_dtype)
         sentence_spans("Warm up. Punkt.", self._language)
         self._segmenter = None
@@ -97,9 +97,24 @@ class _TokenizeFn(beam.DoFn):
             else:
                 docs.append(element)
                 spans.append(())
-        encodings = self._tok.encode_batch([d.text for d in docs], add_special_tokens=False)
+        try:
+            encodings = self._tok.encode_batch([d.text for d in docs], add_special_tokens=False)
+        except Exception:  # noqa: BLE001 - tokenizers raises TypeError/bare Exception from Rust; find the document
+            encodings = [self._encode_one(d) for d in docs]
         for doc, char_spans, enc in zip(docs, spans, encodings):
+            if isinstance(enc, str):
+                yield beam.pvalue.TaggedOutput(
+                    DEAD_LETTERS, readers.DeadLetter(readers.TOKENIZER_ERROR, enc, doc.source, doc.doc_id, readers.preview(doc.text))
+                )
+                continue
             yield from self._tokenize(doc, char_spans, enc)
+
+    def _encode_one(self, doc: readers.Document):
+        """The document's encoding, or the tokenizer's error message (the document becomes a dead letter)."""
+        try:
+            return self._tok.encode(doc.text, add_special_tokens=False)
+        except Exception as e:  # noqa: BLE001
+            return f"the tokenizer cannot encode this text: {type(e).__name__}: {e}"
 
     def _tokenize(self, doc: readers.Document, char_spans, enc):
         ids = enc.ids
