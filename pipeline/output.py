@@ -110,7 +110,7 @@ def prepare_output(output: str, overwrite: bool) -> str:
     files = existing_files(output) if FileSystems.exists(output) or not is_local(output) else []
     if files:
         if not overwrite:
-            raise OutputError(f"--output {shown} is not empty (it holds {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}); pass --overwrite to replace it")
+            raise OutputError(f"--output {shown} exists and is not empty (it holds {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}); pass --overwrite to replace it")
         lock = read_lock(output)
         if lock:
             holder = f"build {lock.get('build_id')} started {lock.get('started_at')} on {lock.get('host')}"
