@@ -391,6 +391,18 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenization.TokenizerSpec, static
     )
 
 
+def _warn_empty_shards(manifest: dict) -> None:
+    """Most shards empty: --num-shards is far above the number of documents (each shard costs a file and a bundle)."""
+    shards = manifest["shards"]
+    empty = sum(1 for s in shards if s["rows"] == 0)
+    if len(shards) > 1 and empty * 2 > len(shards):
+        log.warning(
+            "%d of %d shards are empty: --num-shards %d is far above the %d documents written; every shard is a file "
+            "(and a bundle to write and a file to open when training), so use fewer shards",
+            empty, len(shards), len(shards), manifest["counts"]["documents_written"],
+        )
+
+
 def run(argv: list[str] | None = None) -> dict:
     """Run the job; return the manifest. Raises :class:`UsageError` for bad options or inputs."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -413,6 +425,7 @@ def run(argv: list[str] | None = None) -> dict:
 
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
+    _warn_empty_shards(manifest)
     if o.report:
         from pipeline import report
 

@@ -123,7 +123,7 @@ class _WriteManifestFn(beam.DoFn):
         atomic_write(f"{out}/{fmt.TOKENIZER_FILE}", self._spec.json.encode("utf-8"))
         counts = np.zeros(tokenizer["vocab_size"], dtype=np.int64)
         for s in shards:
-            counts += s["unigram"]
+            counts[s["unigram_ids"]] += s["unigram_counts"]  # ids of a shard are distinct
         table = unigram_table(counts, self._spec)
         nbytes, sha = write_arrow_file(f"{out}/{fmt.UNIGRAM_FILE}", table.schema, table.to_batches())
         unigram = {"file": fmt.UNIGRAM_FILE, "sha256": sha, "bytes": nbytes, "total": int(counts.sum())}

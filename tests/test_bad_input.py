@@ -259,3 +259,10 @@ def test_only_real_secrets_are_redacted():
     assert build_shards.redact_argv(argv) == [
         "--input", "in.jsonl", "--train-tokenizer", "--vocab-size", "4000", "--tokenizer", "path/tokenizer.json",
         "--s3_secret_access_key", "<redacted>", "--s3_session_token=<redacted>", "--output", "gs://<redacted>@bucket/out"]
+
+
+def test_num_shards_far_above_the_documents_warns(tmp_path, caplog):
+    m = build(_small_input(tmp_path), tmp_path / "out", "--input-format", "text", "--vocab-size", "100", "--num-shards", "64")
+    assert m["counts"]["documents_written"] == 2
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "shards are empty" in r.getMessage()]
+    assert len(warned) == 1 and "62 of 64 shards are empty" in warned[0]
