@@ -266,3 +266,13 @@ def test_num_shards_far_above_the_documents_warns(tmp_path, caplog):
     assert m["counts"]["documents_written"] == 2
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "shards are empty" in r.getMessage()]
     assert len(warned) == 1 and "62 of 64 shards are empty" in warned[0]
+
+
+def test_dataset_card_shows_the_vocab_size_and_tokenizer_path(tmp_path):
+    """Issue 12: `make demo`'s card read `--train-tokenizer '<redacted>' 4000`; --tokenizer paths are no secret either."""
+    m = build(_small_input(tmp_path), tmp_path / "out", "--input-format", "text", "--train-tokenizer", "--vocab-size", "100", "--num-shards", "1", "--report")
+    assert "--train-tokenizer --vocab-size 100" in " ".join(m["command"]) and "<redacted>" not in json.dumps(m)
+    assert "--train-tokenizer --vocab-size 100" in (tmp_path / "out" / "README.md").read_text()
+    tokenizer = tmp_path / "out" / "tokenizer.json"
+    m2 = build(_small_input(tmp_path), tmp_path / "out2", "--input-format", "text", "--tokenizer", str(tokenizer), "--num-shards", "1")
+    assert m2["command"][m2["command"].index("--tokenizer") + 1] == str(tokenizer)
