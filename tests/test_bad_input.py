@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.ipc as ipc
 import pytest
 import zstandard
@@ -276,3 +277,21 @@ def test_dataset_card_shows_the_vocab_size_and_tokenizer_path(tmp_path):
     tokenizer = tmp_path / "out" / "tokenizer.json"
     m2 = build(_small_input(tmp_path), tmp_path / "out2", "--input-format", "text", "--tokenizer", str(tokenizer), "--num-shards", "1")
     assert m2["command"][m2["command"].index("--tokenizer") + 1] == str(tokenizer)
+
+
+def test_long_texts_encoded_in_pieces_give_the_tokens_of_the_whole_text(tmp_path):
+    """A huge record is encoded piece by piece (bounded memory); on real text the result is the whole encoding's."""
+    from pipeline.tokenized import _Encoded, text_pieces
+
+    text = wikitext2_articles(3, tmp_path).read_text(encoding="utf-8")
+    spec = tokenization.make_spec(tokenization.train([text], vocab_size=1000), "trained", False)
+    tok = spec.load_for_text()
+    pieces = text_pieces(text, 5000)
+    assert len(pieces) > 5 and pieces[0][0] == 0 and pieces[-1][1] == len(text)
+    assert all(b - a <= 5000 for a, b in pieces) and all(text[a] in "\n " for a, _ in pieces[1:])
+    whole = _Encoded.of(tok.encode(text, add_special_tokens=False))
+    parts = _Encoded.concatenate([_Encoded.of(tok.encode(text[a:b], add_special_tokens=False), a) for a, b in pieces])
+    assert len(whole.ids) > 5_000
+    assert np.array_equal(whole.ids, parts.ids) and np.array_equal(whole.offsets, parts.offsets)
+    assert np.array_equal(np.diff(whole.words) != 0, np.diff(parts.words) != 0)  # the same word starts
+    assert text_pieces("x" * 50, 10) == [(0, 50)]  # no whitespace: left whole
