@@ -420,8 +420,11 @@ def run(argv: list[str] | None = None) -> dict:
     build_id = _prepare_output(o.output, o.overwrite)
     static = _static_manifest_fields(o, argv, options, candidates, build_id)
     started = time.time()
-    with beam.Pipeline(options=options) as p:
-        build_pipeline(p, o, spec, static)
+    try:
+        with beam.Pipeline(options=options) as p:
+            build_pipeline(p, o, spec, static)
+    except OutputError as e:  # another build took the output over (WriteManifest checks the lock)
+        raise UsageError(str(e).split(" [while running")[0]) from None
     from schemas.artifact import Artifact
 
     manifest = Artifact.open(o.output).manifest

@@ -24,6 +24,7 @@ from pipeline import build_shards, output, readers, tokenization
 from pipeline.readers import DeadLetter, Document, InputSummary, ReaderOptions, Source
 from pipeline.tokenized import TokenizeDocuments
 from pipeline.verify import verify
+from tests.test_build_shards import _create
 from tests.conftest import REPO, WIKIPEDIA_SAMPLE, build, wikitext2_articles
 
 LONE_SURROGATE = b'{"id":"s1","text":"lone \\ud800 surrogate"}'
@@ -295,3 +296,33 @@ def test_long_texts_encoded_in_pieces_give_the_tokens_of_the_whole_text(tmp_path
     assert np.array_equal(whole.ids, parts.ids) and np.array_equal(whole.offsets, parts.offsets)
     assert np.array_equal(np.diff(whole.words) != 0, np.diff(parts.words) != 0)  # the same word starts
     assert text_pieces("x" * 50, 10) == [(0, 50)]  # no whitespace: left whole
+
+
+def test_write_manifest_refuses_when_another_build_holds_the_lock(tmp_path, spec):
+    """The loser of two concurrent builds: its lock was taken over, so it writes no manifest and fails."""
+    from pipeline.manifest import WriteManifest
+    from schemas import format as fmt
+
+    out = tmp_path / "out"
+    mine = output.prepare_output(str(out), overwrite=False)
+    theirs = output.prepare_output(str(out), overwrite=True)
+    shard = {"index": 0, "path": fmt.shard_filename(0, 1), "rows": 1, "tokens": 5, "bytes": 10, "sha256": "x", "documents": 1,
+             "documents_cleaned": 0, "duplicate_doc_ids": 0, "sentences": 1, "sentences_cut": 0,
+             "spans": {k: 0 for k in fmt.CANDIDATE_KINDS}, "dropped": {k: 0 for k in fmt.CANDIDATE_KINDS}, "histogram": [1],
+             "unigram_ids": np.array([7], np.int32), "unigram_counts": np.array([5], np.int64)}
+    static = {"created_by": {}, "command": [], "options": {}, "max_seq_len": 34, "pack": "doc-sentences", "candidates": {"kinds": []}}
+
+    def run(build_id):
+        with TestPipeline(runner="FnApiRunner") as p:
+            results = {
+                "input_summaries": p | "S" >> _create([InputSummary("in.jsonl", 10, "abc", 1)]),
+                "shards": p | "Sh" >> _create([shard]),
+                "dead_letters": p | "D" >> _create([]),
+            }
+            _ = results | WriteManifest(str(out), spec, {**static, "build_id": build_id})
+
+    with pytest.raises(output.OutputError, match=f"belongs to build {theirs}"):
+        run(mine)
+    assert not (out / "manifest.json").exists()
+    run(theirs)
+    assert json.loads((out / "manifest.json").read_text())["build_id"] == theirs and not (out / "_build.lock").exists()
