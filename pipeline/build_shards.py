@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -35,7 +34,7 @@ from pipeline import configure_logging, readers, tokenization
 from pipeline.dead_letters import WriteDeadLetters
 from pipeline.documents import ReadDocuments
 from pipeline.manifest import WriteManifest, library_versions
-from pipeline.output import OutputError, has_url_credentials, prepare_output, redact_url
+from pipeline.output import OutputError, check_location, prepare_output, redact_url
 from pipeline.shards import ShardSpec, WriteShards
 from pipeline.tokenized import TokenizeDocuments
 from schemas import format as fmt
@@ -236,25 +235,11 @@ def _candidates_manifest(o, kinds: tuple[str, ...], local_runner: bool = True) -
     return info
 
 
-# The extra a URL scheme needs, and a module that shows whether it is installed.
-_SCHEME_LIBRARIES = {"gs": ("google.cloud.storage", "apache-beam[gcp]"), "s3": ("boto3", "apache-beam[aws]"),
-                     "azfs": ("azure.storage.blob", "apache-beam[azure]")}
-
-
 def _check_location(option: str, url: str) -> None:
-    """Refuse, before anything runs, a URL carrying credentials or needing a library that is not installed."""
-    if has_url_credentials(url):
-        raise UsageError(f"{option} {redact_url(url)}: credentials in a URL are not supported (and never written anywhere); "
-                         "give them through the filesystem's own options or environment")
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme in _SCHEME_LIBRARIES:
-        module, extra = _SCHEME_LIBRARIES[scheme]
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            found = False
-        if not found:
-            raise UsageError(f"{option} {url}: {scheme}:// needs the cloud libraries, which are not installed (pip install '{extra}')")
+    try:
+        check_location(option, url)
+    except OutputError as e:
+        raise UsageError(str(e)) from None
 
 
 def _match_inputs(patterns: list[str]) -> list[str]:

@@ -21,6 +21,7 @@ message here goes through :func:`redact_url`.
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import json
 import logging
 import os
@@ -39,7 +40,8 @@ _URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userin
 
 
 class OutputError(ValueError):
-    """The output cannot be used (not empty, locked by another build, unreachable); a user error."""
+    """A location cannot be used (output not empty or locked by another build, credentials in a URL, no
+    filesystem for its scheme); a user error."""
 
 
 def redact_url(text: str) -> str:
@@ -49,6 +51,27 @@ def redact_url(text: str) -> str:
 
 def has_url_credentials(text: str) -> bool:
     return bool(_URL_CREDENTIALS.search(text))
+
+
+# The extra a URL scheme needs, and a module that shows whether it is installed.
+_SCHEME_LIBRARIES = {"gs": ("google.cloud.storage", "apache-beam[gcp]"), "s3": ("boto3", "apache-beam[aws]"),
+                     "azfs": ("azure.storage.blob", "apache-beam[azure]")}
+
+
+def check_location(option: str, url: str) -> None:
+    """Refuse, before anything runs, a URL carrying credentials or needing a library that is not installed."""
+    if has_url_credentials(url):
+        raise OutputError(f"{option} {redact_url(url)}: credentials in a URL are not supported (and never written anywhere); "
+                         "give them through the filesystem's own options or environment")
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme in _SCHEME_LIBRARIES:
+        module, extra = _SCHEME_LIBRARIES[scheme]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            raise OutputError(f"{option} {url}: {scheme}:// needs the cloud libraries, which are not installed (pip install '{extra}')")
 
 
 def is_local(path: str) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator, Union
 
 from pipeline import wikitext
+from pipeline.record_checks import MAX_JSON_DEPTH, UTF8_BOM, encodable, json_depth_exceeds, skip_bom, unencodable_at
 
 CHUNK_BYTES = 1 << 20
 PREVIEW_CHARS = 1000
@@ -42,13 +43,6 @@ INVALID_UNICODE = "invalid_unicode"
 TOO_DEEP = "json_too_deep"
 TOKENIZER_ERROR = "tokenizer_error"
 
-# JSON records nest at most this deep; deeper lines are dead-lettered before parsing, so the parser's
-# recursion can never fail a worker (and the limit does not depend on the worker's stack depth).
-MAX_JSON_DEPTH = 100
-UTF8_BOM = b"\xef\xbb\xbf"
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_JSON_BRACKET = re.compile(rb"[\[\]{}]")
 
 # C0 and C1 control characters except tab and newline; carriage returns are normalised first.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
@@ -148,36 +142,6 @@ def preview(text: str | bytes) -> str:
     return encodable(text[:PREVIEW_CHARS])
 
 
-def encodable(text: str) -> str:
-    """``text`` with lone surrogates (which UTF-8 cannot encode) written as ``\\udXXX`` escapes."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
-
-
-def unencodable_at(text: str) -> int | None:
-    """Index of the first character UTF-8 cannot encode (a lone surrogate from a JSON ``\\ud800`` escape), or None."""
-    m = _SURROGATE.search(text)
-    return m.start() if m else None
-
-
-def json_depth_exceeds(line: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether the JSON text ``line`` nests arrays/objects deeper than ``limit`` (brackets inside strings do not count)."""
-    if line.count(b"[") + line.count(b"{") <= limit:
-        return False  # the common case: too few brackets to be that deep, no scan
-    depth = 0
-    for m in _JSON_BRACKET.finditer(_JSON_STRING.sub(b'""', line)):
-        if m.group() in (b"[", b"{"):
-            depth += 1
-            if depth > limit:
-                return True
-        else:
-            depth -= 1
-    return False
-
-
 # -- byte streams ----------------------------------------------------------------------------
 
 
@@ -255,21 +219,6 @@ def _decompressed_chunks(raw: _HashingReader, compression: str) -> Iterator[byte
                 chunk = b""
     if in_member:
         raise TruncatedInputError(raw.bytes, out_bytes, compression)
-
-
-def skip_bom(chunks: Iterator[bytes], found: list[bool]) -> Iterator[bytes]:
-    """The chunks without a UTF-8 byte order mark at the very start; ``found[0]`` says whether there was one."""
-    head = b""
-    for chunk in chunks:
-        head += chunk
-        if len(head) >= len(UTF8_BOM):
-            break
-    if head.startswith(UTF8_BOM):
-        found[0] = True
-        head = head[len(UTF8_BOM):]
-    if head:
-        yield head
-    yield from chunks
 
 
 def iter_lines(chunks: Iterator[bytes], max_line_bytes: int, first_offset: int = 0) -> Iterator[tuple[int, int, bytes | None, int]]:
