@@ -19,12 +19,14 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import re
 import sys
 import time
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
@@ -32,6 +34,7 @@ from pipeline import configure_logging, readers, tokenization
 from pipeline.dead_letters import WriteDeadLetters
 from pipeline.documents import ReadDocuments
 from pipeline.manifest import WriteManifest, library_versions
+from pipeline.output import OutputError, check_location, prepare_output, redact_url
 from pipeline.shards import ShardSpec, WriteShards
 from pipeline.tokenized import TokenizeDocuments
 from schemas import format as fmt
@@ -56,7 +59,8 @@ class BuildShardsOptions(PipelineOptions):
         g.add_argument("--text-field", "--text_field", dest="text_field", default="text", help="JSONL field holding the text")
         g.add_argument("--id-field", "--id_field", dest="id_field", default="id", help="JSONL field holding the document id")
         g.add_argument("--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int, default=readers.DEFAULT_MAX_RECORD_BYTES,
-                       help="larger records (lines/documents) are dead-lettered, never loaded (default 16 MiB)")
+                       help="larger records (lines/documents) are dead-lettered, never loaded (default 16 MiB); "
+                       "the largest record costs about 20 MB of worker memory per MB")
         g.add_argument("--wikitext-headings", "--wikitext_headings", dest="wikitext_headings", default="keep", choices=["keep", "drop"],
                        help="keep the title and section headings as paragraphs of the document, or drop them")
         g.add_argument("--wikitext-unk", "--wikitext_unk", dest="wikitext_unk", default="keep", choices=["keep", "drop"],
@@ -120,25 +124,27 @@ def _job_option_names() -> list[str]:
     return [a.dest for a in _job_parser()._actions if a.dest != "help"]
 
 
-_SECRET = re.compile(r"secret|password|token|access_key|credential", re.IGNORECASE)
+# Names of options whose values are secrets (Beam's --s3_secret_access_key, --s3_session_token,
+# --azure_connection_string, ...). Only these: --tokenizer or --vocab-size are not secrets.
+_SECRET = re.compile(r"secret|password|passwd|session_token|access_token|auth_token|api_key|access_key|credential|connection_string", re.IGNORECASE)
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """The command line with the values of secret-looking options (e.g. --s3_secret_access_key) hidden."""
+    """The command line with the values of secret options and the credentials of URLs hidden."""
     out: list[str] = []
     hide_next = False
     for arg in argv:
         if hide_next:
             out.append("<redacted>")
             hide_next = False
-        elif arg.startswith("--") and _SECRET.search(arg.split("=", 1)[0]):
+        elif arg.startswith("--") and _SECRET.search(arg.split("=", 1)[0].replace("-", "_")):
             if "=" in arg:
                 out.append(arg.split("=", 1)[0] + "=<redacted>")
             else:
                 out.append(arg)
                 hide_next = True
         else:
-            out.append(arg)
+            out.append(redact_url(arg))
     return out
 
 
@@ -229,30 +235,44 @@ def _candidates_manifest(o, kinds: tuple[str, ...], local_runner: bool = True) -
     return info
 
 
+def _check_location(option: str, url: str) -> None:
+    try:
+        check_location(option, url)
+    except OutputError as e:
+        raise UsageError(str(e)) from None
+
+
 def _match_inputs(patterns: list[str]) -> list[str]:
+    for pattern in patterns:
+        _check_location("--input", pattern)
     paths = []
-    for pattern, result in zip(patterns, FileSystems.match(patterns)):
-        found = [m.path for m in result.metadata_list]
+    for pattern in patterns:
+        try:
+            result = FileSystems.match([pattern])[0]
+        except (BeamIOError, ValueError) as e:
+            raise UsageError(f"--input {pattern}: cannot list it ({redact_url(str(e)).splitlines()[0][:300]})") from None
+        found = []
+        for m in result.metadata_list:
+            if "://" not in m.path and os.path.isdir(m.path):
+                if m.path.rstrip("/") == pattern.rstrip("/"):
+                    raise UsageError(f"--input {pattern}: is a directory; give its files, e.g. --input '{pattern.rstrip('/')}/*.jsonl'")
+                continue  # a glob such as dir/* also matches sub-directories: they hold no records themselves
+            found.append(m.path)
         if not found:
             raise UsageError(f"--input {pattern}: no file matches")
         paths.extend(found)
     return sorted(set(paths))
 
 
-def _prepare_output(output: str, overwrite: bool) -> None:
-    if FileSystems.exists(output):
-        pattern = output.rstrip("/") + "/*"
-        existing = FileSystems.match([pattern])[0].metadata_list
-        if existing:
-            if not overwrite:
-                raise UsageError(f"--output {output} exists and is not empty; pass --overwrite to replace it")
-            log.warning("--overwrite: deleting the existing artifact at %s", output)
-            FileSystems.delete([output])
-    FileSystems.mkdirs(output) if not FileSystems.exists(output) else None
-    for sub in (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR):
-        path = f"{output}/{sub}"
-        if not FileSystems.exists(path):
-            FileSystems.mkdirs(path)
+def _prepare_output(output: str, overwrite: bool) -> str:
+    """Claim ``output`` for this build (refusing any non-empty one without --overwrite); return the build id."""
+    _check_location("--output", output)
+    try:
+        return prepare_output(output, overwrite)
+    except OutputError as e:
+        raise UsageError(str(e)) from None
+    except (BeamIOError, ValueError, OSError) as e:
+        raise UsageError(f"--output {redact_url(output)}: cannot use it ({redact_url(str(e)).splitlines()[0][:300]})") from None
 
 
 def _reader_options(o, unk_token: str | None) -> readers.ReaderOptions:
@@ -301,7 +321,7 @@ def _load_tokenizer(o, paths: list[str]) -> tokenization.TokenizerSpec:
     return tokenization.make_spec(tok, "trained", o.lowercase)
 
 
-def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candidates: dict) -> dict[str, Any]:
+def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candidates: dict, build_id: str | None = None) -> dict[str, Any]:
     build = {k: v for k, v in vars(o).items()}
     beam_opts = {k: v for k, v in options.get_all_options(drop_default=True).items() if k not in build}
     beam_opts = {k: ("<redacted>" if _SECRET.search(k) else v) for k, v in beam_opts.items()}
@@ -313,6 +333,7 @@ def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candid
         "max_seq_len": o.max_seq_len,
         "pack": o.pack,
         "candidates": candidates,
+        "build_id": build_id,
     }
 
 
@@ -356,27 +377,44 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenization.TokenizerSpec, static
     )
 
 
+def _warn_empty_shards(manifest: dict) -> None:
+    """Most shards empty: --num-shards is far above the number of documents (each shard costs a file and a bundle)."""
+    shards = manifest["shards"]
+    empty = sum(1 for s in shards if s["rows"] == 0)
+    if len(shards) > 1 and empty * 2 > len(shards):
+        log.warning(
+            "%d of %d shards are empty: --num-shards %d is far above the %d documents written; every shard is a file "
+            "(and a bundle to write and a file to open when training), so use fewer shards",
+            empty, len(shards), len(shards), manifest["counts"]["documents_written"],
+        )
+
+
 def run(argv: list[str] | None = None) -> dict:
     """Run the job; return the manifest. Raises :class:`UsageError` for bad options or inputs."""
     argv = list(sys.argv[1:] if argv is None else argv)
     o, options = _parse(argv)
     _validate(o)
     o.input = list(o.input)
+    _check_location("--output", o.output)
     paths = _match_inputs(o.input)
     log.info("%d input file(s) matched; output %s; runner %s", len(paths), o.output, options.view_as(StandardOptions).runner)
     kinds = _candidate_kinds(o)
     runner = str(options.view_as(StandardOptions).runner)
     candidates = _candidates_manifest(o, kinds, local_runner=runner in LOCAL_RUNNERS)
     spec = _load_tokenizer(o, paths)
-    _prepare_output(o.output, o.overwrite)
-    static = _static_manifest_fields(o, argv, options, candidates)
+    build_id = _prepare_output(o.output, o.overwrite)
+    static = _static_manifest_fields(o, argv, options, candidates, build_id)
     started = time.time()
-    with beam.Pipeline(options=options) as p:
-        build_pipeline(p, o, spec, static)
+    try:
+        with beam.Pipeline(options=options) as p:
+            build_pipeline(p, o, spec, static)
+    except OutputError as e:  # another build took the output over (WriteManifest checks the lock)
+        raise UsageError(str(e).split(" [while running")[0]) from None
     from schemas.artifact import Artifact
 
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
+    _warn_empty_shards(manifest)
     if o.report:
         from pipeline import report
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from pipeline import __version__
 from pipeline.files import atomic_write, delete_tree
+from pipeline.output import check_lock, release_lock
 from pipeline.shards import HISTOGRAM_BIN_WIDTH, TMP_DIR, write_arrow_file
 from pipeline.tokenization import TokenizerSpec
 from schemas import format as fmt
@@ -79,6 +80,7 @@ def build_manifest(static: dict[str, Any], tokenizer: dict, inputs: list, shards
         "dead_lettered_by_reason": dict(sorted(by_reason.items())),
         "documents_cleaned": sum(s["documents_cleaned"] for s in shards),
         "duplicate_doc_ids": sum(s["duplicate_doc_ids"] for s in shards),
+        "inputs_with_byte_order_mark": sum(1 for i in inputs if i.get("byte_order_mark")),
         "rows": sum(s["rows"] for s in shards),
         "tokens": sum(s["tokens"] for s in shards),
         "sentences": sum(s["sentences"] for s in shards),
@@ -89,6 +91,7 @@ def build_manifest(static: dict[str, Any], tokenizer: dict, inputs: list, shards
         "format_version": fmt.FORMAT_VERSION,
         "created_by": static["created_by"],
         "created_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "build_id": static.get("build_id"),
         "command": static["command"],
         "options": static["options"],
         "inputs": inputs,
@@ -120,7 +123,7 @@ class _WriteManifestFn(beam.DoFn):
         atomic_write(f"{out}/{fmt.TOKENIZER_FILE}", self._spec.json.encode("utf-8"))
         counts = np.zeros(tokenizer["vocab_size"], dtype=np.int64)
         for s in shards:
-            counts += s["unigram"]
+            counts[s["unigram_ids"]] += s["unigram_counts"]  # ids of a shard are distinct
         table = unigram_table(counts, self._spec)
         nbytes, sha = write_arrow_file(f"{out}/{fmt.UNIGRAM_FILE}", table.schema, table.to_batches())
         unigram = {"file": fmt.UNIGRAM_FILE, "sha256": sha, "bytes": nbytes, "total": int(counts.sum())}
@@ -132,7 +135,12 @@ class _WriteManifestFn(beam.DoFn):
             static = {**static, "candidates": {**static["candidates"], "spacy_model": models[0] if len(models) == 1 else models}}
         manifest = build_manifest(static, tokenizer, [i.as_dict() for i in inputs], list(shards), list(dead_letters), unigram)
         delete_tree(f"{out}/{TMP_DIR}")  # sorted runs of the shard writer, all merged by now
+        build_id = static.get("build_id")
+        if build_id:
+            check_lock(out, build_id)  # another build took the output over: write no manifest
         atomic_write(f"{out}/{fmt.MANIFEST_FILE}", fmt.dumps_manifest(manifest).encode("utf-8"))
+        if build_id:
+            release_lock(out)
         log.info("wrote %s/%s", out, fmt.MANIFEST_FILE)
         yield manifest
 

@@ -13,6 +13,7 @@ with its byte count, sha256 and whether it was truncated.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator, Union
 
 from pipeline import wikitext
+from pipeline.record_checks import MAX_JSON_DEPTH, UTF8_BOM, encodable, json_depth_exceeds, skip_bom, unencodable_at
 
 CHUNK_BYTES = 1 << 20
 PREVIEW_CHARS = 1000
@@ -37,6 +39,10 @@ DOCUMENT_TOO_LONG = "document_too_long"
 TRUNCATED_INPUT = "truncated_input"
 CORRUPT_INPUT = "corrupt_input"
 NO_TOKENS = "no_tokens"
+INVALID_UNICODE = "invalid_unicode"
+TOO_DEEP = "json_too_deep"
+TOKENIZER_ERROR = "tokenizer_error"
+
 
 # C0 and C1 control characters except tab and newline; carriage returns are normalised first.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
@@ -71,12 +77,13 @@ class DeadLetter:
     preview: str = ""
 
     def as_dict(self) -> dict:
+        """JSON-ready and always encodable as UTF-8 (lone surrogates are written as ``\\udXXX``)."""
         return {
             "reason": self.reason,
-            "detail": self.detail,
+            "detail": encodable(self.detail),
             "source": self.source.as_dict(),
-            "doc_id": self.doc_id,
-            "preview": self.preview,
+            "doc_id": None if self.doc_id is None else encodable(self.doc_id),
+            "preview": encodable(self.preview),
         }
 
 
@@ -89,6 +96,7 @@ class InputSummary:
     sha256: str = ""
     documents_read: int = 0
     truncated: bool = False
+    byte_order_mark: bool = False  # a UTF-8 BOM started the (decompressed) file and was skipped
 
     def as_dict(self) -> dict:
         return {
@@ -97,6 +105,7 @@ class InputSummary:
             "sha256": self.sha256,
             "documents_read": self.documents_read,
             "truncated": self.truncated,
+            "byte_order_mark": self.byte_order_mark,
         }
 
 
@@ -130,7 +139,7 @@ def clean_text(text: str) -> tuple[str, bool]:
 def preview(text: str | bytes) -> str:
     if isinstance(text, bytes):
         text = text[: PREVIEW_CHARS * 4].decode("utf-8", errors="replace")
-    return text[:PREVIEW_CHARS]
+    return encodable(text[:PREVIEW_CHARS])
 
 
 # -- byte streams ----------------------------------------------------------------------------
@@ -212,7 +221,7 @@ def _decompressed_chunks(raw: _HashingReader, compression: str) -> Iterator[byte
         raise TruncatedInputError(raw.bytes, out_bytes, compression)
 
 
-def iter_lines(chunks: Iterator[bytes], max_line_bytes: int) -> Iterator[tuple[int, int, bytes | None, int]]:
+def iter_lines(chunks: Iterator[bytes], max_line_bytes: int, first_offset: int = 0) -> Iterator[tuple[int, int, bytes | None, int]]:
     """Split a chunk stream into lines without holding more than ``max_line_bytes`` of one line.
 
     Yields ``(line_number, byte_offset, line_or_None, line_length)`` with the newline stripped;
@@ -220,7 +229,7 @@ def iter_lines(chunks: Iterator[bytes], max_line_bytes: int) -> Iterator[tuple[i
     A final line without a newline is yielded too.
     """
     line_no = 0
-    offset = 0  # byte offset where the pending line starts
+    offset = first_offset  # byte offset where the pending line starts
     pending: list[bytes] = []
     pending_len = 0
     overflow = False
@@ -290,6 +299,9 @@ def _decode(line: bytes, src: Source) -> tuple[str | None, DeadLetter | None]:
 
 
 def _finish_text(doc_id: str, text: str, src: Source) -> Record:
+    bad = unencodable_at(text)
+    if bad is not None:
+        return DeadLetter(INVALID_UNICODE, f"text holds a lone surrogate (U+{ord(text[bad]):04X}) at character {bad}: not valid Unicode, no tokenizer can take it", src, doc_id, preview(text))
     text, cleaned = clean_text(text)
     if not text.strip():
         return DeadLetter(EMPTY_TEXT, "text is empty or whitespace only" + (" after removing control characters" if cleaned else ""), src, doc_id, preview(text))
@@ -309,6 +321,9 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions) -> Iterator
         if bad:
             yield bad
             continue
+        if json_depth_exceeds(line):
+            yield DeadLetter(TOO_DEEP, f"JSON nests deeper than {MAX_JSON_DEPTH} levels", src, fallback_id, preview(raw))
+            continue
         try:
             obj = json.loads(raw)
         except json.JSONDecodeError as e:
@@ -319,6 +334,9 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions) -> Iterator
             continue
         value = obj.get(opts.id_field)
         doc_id = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value) else fallback_id
+        if unencodable_at(doc_id) is not None:
+            yield DeadLetter(INVALID_UNICODE, f"field {opts.id_field!r} holds a lone surrogate: not valid Unicode", src, fallback_id, preview(raw))
+            continue
         if opts.text_field not in obj:
             yield DeadLetter(MISSING_TEXT, f"no field {opts.text_field!r} (fields: {', '.join(sorted(obj)[:10])})", src, doc_id, preview(raw))
             continue
@@ -456,9 +474,12 @@ def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record 
     name = os.path.basename(path.rstrip("/"))
     summary = InputSummary(path)
     lines_seen = [0, 0]  # last line number, byte offset after it
+    bom = [False]
 
     def tracked_lines():
-        for item in iter_lines(_decompressed_chunks(raw, compression_of(path)), opts.max_record_bytes):
+        chunks = skip_bom(iter(_decompressed_chunks(raw, compression_of(path))), bom)
+        first = next(chunks, b"")  # skip_bom has decided by the time it yields its first chunk
+        for item in iter_lines(itertools.chain([first], chunks), opts.max_record_bytes, len(UTF8_BOM) if bom[0] else 0):
             lines_seen[0] = item[0]
             lines_seen[1] = item[1] + item[3] + 1
             yield item
@@ -480,6 +501,7 @@ def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record 
             "",
         )
     raw.drain()
+    summary.byte_order_mark = bom[0]
     summary.bytes = raw.bytes
     summary.sha256 = raw.sha256.hexdigest()
     yield summary

@@ -281,6 +281,7 @@ class _ShardStats:
                 self.spans[kind] += len(sp)
 
     def result(self) -> dict:
+        present = np.flatnonzero(self.unigram)  # sparse: the manifest step holds one result per shard
         return {
             "rows": self.rows,
             "tokens": self.tokens,
@@ -292,7 +293,8 @@ class _ShardStats:
             "spans": self.spans,
             "dropped": self.dropped,
             "histogram": self.histogram.tolist(),
-            "unigram": self.unigram,
+            "unigram_ids": present.astype(np.int32),
+            "unigram_counts": self.unigram[present],
         }
 
 

@@ -8,6 +8,7 @@ Truncation and padding are always disabled: rows are cut by the packer, never by
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from dataclasses import dataclass
 from typing import Iterable
@@ -164,6 +165,19 @@ class TokenizerSpec:
 
     def load(self) -> Tokenizer:
         return Tokenizer.from_str(self.json)
+
+    def load_for_text(self) -> Tokenizer:
+        """The tokenizer that encodes documents: special tokens written in the text are plain text.
+
+        ``[MASK]``, ``[SEP]``, ``[CLS]``, ``[PAD]`` (and any other special added token) typed in a
+        document are split like any other text (``[``, ``MA``, ``##SK``, ``]``), so rows never hold
+        their ids; only ``[UNK]`` is still matched (WikiText's ``<unk>`` becomes it). Same ids, same
+        vocabulary: the tokens stay in the vocabulary, the text is just no longer scanned for them.
+        """
+        config = json.loads(self.json)
+        unk = SPECIAL_TOKENS["unk"]
+        config["added_tokens"] = [t for t in config.get("added_tokens") or [] if not t.get("special") or t["content"] == unk]
+        return Tokenizer.from_str(json.dumps(config))
 
     def describe(self) -> dict:
         tok = self.load()

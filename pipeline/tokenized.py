@@ -68,6 +68,64 @@ def char_spans_to_tokens(starts: np.ndarray, ends: np.ndarray, token_starts: np.
     return np.stack([first, last], axis=1).astype(np.int32), keep
 
 
+# Longer texts are encoded in pieces cut at a line break (else a space): the tokenizer's own encoding
+# costs about 600 bytes of memory per token, so one 50 MB record used to need ~10 GB. Pieces give the
+# same tokens: the normalizer works per character and the pre-tokenizer splits at every whitespace.
+ENCODE_PIECE_CHARS = 1 << 20
+
+
+def text_pieces(text: str, limit: int) -> list[tuple[int, int]]:
+    """``[start, end)`` character ranges of at most ``limit`` characters, each (but the first) starting at a
+    line break or, failing that, a space; a run of ``limit`` characters without either stays whole."""
+    pieces, start, n = [], 0, len(text)
+    while n - start > limit:
+        cut = text.rfind("\n", start + 1, start + limit)
+        if cut < 0:
+            cut = text.rfind(" ", start + 1, start + limit)
+        if cut < 0:
+            break
+        pieces.append((start, cut))
+        start = cut
+    pieces.append((start, n))
+    return pieces
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """A tokenizer encoding as arrays: ids, word numbers (distinct per word) and character offsets (n, 2)."""
+
+    ids: np.ndarray
+    words: np.ndarray
+    offsets: np.ndarray
+
+    @classmethod
+    def of(cls, enc, char_base: int = 0) -> "_Encoded":
+        n = len(enc.ids)
+        word_ids = enc.word_ids
+        try:
+            w = np.array(word_ids, dtype=np.int64)
+        except TypeError:  # special tokens inside text have no word: each is its own word
+            w = np.array([-1 - i if v is None else v for i, v in enumerate(word_ids)], dtype=np.int64)
+        offsets = np.fromiter(itertools.chain.from_iterable(enc.offsets), dtype=np.int64, count=2 * n).reshape(n, 2)
+        return cls(np.array(enc.ids, dtype=np.int64), w, offsets + char_base if char_base else offsets)
+
+    @classmethod
+    def concatenate(cls, parts: list["_Encoded"]) -> "_Encoded":
+        if len(parts) == 1:
+            return parts[0]
+        words, base = [], 0
+        for p in parts:  # renumber the words so that no word continues across pieces
+            if len(p.words):
+                w = p.words - p.words.min() + base
+                base = int(w.max()) + 1
+                words.append(w)
+        return cls(
+            np.concatenate([p.ids for p in parts]),
+            np.concatenate(words) if words else np.zeros(0, np.int64),
+            np.concatenate([p.offsets for p in parts]).reshape(-1, 2),
+        )
+
+
 class _TokenizeFn(beam.DoFn):
     def __init__(self, spec: TokenizerSpec, ids_dtype: str, language: str = "english", segmenter_path: str | None = None):
         self._spec = spec
@@ -78,7 +136,7 @@ class _TokenizeFn(beam.DoFn):
         self._tokens = Metrics.counter("tokenize", "tokens")
 
     def setup(self):
-        self._tok = self._spec.load()
+        self._tok = self._spec.load_for_text()
         self._dtype = np.dtype(self._ids_dtype)
         sentence_spans("Warm up. Punkt.", self._language)
         self._segmenter = None
@@ -97,29 +155,45 @@ class _TokenizeFn(beam.DoFn):
             else:
                 docs.append(element)
                 spans.append(())
-        encodings = self._tok.encode_batch([d.text for d in docs], add_special_tokens=False)
+        short = [d.text for d in docs if len(d.text) <= ENCODE_PIECE_CHARS]
+        try:
+            batch_encodings = iter(self._tok.encode_batch(short, add_special_tokens=False))
+            encodings = [_Encoded.of(next(batch_encodings)) if len(d.text) <= ENCODE_PIECE_CHARS else self._encode_one(d) for d in docs]
+        except Exception:  # noqa: BLE001 - tokenizers raises TypeError/bare Exception from Rust; find the document
+            encodings = [self._encode_one(d) for d in docs]
         for doc, char_spans, enc in zip(docs, spans, encodings):
+            if isinstance(enc, str):
+                yield beam.pvalue.TaggedOutput(
+                    DEAD_LETTERS, readers.DeadLetter(readers.TOKENIZER_ERROR, enc, doc.source, doc.doc_id, readers.preview(doc.text))
+                )
+                continue
             yield from self._tokenize(doc, char_spans, enc)
 
-    def _tokenize(self, doc: readers.Document, char_spans, enc):
-        ids = enc.ids
-        n = len(ids)
+    def _encode_one(self, doc: readers.Document) -> "_Encoded | str":
+        """The document's encoding (long texts piece by piece), or the tokenizer's error message (a dead letter)."""
+        try:
+            parts = [
+                _Encoded.of(self._tok.encode(doc.text[a:b], add_special_tokens=False), a)
+                for a, b in text_pieces(doc.text, ENCODE_PIECE_CHARS)
+            ]
+        except Exception as e:  # noqa: BLE001
+            return f"the tokenizer cannot encode this text: {type(e).__name__}: {e}"
+        return _Encoded.concatenate(parts)
+
+    def _tokenize(self, doc: readers.Document, char_spans, enc: "_Encoded"):
+        n = len(enc.ids)
         if n == 0:
             yield beam.pvalue.TaggedOutput(
                 DEAD_LETTERS,
                 readers.DeadLetter(readers.NO_TOKENS, "the tokenizer produced no tokens for this text", doc.source, doc.doc_id, readers.preview(doc.text)),
             )
             return
-        ids_arr = np.array(ids, dtype=self._dtype)
-        word_ids = enc.word_ids
-        try:
-            w = np.array(word_ids, dtype=np.int64)
-        except TypeError:  # special tokens inside text have no word: each is its own word
-            w = np.array([-1 - i if v is None else v for i, v in enumerate(word_ids)], dtype=np.int64)
+        ids_arr = enc.ids.astype(self._dtype)
+        w = enc.words
         word_start = np.empty(n, dtype=bool)
         word_start[0] = True
         np.not_equal(w[1:], w[:-1], out=word_start[1:])
-        offsets = np.fromiter(itertools.chain.from_iterable(enc.offsets), dtype=np.int64, count=2 * n).reshape(n, 2)
+        offsets = enc.offsets
         token_starts = offsets[:, 0]
         token_ends = offsets[:, 1]
 

@@ -73,6 +73,44 @@ def _list_parts(batch: pa.RecordBatch, name: str) -> tuple[np.ndarray, np.ndarra
     return offsets, arr.values.to_numpy(zero_copy_only=False)
 
 
+# Special tokens a row may hold: [UNK] stands for unknown text (WikiText's <unk>); full-sentences packing
+# puts [SEP] between documents. Everything else ([PAD], [CLS], [MASK], [SEP] otherwise) is the trainer's.
+ALLOWED_SPECIAL = {"doc-sentences": ("unk",), "full-sentences": ("unk", "sep")}
+
+
+def forbidden_special_ids(manifest: dict) -> list[int]:
+    allowed = ALLOWED_SPECIAL.get(manifest["pack"], ("unk",))
+    return sorted(i for name, i in manifest["tokenizer"]["special_token_ids"].items() if name not in allowed and i is not None)
+
+
+def _expected_files(m: dict) -> set[str]:
+    tok, uni = m["tokenizer"], m["unigram"]
+    return {fmt.MANIFEST_FILE, tok["file"], uni["file"]} | {s["path"] for s in m["shards"]} | {d["path"] for d in m["dead_letter"]}
+
+
+def _check_no_stray_files(art: Artifact, m: dict, report: Report) -> None:
+    """Every file under the artifact is one the manifest lists, or the optional report (report/, README.md)."""
+    expected = _expected_files(m)
+    root = art.path("").rstrip("/")
+    try:
+        infos = art.fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    except FileNotFoundError:
+        return
+    n = 0
+    for info in infos:
+        if info.type != pafs.FileType.File:
+            continue
+        n += 1
+        relative = info.path[len(root) + 1 :]
+        if relative in expected or relative == fmt.CARD_FILE or relative.startswith(fmt.REPORT_DIR + "/"):
+            continue
+        if relative == fmt.LOCK_FILE:
+            report.fail(f"{relative}: a build is still writing this artifact, or was killed before finishing (rebuild with --overwrite)")
+        else:
+            report.fail(f"{relative}: not in the manifest (left over from another run, or added later)")
+    report.count("files listed", n)
+
+
 def _check_shard_rows(art: Artifact, index: int, entry: dict, report: Report, totals: dict, unigram: np.ndarray) -> None:
     m = art.manifest
     relative = entry["path"]
@@ -88,6 +126,7 @@ def _check_shard_rows(art: Artifact, index: int, entry: dict, report: Report, to
     prev_doc: str | None = None
     prev_seq = -1
     doc_sentences = m["pack"] == "doc-sentences"
+    forbidden = np.array(forbidden_special_ids(m), dtype=np.int64)
     for b in range(reader.num_record_batches):
         try:
             batch = reader.get_batch(b)
@@ -107,6 +146,11 @@ def _check_shard_rows(art: Artifact, index: int, entry: dict, report: Report, to
             report.fail(f"{where}: row lengths outside 1..{limit}: {sorted(set(lengths[(lengths < 1) | (lengths > limit)].tolist()))[:5]}")
         if ids.size and int(ids.max()) >= vocab:
             report.fail(f"{where}: token id {int(ids.max())} >= vocabulary size {vocab}")
+        smuggled = np.isin(ids, forbidden)
+        report.count("tokens checked for special ids", int(ids.size))
+        if smuggled.any():
+            found = sorted(set(ids[smuggled].tolist()))
+            report.fail(f"{where}: {int(smuggled.sum())} special token id(s) {found} inside rows (rows hold text only; FORMAT.md)")
         unigram += np.bincount(ids.astype(np.int64), minlength=vocab)[:vocab]
         for col in ("word_start", "sentence_start"):
             o2, flags = _list_parts(batch, col)
@@ -186,12 +230,7 @@ def verify(uri: str, quick: bool = False) -> Report:
     expected_names = {s["path"] for s in m["shards"]}
     if len(expected_names) != len(m["shards"]):
         report.fail("manifest lists a shard twice")
-    try:
-        on_disk = {f"{fmt.SHARDS_DIR}/{info.base_name}" for info in art.fs.get_file_info(pafs.FileSelector(art.path(fmt.SHARDS_DIR)))}
-    except FileNotFoundError:
-        on_disk = set()
-    for extra in sorted(on_disk - expected_names):
-        report.fail(f"{extra}: in shards/ but not in the manifest (left over from another run?)")
+    _check_no_stray_files(art, m, report)
     for i, entry in enumerate(m["shards"]):
         if entry["path"] != fmt.shard_filename(i, len(m["shards"])):
             report.fail(f"{entry['path']}: manifest entry {i} should be {fmt.shard_filename(i, len(m['shards']))}")

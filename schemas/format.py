@@ -30,6 +30,8 @@ UNIGRAM_FILE = "unigram.arrow"
 SHARDS_DIR = "shards"
 DEAD_LETTER_DIR = "dead_letter"
 REPORT_DIR = "report"
+CARD_FILE = "README.md"  # optional dataset card (python -m pipeline.report)
+LOCK_FILE = "_build.lock"  # exists while a build writes the artifact; holds the build id
 
 # Arrow schema metadata keys (bytes, as Arrow stores them).
 META_FORMAT = b"spanprep.format"

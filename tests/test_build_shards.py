@@ -297,11 +297,10 @@ def test_write_manifest_writes_tokenizer_unigram_and_manifest_last_and_checks_ac
     from pipeline.readers import InputSummary
 
     vocab = small_spec.describe()["vocab_size"]
-    unigram = np.zeros(vocab, np.int64)
-    unigram[7] = 5
     shard = {"index": 0, "path": fmt.shard_filename(0, 1), "rows": 1, "tokens": 5, "bytes": 10, "sha256": "x", "documents": 2,
              "documents_cleaned": 0, "duplicate_doc_ids": 0, "sentences": 2, "sentences_cut": 0,
-             "spans": {k: 0 for k in fmt.CANDIDATE_KINDS}, "dropped": {k: 0 for k in fmt.CANDIDATE_KINDS}, "histogram": [1], "unigram": unigram}
+             "spans": {k: 0 for k in fmt.CANDIDATE_KINDS}, "dropped": {k: 0 for k in fmt.CANDIDATE_KINDS}, "histogram": [1],
+             "unigram_ids": np.array([7], np.int32), "unigram_counts": np.array([5], np.int64)}
     static = {"created_by": {}, "command": [], "options": {}, "max_seq_len": 34, "pack": "doc-sentences", "candidates": {"kinds": []}}
 
     def run(read: int):

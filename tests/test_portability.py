@@ -15,7 +15,7 @@ same output path:
   at construction) would show here.
 
 Every file except ``manifest.json`` must have the same sha256; the manifests must be equal except for the fields
-that name the run itself (``created_at``, ``command``, the Beam options).
+that name the run itself (``created_at``, ``build_id``, ``command``, the Beam options).
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def _job_option_names(options_class) -> set[str]:
 
 def comparable_manifest(manifest: dict, job_options: set[str]) -> dict:
     """The manifest without what names the run: when, the command line, the runner and the other Beam options."""
-    m = {k: v for k, v in manifest.items() if k not in ("created_at", "command")}
+    m = {k: v for k, v in manifest.items() if k not in ("created_at", "build_id", "command")}
     m["options"] = {k: v for k, v in manifest["options"].items() if k in job_options}
     return m
 

@@ -120,3 +120,50 @@ def test_irregular_record_batches_are_reported(artifact, capsys):
     (artifact / "manifest.json").write_text(json.dumps(m))
     code, out = run_verify(artifact, capsys)
     assert code == 1 and "must hold exactly 128" in out.err
+
+
+@pytest.mark.parametrize("stray", ["dead_letter/extra.jsonl", "notes/precious.txt", "stray.bin", ".manifest.json.tmp-0123"])
+def test_stray_files_anywhere_in_the_artifact(artifact, capsys, stray):
+    (artifact / stray).parent.mkdir(parents=True, exist_ok=True)
+    (artifact / stray).write_text("{}\n")
+    code, out = run_verify(artifact, capsys)
+    assert code == 1 and f"{stray}: not in the manifest" in out.err
+
+
+def test_report_and_dataset_card_are_not_stray(artifact, capsys):
+    (artifact / "report").mkdir(exist_ok=True)
+    (artifact / "report" / "index.html").write_text("<html></html>")
+    (artifact / "README.md").write_text("# card\n")
+    code, out = run_verify(artifact, capsys)
+    assert code == 0, out.err
+    assert verify_mod.verify(str(artifact)).checked["files listed"] >= 4 + 3 + 2
+
+
+def test_leftover_build_lock_is_reported(artifact, capsys):
+    (artifact / fmt.LOCK_FILE).write_text('{"build_id": "x"}')
+    code, out = run_verify(artifact, capsys)
+    assert code == 1 and "still writing this artifact, or was killed" in out.err
+
+
+def test_special_token_ids_inside_rows_are_reported(artifact, capsys):
+    """A row holding [MASK] (what literal "[MASK]" text gave before issue 9), checksums made consistent."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    m = json.loads((artifact / "manifest.json").read_text())
+    mask = m["tokenizer"]["special_token_ids"]["mask"]
+    index = max(range(4), key=lambda i: m["shards"][i]["rows"])
+    shard = artifact / fmt.shard_filename(index, 4)
+    table = ipc.open_file(str(shard)).read_all()
+    rows = table.column("input_ids").to_pylist()
+    rows[0][0] = mask
+    table = table.set_column(table.schema.get_field_index("input_ids"), table.schema.field("input_ids"), pa.array(rows, table.schema.field("input_ids").type))
+    with ipc.new_file(str(shard), table.schema, options=ipc.IpcWriteOptions(compression="zstd")) as w:
+        w.write_table(table, max_chunksize=fmt.ROWS_PER_BATCH)
+    data = shard.read_bytes()
+    m["shards"][index].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (artifact / "manifest.json").write_text(json.dumps(m))
+    code, out = run_verify(artifact, capsys)
+    assert code == 1 and f"special token id(s) [{mask}] inside rows" in out.err

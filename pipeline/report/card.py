@@ -161,7 +161,7 @@ def build_card(m: dict, *, pretty_name: str, license: str | None, source_license
         "| count | value |",
         "|---|---:|",
         *[f"| `{k}` | {c[k]:,} |" for k in ("documents_read", "documents_written", "documents_dead_lettered", "documents_cleaned",
-                                            "duplicate_doc_ids", "rows", "tokens", "sentences", "sentences_cut") if k in c],
+                                            "duplicate_doc_ids", "inputs_with_byte_order_mark", "rows", "tokens", "sentences", "sentences_cut") if k in c],
         *[f"| `dead_lettered_by_reason.{_md(r)}` | {n:,} |" for r, n in sorted(c["dead_lettered_by_reason"].items())],
         *[f"| `candidates.spans.{k}` | {int(cand.get('spans', {}).get(k, 0)):,} |" for k in kinds],
         *[f"| `candidates.dropped_at_row_boundary.{k}` | {int(cand.get('dropped_at_row_boundary', {}).get(k, 0)):,} |" for k in kinds],
