@@ -185,3 +185,43 @@ def test_model_heads_outputs_and_extra_parameters(tokenizer, wikitext2_dictionar
     base = FineTuneModel(SpanBert(ModelConfig.preset("base", vocab_size=28996)), "span-ft")
     frac = base.head_parameters() / sum(p.numel() for p in base.encoder.parameters())
     assert 0.025 < frac < 0.04  # the paper: "only 3 percent of the total parameters"
+
+
+def test_regression_and_single_sentence_inputs(tokenizer):
+    cfg = ModelConfig.preset("tiny", vocab_size=tokenizer.get_vocab_size(), hidden_dropout=0.0, attention_dropout=0.0)
+    stsb = get_task("stsb")
+    ex = [Example("a", "A woman is riding a horse.", "A man is playing a guitar.", 0.5),
+          Example("b", "A man plays a guitar.", "A man is playing a guitar.", 4.6)]
+    for head in ("cls", "span-ft"):
+        feats = [glue_feature(stsb, head, tokenizer, e, max_seq_len=64, segmentation="random") for e in ex]
+        batch = collate(feats, pad_id=cfg.pad_token_id, regression=True)
+        assert batch["labels"].dtype == torch.float32 and batch["labels"].tolist() == pytest.approx([0.5, 4.6])
+        model = FineTuneModel(SpanBert(cfg), head, regression=True, segmentation="random")
+        out = model(**batch)
+        assert out["logits"].shape == (2, 1)
+        assert out["loss"].item() == pytest.approx(((out["logits"].squeeze(-1) - batch["labels"]) ** 2).mean().item())
+    f = spex.spex_feature(stsb, tokenizer, ex[1].text_a, ex[1].text_b, 4.6, max_seq_len=128)
+    assert tokenizer.decode(f["input_ids"][f["start_positions"]:f["end_positions"] + 1]).replace(" ", "") == "4.5"
+    n = len(f["input_ids"])
+    start, end = [0.0] * n, [0.0] * n
+    start[1], end[2] = 5.0, 5.0  # the paper's free decoding: "0 ." is no choice's span
+    assert spex.decode(f, start, end)["free_is_choice"] is False
+    sst = get_task("sst2")
+    f = glue_feature(sst, "span-ft", tokenizer, Example("c", "a charming and often affecting journey", None, 1),
+                     max_seq_len=64, segmentation="none")
+    assert f["token_mask"] == [0] + [1] * (len(f["input_ids"]) - 2) + [0] and set(f["token_type_ids"]) == {0}
+
+
+def test_options_refuse_what_cannot_run():
+    from trainer.config import ConfigError
+    from trainer.finetuning.options import FinetuneConfig
+
+    base = dict(init="x", output_dir="y", task="rte")
+    with pytest.raises(ConfigError, match="needs --ngram-dictionary"):
+        FinetuneConfig(**base, head="span-ft")
+    with pytest.raises(ValueError, match="--head span does not fit task rte"):
+        FinetuneConfig(**base, head="span")
+    with pytest.raises(ConfigError, match="--null-threshold applies to squad2 only"):
+        FinetuneConfig(init="x", output_dir="y", task="squad1", head="span", null_threshold=1.0)
+    assert FinetuneConfig(init="x", output_dir="y", task="squad2", head="span").resolved_max_seq_len == 512
+    assert FinetuneConfig(**base, head="span-ft", segmentation="none").resolved_max_seq_len == 128

@@ -12,9 +12,9 @@ Decoding (BERT): over every window of a question, the ``n_best`` highest start a
 tokens, ``start <= end``, at most ``max_answer_len`` tokens, the start token taken only from the window where it
 has the most context (min(left, right) + 0.01 * window length), score = start + end logit; the best span's
 characters in the original passage, from the start of its first token's word to the end of its last token's
-word (words as the tokenizer's pre-tokenizer splits them: BERT maps answers back to words too), are the answer. v2.0: the no-answer score is the smallest
-[CLS] start + end over the windows; "" is predicted when it exceeds the best span's score by more than
-``null_threshold`` (BERT's tau, default 0).
+word (words as the tokenizer's pre-tokenizer splits them: BERT maps answers back to words too), are the
+answer. v2.0: the no-answer score is the smallest [CLS] start + end over the windows; "" is predicted when it
+exceeds the best span's score by more than ``null_threshold`` (BERT's tau, default 0).
 
 Bad rows (counted, written to bad_rows.jsonl, not used): a question without id or text, a gold answer whose
 ``answer_start`` does not point at its text in the context, an answer that covers no token, and, in v1.1, a
@@ -111,8 +111,9 @@ def window_starts(n_tokens: int, window: int, stride: int) -> list[int]:
 def qa_features(examples: list[QAExample], tokenizer, *, max_seq_len: int, doc_stride: int, max_query_len: int,
                 training: bool, bad: BadRows | None = None) -> list[dict]:
     """One feature per window. Model inputs: input_ids, token_type_ids, span_mask, start/end_positions;
-    decoding needs: example_index, window_start (its first passage token), token_offsets (per position the characters of the tokenizer word it belongs to,
-    None off the passage: a decoded answer never starts or ends inside a word), max_context."""
+    decoding needs: example_index, window_start (its first passage token), token_offsets (per position, the
+    characters of the word its token belongs to; None off the passage: an answer never starts or ends inside a
+    word), max_context."""
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     features = []
     for index, ex in enumerate(examples):
