@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_DATA, free_port, wikitext2
+from pipeline import build_ngram_dictionary
+from test_pretrain import run_env  # the same environment as the pre-training runs
 
 REPO = Path(__file__).resolve().parents[1]
 FINETUNE = REPO / "trainer" / "finetune.py"
@@ -29,12 +31,6 @@ RUNS = {  # head -> task-specific options (tiny slices: 32 training and 40 evalu
     "span-ft": ["--task", "rte"],
     "span": ["--task", "squad1", "--train-file", str(XQUAD), "--max-seq-len", "256", "--doc-stride", "64"],
 }
-
-
-def run_env() -> dict:
-    from test_pretrain import run_env as pretrain_env
-
-    return pretrain_env()
 
 
 def run(cmd: list[str], expect: int = 0) -> subprocess.CompletedProcess:
@@ -55,8 +51,6 @@ def pretrained(demo_artifact, tmp_path_factory) -> dict:
          "--output-dir", str(tmp / "run")])
     run([sys.executable, "-m", "trainer.export", str(tmp / "run" / "checkpoints"), "--out", str(tmp / "hf")])
     dictionary = tmp / "dict"
-    from pipeline import build_ngram_dictionary
-
     build_ngram_dictionary.run(["--input", str(wikitext2("valid")), "--output", str(dictionary)])
     return {"run": tmp / "run", "hf": tmp / "hf", "dict": dictionary}
 

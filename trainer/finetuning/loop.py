@@ -24,12 +24,12 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from pipeline.segmenter import Segmenter
-from trainer.config import ConfigError, OptimConfig, WarmupLinearDecay, dumps
+from trainer.config import OptimConfig, WarmupLinearDecay, dumps
 from trainer.engine import (Dist, accelerator_is_gpu, env_rank, environment_ninja, init_distributed, load_deepspeed_json,
                             parameter_groups, resolve_deepspeed_config)
 from trainer.finetuning import spex, squad, squad_metric
@@ -123,15 +123,13 @@ def prepare(cfg: FinetuneConfig, optim_flags: dict, encoder, tokenizer, source: 
     on_gpu = accelerator_is_gpu()
     ds_path, ds_raw = load_deepspeed_json(cfg.deepspeed_config, on_gpu)
     _, _, world = env_rank()
-    micro, accum = ds_raw.get("train_micro_batch_size_per_gpu"), ds_raw.get("gradient_accumulation_steps", 1)
-    if not isinstance(micro, int) or not isinstance(accum, int) or micro < 1 or accum < 1:
-        raise ConfigError(f"--deepspeed_config {ds_path}: train_micro_batch_size_per_gpu and gradient_accumulation_steps "
-                          f"must be positive integers")
-    global_batch = micro * accum * world
+    # The schedule is not part of the DeepSpeed JSON: resolve (and check) it first, then count the steps.
+    optim = OptimConfig(**{**optim_flags, "lr": cfg.lr, "warmup_steps": 0})
+    ds = resolve_deepspeed_config(ds_path, ds_raw, optim, cfg.output_dir, on_gpu)
+    global_batch = ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * world
     steps_per_epoch = math.ceil(len(data.features["train"]) / global_batch)
     max_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
-    optim = OptimConfig(**{**optim_flags, "lr": cfg.lr, "warmup_steps": int(cfg.warmup_ratio * max_steps)})
-    ds = resolve_deepspeed_config(ds_path, ds_raw, optim, cfg.output_dir, on_gpu)
+    optim = replace(optim, warmup_steps=int(cfg.warmup_ratio * max_steps))
     return Setup(cfg=cfg, task=task, data=data, encoder=encoder, source=source, optim=optim, ds_path=ds_path, ds=ds,
                  world_size=world, global_batch=global_batch, steps_per_epoch=steps_per_epoch, max_steps=max_steps,
                  max_seq_len=max_seq_len)
