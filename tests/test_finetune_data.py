@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from conftest import SHARED_DATA
-from trainer.finetuning import squad
+from trainer.finetuning import squad, squad_metric
 from trainer.finetuning.glue import DataError, read_tsv
 from trainer.finetuning.tasks import TASKS, get_task
 
@@ -149,3 +149,27 @@ def test_decoding_respects_max_context_and_max_answer_length(tokenizer):
     assert squad.decode([ex], feats, s_log, e_log, max_answer_len=30)["q"] == ex.context[:feats[0]["token_offsets"][3][1]]
     # One token at most: the best start alone, widened to its word.
     assert squad.decode([ex], feats, s_log, e_log, max_answer_len=1)["q"] == "w0"
+
+
+def test_squad2_unanswerable_questions_target_cls_and_decode_to_empty(tokenizer, tmp_path):
+    context = "Denver beat Carolina 24-10 in Super Bowl 50."
+    doc = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": [
+        {"id": "a", "question": "Who won?", "answers": [{"text": "Denver", "answer_start": 0}], "is_impossible": False},
+        {"id": "u", "question": "Who sang?", "answers": [], "plausible_answers": [{"text": "Carolina", "answer_start": 12}],
+         "is_impossible": True}]}]}]}
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    examples, bad = squad.read_squad(str(path), "squad2", "dev")
+    assert bad.bad == 0 and [ex.is_impossible for ex in examples] == [False, True] and examples[1].answers == []
+    feats = squad.qa_features(examples, tokenizer, max_seq_len=64, doc_stride=16, max_query_len=16, training=True)
+    assert [(f["start_positions"], f["end_positions"]) for f in feats][1] == (0, 0)
+    s, e = feats[0]["start_positions"], feats[0]["end_positions"]
+    assert s > 0 and context[feats[0]["token_offsets"][s][0]:feats[0]["token_offsets"][e][1]] == "Denver"
+    starts = [[0.0] * len(f["input_ids"]) for f in feats]
+    ends = [[0.0] * len(f["input_ids"]) for f in feats]
+    starts[0][s], ends[0][e] = 4.0, 4.0  # "Denver" scores 8 against [CLS]'s 0
+    starts[1][0], ends[1][0] = 4.0, 4.0  # [CLS] scores 8 against the best span's 0
+    predictions = squad.decode(examples, feats, starts, ends, version2=True)
+    assert predictions == {"a": "Denver", "u": ""}
+    assert squad.decode(examples, feats, starts, ends, version2=True, null_threshold=10.0)["u"] != ""
+    assert squad_metric.evaluate({ex.qid: [t for t, _ in ex.answers] for ex in examples}, predictions)["f1"] == 100.0
