@@ -106,9 +106,11 @@ def test_from_the_hugging_face_export_same_as_from_the_checkpoint_and_determinis
     assert results["hf"]["init"]["kind"] == "huggingface" and results["ckpt"]["init"]["kind"] == "deepspeed_checkpoint"
     assert results["ckpt"] == results["ckpt_again"]  # seeded: the same run twice gives the same numbers
     assert (tmp_path / "ckpt" / "predictions.jsonl").read_bytes() == (tmp_path / "ckpt_again" / "predictions.jsonl").read_bytes()
-    for key in ("train_loss", "eval", "parameters"):  # the same weights, the same tokenizer: the same run
-        assert results["hf"][key] == pytest.approx(results["ckpt"][key]) if key != "train_loss" else \
-            [r["loss"] for r in results["hf"][key]] == pytest.approx([r["loss"] for r in results["ckpt"][key]], rel=1e-5)
+    # The same weights and the same tokenizer through either source: the same run.
+    hf_loss, ckpt_loss = ([r["loss"] for r in results[k]["train_loss"]] for k in ("hf", "ckpt"))
+    assert len(hf_loss) == 4 and hf_loss == pytest.approx(ckpt_loss, rel=1e-5)
+    assert results["hf"]["eval"] == pytest.approx(results["ckpt"]["eval"])
+    assert results["hf"]["parameters"] == results["ckpt"]["parameters"]
 
 
 def test_bad_rows_reported_and_user_errors_exit_2(pretrained, tmp_path):
