@@ -1,0 +1,74 @@
+"""Fine-tune and evaluate a pre-trained encoder: GLUE-style classification/regression and extractive QA.
+
+Heads (``--head``): ``cls`` (BERT's linear layer on [CLS]), ``span`` (QA start/end, SpanBERT/BERT),
+``spex`` (SpEx-BERT: the choices appended as text, the label extracted as a span), ``span-ft`` (Span
+Fine-tuning: n-gram dictionary segments through a hierarchical CNN). ``--init`` is a pre-training run
+directory or a Hugging Face export; the tokenizer is the one it carries. docs/FINETUNING.md has the details.
+
+Two CPU ranks (gloo), RTE with Span Fine-tuning, from a pre-training run:
+
+    OMP_NUM_THREADS=1 deepspeed --num_gpus 2 trainer/finetune.py --deepspeed_config trainer/configs/zero1_cpu.json \\
+        --init runs/tiny --task rte --head span-ft --ngram-dictionary dictionaries/wikitext103 \\
+        --data-dir ../shared/data/finetune --output-dir runs/rte-spanft
+
+One process without the launcher (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT are filled in), SpEx-BERT on RTE
+from a Hugging Face export:
+
+    python trainer/finetune.py --init hf_model --task rte --head spex --data-dir ../shared/data/finetune \\
+        --output-dir runs/rte-spex
+
+Extractive QA (SQuAD v1.1 JSON; v2.0 with ``--task squad2``), 512-token windows with stride 128; writes
+RUN_DIR/predictions.json:
+
+    deepspeed trainer/finetune.py --init runs/base --task squad1 --head span --train-file train-v1.1.json \\
+        --dev-file dev-v1.1.json --epochs 4 --lr 3e-5 --output-dir runs/squad
+
+Writes RUN_DIR/metrics.json, config.json, bad_rows.jsonl, predictions.json[l] and the monitor (monitor/*.csv).
+User errors (missing files, bad options, a wrong header) are one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tokenizers import Tokenizer
+
+from trainer.config import OptimConfig, add_dataclass_arguments, dataclass_from_args, given_fields
+from trainer.engine import default_single_process_env, env_rank
+from trainer.finetuning import loop
+from trainer.finetuning.checkpoint import load_pretrained
+from trainer.finetuning.options import FinetuneConfig
+
+OPTIM_FIELDS_SET_BY_FINETUNE = ("lr", "warmup_steps")  # --lr and --warmup-ratio
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="trainer/finetune.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--local_rank", "--local-rank", type=int, default=-1, help="set by the deepspeed launcher")
+    add_dataclass_arguments(p.add_argument_group("fine-tuning"), FinetuneConfig, skip=("deepspeed_config",))
+    p.add_argument("--deepspeed_config", "--deepspeed-config", dest="deepspeed_config", default=None,
+                   help=FinetuneConfig.__dataclass_fields__["deepspeed_config"].metadata["help"])
+    add_dataclass_arguments(p.add_argument_group("optimizer"), OptimConfig, skip=OPTIM_FIELDS_SET_BY_FINETUNE, dest_prefix="optim.")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    default_single_process_env(args.local_rank)
+    try:
+        cfg = dataclass_from_args(FinetuneConfig, args, deepspeed_config=args.deepspeed_config or "auto")
+        optim_flags = given_fields(args, OptimConfig, dest_prefix="optim.")
+        OptimConfig(**optim_flags)  # a bad optimizer option is reported before any work
+        encoder, tokenizer_json, source = load_pretrained(cfg.init)
+        setup = loop.prepare(cfg, optim_flags, encoder, Tokenizer.from_str(tokenizer_json), source)
+    except (ValueError, OSError) as e:  # ConfigError, DataError, CheckpointError, unreadable files
+        if env_rank()[1] == 0:  # every rank of a node fails the same way: say it once per node
+            print(f"finetune: error: {e}", file=sys.stderr)
+        return 2
+    loop.run(setup)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

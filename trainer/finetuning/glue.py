@@ -1,0 +1,114 @@
+"""GLUE-style TSV files -> examples, with every rejected row counted and kept (nothing dropped silently).
+
+A file is read with the layout its task declares (``trainer.finetuning.tasks``): tab-separated, no quoting
+(GLUE's convention: quotes are text), the exact declared header when the task has one (otherwise the file
+is refused with one clear line), and ``num_columns`` columns per row. A row with another number of columns,
+a label outside the task's label set, an unparsable or out-of-range score, or an empty text is a *bad row*:
+it is not used, and :class:`BadRows` records it (file, line, reason, the row's start), so the run reports
+``read == used + bad`` per file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+from trainer.finetuning.tasks import Task
+
+
+class DataError(ValueError):
+    """A data file cannot be used at all (missing, wrong header, not the declared format)."""
+
+
+@dataclass
+class Example:
+    """One GLUE example: ``label`` is the class id (classification) or the score (regression)."""
+
+    uid: str
+    text_a: str
+    text_b: str | None
+    label: int | float
+
+
+@dataclass
+class BadRows:
+    """Rejected input rows of one split: counts by reason and the records (for RUN_DIR/bad_rows.jsonl)."""
+
+    read: int = 0
+    used: int = 0
+    records: list[dict] = field(default_factory=list)
+
+    def add(self, source: str, line: int, reason: str, detail: str = "") -> None:
+        self.records.append({"source": source, "line": line, "reason": reason, "detail": detail[:200]})
+
+    @property
+    def bad(self) -> int:
+        return len(self.records)
+
+    def summary(self) -> dict:
+        return {"read": self.read, "used": self.used, "bad": self.bad,
+                "by_reason": dict(sorted(Counter(r["reason"] for r in self.records).items()))}
+
+    def check(self) -> None:
+        if self.read != self.used + self.bad:
+            raise AssertionError(f"row accounting broken: read {self.read} != used {self.used} + bad {self.bad}")
+
+
+def read_tsv(task: Task, path: str, split: str) -> tuple[list[Example], BadRows]:
+    """All good rows of ``path`` as examples (file order) and the bad ones."""
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: no such file ({task.name} {split} split)")
+    bad = BadRows()
+    examples: list[Example] = []
+    label_ids = {name: i for i, name in enumerate(task.labels)}
+    with open(path, encoding="utf-8", newline="") as f:
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline
+    start = 0
+    if task.header is not None:
+        got = tuple(lines[0].rstrip("\r").split("\t")) if lines else ()
+        if got != task.header:
+            raise DataError(f"{path}:1: header {list(got)} is not {task.name}'s declared header {list(task.header)}")
+        start = 1
+    for number, raw in enumerate(lines[start:], start=start + 1):
+        bad.read += 1
+        row = raw.rstrip("\r").split("\t")
+        if len(row) != task.num_columns:
+            bad.add(path, number, "wrong_column_count", f"{len(row)} columns, expected {task.num_columns}: {raw}")
+            continue
+        text_a = row[task.text_a].strip()
+        text_b = row[task.text_b].strip() if task.text_b is not None else None
+        if not text_a or (task.text_b is not None and not text_b):
+            bad.add(path, number, "empty_text", raw)
+            continue
+        value = row[task.label].strip()
+        if task.kind == "classification":
+            if value not in label_ids:
+                bad.add(path, number, "unknown_label", f"{value!r} not in {list(task.labels)}")
+                continue
+            label: int | float = label_ids[value]
+        else:
+            try:
+                label = float(value)
+            except ValueError:
+                bad.add(path, number, "bad_score", f"{value!r} is not a number")
+                continue
+            lo, hi = task.value_range
+            if not lo <= label <= hi:
+                bad.add(path, number, "score_out_of_range", f"{label} not in [{lo}, {hi}]")
+                continue
+        examples.append(Example(uid=f"{split}-{number}", text_a=text_a, text_b=text_b, label=label))
+        bad.used += 1
+    bad.check()
+    return examples, bad
+
+
+def write_bad_rows(path: str, splits: dict[str, BadRows]) -> None:
+    """All bad rows of all splits, one JSON record a line (an empty file when there are none)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for split, bad in splits.items():
+            for record in bad.records:
+                f.write(json.dumps({"split": split, **record}, ensure_ascii=False, sort_keys=True) + "\n")
