@@ -241,8 +241,28 @@ def s3_store(tmp_path_factory) -> Iterator[Store]:
 def gcs_store(tmp_path_factory) -> Iterator[Store]:
     """A ``gcp-storage-emulator`` GCS JSON API server on 127.0.0.1 with an empty bucket; stopped after the session."""
     store = start_gcs(tmp_path_factory.mktemp("gcs-server"))
+    try:
+        _check_pyarrow_reaches(store)
+    except BaseException:
+        store.stop()
+        raise
     yield store
     store.stop()
+
+
+def _check_pyarrow_reaches(store: Store, timeout: float = 60) -> None:
+    """Fail fast, not hang: pyarrow does not read STORAGE_EMULATOR_HOST itself, and a gs:// URI it opens with
+    Google default credentials retries for many minutes. spanprep's URI -> filesystem function must pass the
+    variable as endpoint_override; check that once, in a child process with a time limit."""
+    code = "from schemas.artifact import Artifact\ntry:\n    Artifact.open(%r)\nexcept Exception as e:\n    print(e)\n"
+    repo = Path(__file__).resolve().parents[1]
+    env = {**store.child_env(), "PYTHONPATH": str(repo)}
+    try:
+        done = subprocess.run([sys.executable, "-c", code % store.uri("no-such-artifact")], env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"opening gs:// with STORAGE_EMULATOR_HOST={store.endpoint} did not answer within {timeout:.0f} s: the "
+                    "artifact's URI -> filesystem function must give STORAGE_EMULATOR_HOST to pyarrow as endpoint_override")
+    assert "does not exist" in done.stdout, done.stdout + done.stderr
 
 
 @pytest.fixture(params=["s3", "gs"])
