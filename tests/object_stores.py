@@ -35,14 +35,18 @@ from typing import Iterator
 import pyarrow.fs as pafs
 import pytest
 
-# Any metadata-server probe goes to a closed loopback port (discard), never to 169.254.169.254.
+# Any metadata-server probe goes to a closed loopback port (discard), never to 169.254.169.254,
 NO_CLOUD_METADATA = {
     "AWS_EC2_METADATA_DISABLED": "true",
     "NO_GCE_CHECK": "true",
     "GCE_METADATA_HOST": "127.0.0.1:9",
     "GCE_METADATA_IP": "127.0.0.1:9",
     "GCE_METADATA_ROOT": "127.0.0.1:9",
+    # and requests to the servers never go through an HTTP proxy the machine may have configured
+    "NO_PROXY": "127.0.0.1,localhost",
+    "no_proxy": "127.0.0.1,localhost",
 }
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy for loopback requests
 
 _READY_TIMEOUT_S = 60.0
 
@@ -59,7 +63,7 @@ def _wait_until_answering(url: str, process: subprocess.Popen, log: Path) -> Non
         if process.poll() is not None:
             raise RuntimeError(f"{process.args[:3]} exited with {process.returncode} before serving {url}:\n{log.read_text()[-2000:]}")
         try:
-            urllib.request.urlopen(url, timeout=2).close()
+            _DIRECT.open(url, timeout=2).close()
             return
         except urllib.error.HTTPError:
             return  # an HTTP answer (even 4xx) means the server is up
@@ -221,7 +225,7 @@ def start_gcs(workdir: Path, bucket: str = "spanprep-test") -> Store:
             headers={"Content-Type": "application/json"},
             method="POST",
         )
-        urllib.request.urlopen(request, timeout=10).close()
+        _DIRECT.open(request, timeout=10).close()
     except BaseException:
         store.stop()
         raise
