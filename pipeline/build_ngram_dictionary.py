@@ -204,6 +204,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         options, opts, rules = _parse(argv)
+        FileSystems.set_options(options)  # Beam's S3 filesystem takes its endpoint and credentials from them
         files = _match_inputs(opts.input)
         _prepare_output(opts.output, opts.overwrite)
     except UsageError as e:

@@ -394,6 +394,8 @@ def run(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     o, options = _parse(argv)
     _validate(o)
+    # Before the first FileSystems call: Beam's S3 filesystem takes its endpoint and credentials from the options.
+    FileSystems.set_options(options)
     o.input = list(o.input)
     _check_location("--output", o.output)
     paths = _match_inputs(o.input)

@@ -78,6 +78,12 @@ def shard_of(doc_id: str, num_shards: int) -> int:
 
 def split_uri(uri: str) -> tuple[pafs.FileSystem, str]:
     """The filesystem and root path of a local path or of any URI pyarrow.fs understands (gs://, s3://, ...)."""
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if uri.startswith("gs://") and emulator:
+        # Google's client libraries (and so Beam and gcsfs) send gs:// to a GCS-compatible server named by
+        # STORAGE_EMULATOR_HOST; pyarrow does not read it, so give it as endpoint_override (no credentials).
+        scheme, _, host = emulator.rpartition("://")
+        return pafs.GcsFileSystem(anonymous=True, endpoint_override=host.rstrip("/"), scheme=scheme or "http"), uri[len("gs://") :]
     if "://" in uri:
         return pafs.FileSystem.from_uri(uri)
     return pafs.LocalFileSystem(), os.path.abspath(uri)
