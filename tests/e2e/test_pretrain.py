@@ -23,7 +23,7 @@ import torch
 
 from conftest import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PRETRAIN = REPO / "trainer" / "pretrain.py"
 DEEPSPEED = Path(sys.executable).parent / "deepspeed"
 MAX_STEPS, RESUME_AT = 8, 4
