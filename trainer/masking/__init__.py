@@ -3,17 +3,8 @@
 In: a chunk of rows (:class:`Rows`, flat ragged numpy arrays read by ``trainer.data``), their global sample ids and
 the epoch. Out: the model's batch dicts (``collate``), with MLM labels and SBO targets; masks are a pure function of
 (seed, epoch, sample id). ``config`` holds :class:`MaskingConfig`, ``masker`` the schemes (rules in its docstring),
-``sbo_targets`` the SBO boundaries over maximal masked runs, ``collate`` the batch layout, ``rows`` the chunk types.
-
-Public interface
-----------------
-``MaskingConfig``  typed keyword-only config (``scheme``, ``mask_ratio``, ``geometric_p``, ...).
-``Rows``           a chunk of artifact rows as flat ragged numpy arrays (see its docstring).
-``Masker``         ``Masker(cfg, vocab_size=, special_token_ids=, unigram_counts=, max_seq_len=)`` or
-                   ``Masker.from_artifact(cfg, artifact, max_seq_len=)``;
-                   ``masker.mask(rows, sample_ids, epoch) -> Masked`` (flat per-token results + the units);
-                   ``masker.collate(masked, start, stop) -> batch dict`` for rows ``start:stop`` of a chunk;
-                   ``masker(rows, sample_ids, epoch) -> batch dict`` for a whole chunk.
+``greedy`` the fit-or-skip selection, ``sbo_targets`` the SBO boundaries over maximal masked runs, ``collate`` the batch
+layout, ``rows`` the chunk types.
 """
 
 from trainer.masking.collate import PAD_TO_MULTIPLE, Collator

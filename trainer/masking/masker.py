@@ -4,6 +4,16 @@ Everything here runs in DataLoader workers on numpy arrays and is vectorised ove
 (the loader masks a few hundred rows at a time); the only per-row Python work is creating the row's
 random generator. The batches are made by :mod:`trainer.masking.collate`.
 
+Public interface
+----------------
+``MaskingConfig``  typed keyword-only config (``scheme``, ``mask_ratio``, ``geometric_p``, ...).
+``Rows``           a chunk of artifact rows as flat ragged numpy arrays (see its docstring).
+``Masker``         ``Masker(cfg, vocab_size=, special_token_ids=, unigram_counts=, max_seq_len=)`` or
+                   ``Masker.from_artifact(cfg, artifact, max_seq_len=)``;
+                   ``masker.mask(rows, sample_ids, epoch) -> Masked`` (flat per-token results + the units);
+                   ``masker.collate(masked, start, stop) -> batch dict`` for rows ``start:stop`` of a chunk;
+                   ``masker(rows, sample_ids, epoch) -> batch dict`` for a whole chunk.
+
 Rules (SpanBERT, Joshi et al. 2020, and BERT; see ../shared/DESIGN.md)
 ------------------------------------------------------------------------
 * Budget: ``round(mask_ratio * c)`` tokens of a row with ``c`` maskable tokens (at least 1 when c > 0).
@@ -54,54 +64,9 @@ import torch
 from schemas.format import max_row_tokens
 from trainer.masking.collate import Collator
 from trainer.masking.config import CANDIDATE_COLUMNS, SEED_LIMIT, MaskingConfig
+from trainer.masking.greedy import greedy_fit, order_by_priority
 from trainer.masking.rows import ACTION_KEEP, ACTION_MASK, ACTION_RANDOM, IGNORE_INDEX, Masked, Rows
 from trainer.masking.sbo_targets import fill_empty_rows, run_bounds
-
-
-def _segment_cumsum(values: np.ndarray, seg_starts: np.ndarray, seg_ids: np.ndarray) -> np.ndarray:
-    """Inclusive cumulative sum of ``values`` restarting at every segment (segments contiguous)."""
-    c = np.cumsum(values)
-    base = np.concatenate([[0], c])[seg_starts]
-    return c - base[seg_ids]
-
-
-def _greedy_fit(row: np.ndarray, tokens: np.ndarray, budget: np.ndarray, num_rows: int) -> np.ndarray:
-    """BERT's rule, vectorised: walk each row's units in the given order (``row`` must be sorted, units
-    of a row in priority order); take a unit if its ``tokens`` still fit in the row's budget, else skip it.
-
-    Exact: each pass takes, among the untaken units that fit individually, the longest prefix that fits;
-    the first unit past that prefix no longer fits and never will (the budget only shrinks).
-    """
-    taken = np.zeros(len(row), dtype=bool)
-    if len(row) == 0:
-        return taken
-    rem = budget.astype(np.int64).copy()
-    seg_starts = np.searchsorted(row, np.arange(num_rows), side="left")
-    while True:
-        elig = ~taken & (tokens <= rem[row])
-        if not elig.any():
-            return taken
-        cs = _segment_cumsum(np.where(elig, tokens, 0), seg_starts, row)
-        take = elig & (cs <= rem[row])
-        taken |= take
-        rem -= np.bincount(row[take], weights=tokens[take], minlength=num_rows).astype(np.int64)
-
-
-def _order_by_priority(unit_row: np.ndarray, prio: np.ndarray, valid: np.ndarray, num_rows: int) -> np.ndarray:
-    """Indices of the valid units sorted by (row, priority). Units must be grouped by row (``unit_row``
-    non-decreasing). A padded [rows, units] argsort: much faster than a lexsort over all units."""
-    if len(unit_row) == 0:
-        return np.zeros(0, np.int64)
-    counts = np.bincount(unit_row, minlength=num_rows)
-    start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    width = int(counts.max())
-    key = np.full((num_rows, width), np.inf)
-    within = np.arange(len(unit_row)) - start[unit_row]
-    key[unit_row, within] = np.where(valid, prio, np.inf)
-    order = np.argsort(key, axis=1)
-    nvalid = np.bincount(unit_row[valid], minlength=num_rows)
-    keep = np.arange(width)[None, :] < nvalid[:, None]
-    return (start[:, None] + order)[keep]
 
 
 class Masker:
@@ -378,9 +343,9 @@ class Masker:
             overl = np.zeros(len(cs), bool)
             overl[order] = (crow[order] * big + cs[order]) < prev
             ok &= ~overl
-            o2 = _order_by_priority(crow, prio, ok, R)
+            o2 = order_by_priority(crow, prio, ok, R)
             cbudget = np.minimum(np.floor(cfg.candidate_share * budget + 0.5).astype(np.int64), budget)
-            take = _greedy_fit(crow[o2], (ce - cs)[o2], cbudget, R)
+            take = greedy_fit(crow[o2], (ce - cs)[o2], cbudget, R)
             sel = o2[take]
             cand_row, cand_s, cand_e, cand_act = crow[sel], cs[sel], ce[sel], act[sel]
             budget_left = budget - np.bincount(cand_row, weights=cand_e - cand_s, minlength=R).astype(np.int64)
@@ -411,8 +376,8 @@ class Masker:
         ubase = base[u_row] + 2 * nc[u_row]
         u_prio = draws[ubase + within] if len(u_row) else empty_f
         u_act = draws[ubase + unit_n[u_row] + within] if len(u_row) else empty_f
-        o = _order_by_priority(u_row, u_prio, ok, R)
-        take = _greedy_fit(u_row[o], (u_e - u_s)[o], budget_left, R)
+        o = order_by_priority(u_row, u_prio, ok, R)
+        take = greedy_fit(u_row[o], (u_e - u_s)[o], budget_left, R)
         sel = o[take]
         if scheme == "subword":  # 1 when the token starts a word, else 0 (not a complete word)
             is_start = np.zeros(len(ids), np.int64)
