@@ -28,9 +28,9 @@ import pytest
 import torch
 
 from conftest import free_port
-from test_pretrain import DEEPSPEED, TIMEOUT, main_in_process, metric, resume_from, run_env  # noqa: F401 (fixture)
+from test_pretrain import main_in_process  # noqa: F401 (fixture)
+from tests.support.pretrain_runs import DEEPSPEED, REPO, TIMEOUT, metric, resume_from, run_env
 
-REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "tests" / "support" / "elastic_probe.py"
 MAX_STEPS, SAVED_AT = 8, 4
 MICRO_BATCH, GLOBAL_BATCH = 2, 4  # 8 steps = 32 samples: within the first epoch of the demo artifact (52)

@@ -20,7 +20,7 @@ from trainer.data import DataConfig, build_eval_loader, build_train_loader
 from trainer.masking import IGNORE_INDEX, MaskingConfig
 from trainer.model import SpanBert
 
-from tests.e2e.test_pretrain import DEEPSPEED, PRETRAIN, REPO, TIMEOUT, ds_config, metric, resume_from, run, run_env
+from tests.support.pretrain_runs import DEEPSPEED, PRETRAIN, REPO, TIMEOUT, ds_config, metric, resume_from, run, run_env
 from conftest import free_port
 
 
@@ -201,7 +201,7 @@ NSP_RUN = ["--preset", "tiny", "--lr", "5e-3", "--log-every", "1", "--eval-every
 @pytest.fixture(scope="module")
 def nsp_run(demo_artifact, tmp_path_factory) -> Path:
     """2 CPU ranks, ZeRO-2, 6 steps (no --warmup-steps: the 1% default); then the same run resumed from its step-4
-    checkpoint in a new directory (tests/e2e/test_pretrain.py's way). Returns the resumed run; ``full`` is beside it."""
+    checkpoint in a new directory (tests/e2e/test_pretrain.py's way, with tests/support/pretrain_runs.py). Returns the resumed run; ``full`` is beside it."""
     tmp = tmp_path_factory.mktemp("nsp_run")
 
     def cmd(run_dir: Path) -> list[str]:
