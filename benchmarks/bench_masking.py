@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_masking.py [--data ARTIFACT] [--seconds 3] [--chunk-rows 256]
 
-What is timed is what a DataLoader worker does (trainer/data.py): mask a chunk of rows (``Masker.mask``) and
+What is timed is what a DataLoader worker does (trainer/data/): mask a chunk of rows (``Masker.mask``) and
 collate it into micro-batches of 8 (``Masker.collate``), producing the full batch dict with SBO targets.
 Rows are the artifact's rows of at least 500 tokens, so every sequence is [CLS] + ~510 tokens + [SEP] = 512.
 Without ``--data`` the benchmark builds an artifact from ../shared/data/wikitext-2/wiki.valid.tokens.

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_shard_checksum.py [--data ARTIFACT] [--repeats 3]
 
 Baseline ``read``: what the trainer's loader does with a shard over an epoch, in one process: open it
-(``Artifact.open_shard``) and read, validate and decode every record batch (``trainer.data._BlockReader.block``,
+(``Artifact.open_shard``) and read, validate and decode every record batch (``trainer.data.BlockReader.block``,
 span candidates included). ``sha256``: ``schemas.integrity.file_sha256`` of the same file (what
 ``--verify-shards always`` adds per shard and process, and ``once`` per shard and node). Both run on warm page
 cache (each measurement is the best of ``--repeats``), so the ratio is CPU cost; a cold read from disk or a bucket
@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from schemas import integrity  # noqa: E402
 from schemas.artifact import Artifact  # noqa: E402
-from trainer.data import _BlockReader  # noqa: E402
+from trainer.data import BlockReader  # noqa: E402
 
 WIKIPEDIA = REPO.parent / "shared" / "data" / "wikipedia-en-sample" / "pages.jsonl.zst"
 
@@ -52,7 +52,7 @@ def best(fn, repeats: int) -> float:
 
 
 def read_shard(art: Artifact, rel: str) -> None:
-    reader = _BlockReader(art, art.vocab_size, int(art.manifest["max_row_tokens"]), "ngram_spans", (), capacity=1)
+    reader = BlockReader(art, art.vocab_size, int(art.manifest["max_row_tokens"]), "ngram_spans", (), capacity=1)
     rpb, rows = int(art.manifest["rows_per_batch"]), int(art.shard_entry(rel)["rows"])
     for b in range(art.open_shard(rel).num_record_batches):
         reader.block(rel, b, min(rpb, rows - b * rpb))

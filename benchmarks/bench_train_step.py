@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_train_step.py [--preset base] [--seq-len 128] [--batch-size 8] [--repeats 5]
 
 One training step = forward, loss, backward and an AdamW update, in train mode (dropout on), fp32 on CPU
-(bf16 autocast on a GPU). All models see the *same* batch: rows of ``seq_len - 2`` random token ids (or the
+(bf16 autocast on a GPU). All models see the *same* batch: rows of ``max_row_tokens(seq_len)`` random token ids (or the
 rows of ``--data ARTIFACT``), masked by the real collator (``trainer.masking``, span scheme, 15%), so the
 labels, attention mask and SBO targets are exactly what training feeds.
 
@@ -37,6 +37,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from schemas.format import max_row_tokens  # noqa: E402
 from trainer.config import ModelConfig  # noqa: E402
 from trainer.masking import Masker, MaskingConfig, Rows  # noqa: E402
 from trainer.model import SpanBert  # noqa: E402
@@ -47,7 +48,7 @@ INPUTS = ("input_ids", "attention_mask", "labels", "span_left", "span_right", "s
 
 def make_batch(args, vocab_size: int) -> dict[str, torch.Tensor]:
     rng = np.random.default_rng(0)
-    n = args.seq_len - 2
+    n = max_row_tokens(args.seq_len)
     if args.data:
         from schemas.artifact import Artifact
 

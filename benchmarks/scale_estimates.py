@@ -220,6 +220,7 @@ def main() -> None:
 
 
 def trainer_estimate() -> None:
+    from schemas.format import max_row_tokens
     from trainer.config import ModelConfig
     from trainer.model import SpanBert
     import torch
@@ -228,7 +229,7 @@ def trainer_estimate() -> None:
     with torch.device("meta"):
         model = SpanBert(cfg)
     params = sum(p.numel() for p in model.parameters())
-    targets = 0.15 * (SPANBERT_SEQ - 2)
+    targets = 0.15 * max_row_tokens(SPANBERT_SEQ)
     per_seq = model.flops_per_sequence(SPANBERT_SEQ, targets)
     total = per_seq * SPANBERT_BATCH * SPANBERT_STEPS
     tokens = SPANBERT_BATCH * SPANBERT_SEQ * SPANBERT_STEPS

@@ -1,8 +1,9 @@
 """The two formats spanprep writes and reads, each a prose spec, schema code and one reader.
 
 ``format`` and ``artifact``: the preprocessed-corpus artifact (``FORMAT.md``; rows, shards, manifest, the
-special tokens and the two special positions a row leaves free); ``ngram_dictionary``: the n-gram dictionary
+special tokens and the two special positions a row leaves free); ``invariants``: the row checks ``pipeline.verify``
+and the trainer's loader share; ``ngram_dictionary``: the n-gram dictionary
 (``NGRAM_DICTIONARY.md``). What flows in: paths or URIs of an artifact or a dictionary; what flows out:
-checked manifests, Arrow schemas and tables, or a one-line error. Only pyarrow is needed; importing the
+checked manifests, Arrow schemas and tables, or a one-line error. Only pyarrow and numpy are needed; importing the
 package has no side effects.
 """

@@ -34,7 +34,7 @@ import sys
 
 import torch
 
-from trainer.checkpoint_files import UntrustedCheckpointError, load_tensors
+from trainer.engine.checkpoint_files import UntrustedCheckpointError, load_tensors
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ConfigError, ModelConfig
 from trainer.model import SpanBert
 

@@ -3,7 +3,7 @@
     python -m trainer.plot RUN_DIR                 # writes RUN_DIR/plots/*.png
     python -m trainer.plot RUN_DIR --out figures/  # somewhere else
 
-Reads the CSV files that DeepSpeed's CSV monitor writes for the trainer (``trainer/engine.py``) in
+Reads the CSV files that DeepSpeed's CSV monitor writes for the trainer (``trainer/engine/``) in
 ``RUN_DIR/monitor/``: one file per metric, named after the event with ``/`` turned into ``_``, each a
 ``step,<metric>`` header and one ``step,value`` line per logged step:
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from trainer import engine
 from trainer.config import (
     ModelConfig,
     OptimConfig,
@@ -38,11 +39,14 @@ from trainer.config import (
     RunConfig,
     add_dataclass_arguments,
 )
+from trainer.data import DataConfig
+from trainer.masking import SCHEMES, MaskingConfig
+
+# Filled in from other options, so they cannot disagree.
+MASKING_FIELDS_SET_BY_TRAINER = ("seed", "max_span_positions")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainer import data, masking
-
     p = argparse.ArgumentParser(
         prog="trainer/pretrain.py",
         description="SpanBERT pre-training with DeepSpeed; see the launch commands in docs/TRAINING.md",
@@ -56,12 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--preset", choices=list(PRESETS), default="base", help="model sizes (default: base)")
     add_dataclass_arguments(g, ModelConfig)
     add_dataclass_arguments(p.add_argument_group("optimizer"), OptimConfig)
-    add_dataclass_arguments(p.add_argument_group("data"), data.DataConfig, skip=data_fields_set_by_trainer(), dest_prefix="data.")
-    add_dataclass_arguments(p.add_argument_group("masking"), masking.MaskingConfig, skip=MASKING_FIELDS_SET_BY_TRAINER,
+    add_dataclass_arguments(p.add_argument_group("data"), DataConfig, skip=engine.DATA_FIELDS_SET_BY_TRAINER, dest_prefix="data.")
+    add_dataclass_arguments(p.add_argument_group("masking"), MaskingConfig, skip=MASKING_FIELDS_SET_BY_TRAINER,
                             dest_prefix="masking.")
     for action in p._actions:
         if action.dest == "masking.scheme":
-            action.choices = list(masking.SCHEMES)
+            action.choices = list(SCHEMES)
             action.metavar = None
             action.help = "masking scheme (default: span, SpanBERT's)"
         if action.dest == "data.pin_memory":
@@ -71,19 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# Filled in from other options, so they cannot disagree.
-MASKING_FIELDS_SET_BY_TRAINER = ("seed", "max_span_positions")
-
-
-def data_fields_set_by_trainer() -> tuple[str, ...]:
-    from trainer import engine
-
-    return engine.DATA_FIELDS_SET_BY_TRAINER
-
-
 def main(argv: list[str] | None = None) -> int:
-    from trainer import engine
-
     args = build_parser().parse_args(argv)
     engine.default_single_process_env(args.local_rank)
     try:

@@ -29,9 +29,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from schemas import format as fmt
-from trainer.data import _BlockReader, _index_blocks, open_artifact
+from trainer.data import BlockReader, index_blocks, open_artifact
 from trainer.masking import IGNORE_INDEX, SCHEMES, Masker, MaskingConfig, masking_stats
-from trainer.sbo_targets import boundary_stats
+from trainer.masking.sbo_targets import boundary_stats
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -58,15 +58,16 @@ def preview(data: str, scheme: str, num: int, seed: int, epoch: int, out: str, m
         raise ValueError(f"--num must be at least 1; got {num}")
     cfg = MaskingConfig(scheme=scheme, seed=seed, mask_ratio=mask_ratio)
     artifact = open_artifact(data)
-    blocks = _index_blocks(artifact, list(range(len(artifact.manifest["shards"]))))
+    blocks = index_blocks(artifact, list(range(len(artifact.manifest["shards"]))))
     total = blocks.num_samples
     if total == 0:
         raise ValueError(f"{data}: the artifact has no rows")
     num = min(num, total)
-    max_row = int(artifact.manifest.get("max_row_tokens", max_seq_len - 2))
-    if max_row > max_seq_len - 2:
-        raise ValueError(f"{data}: rows hold up to {max_row} tokens; --max-seq-len {max_seq_len} leaves room for {max_seq_len - 2}")
-    reader = _BlockReader(artifact, artifact.vocab_size, max_seq_len - 2, cfg.candidate_column, cfg.excluded_entity_labels, capacity=4)
+    room = fmt.max_row_tokens(max_seq_len)
+    max_row = int(artifact.manifest.get("max_row_tokens", room))
+    if max_row > room:
+        raise ValueError(f"{data}: rows hold up to {max_row} tokens; --max-seq-len {max_seq_len} leaves room for {room}")
+    reader = BlockReader(artifact, artifact.vocab_size, room, cfg.candidate_column, cfg.excluded_entity_labels, capacity=4)
     where = []
     for k in range(len(blocks.rows)):
         for r in range(int(blocks.rows[k])):
@@ -80,7 +81,7 @@ def preview(data: str, scheme: str, num: int, seed: int, epoch: int, out: str, m
 
     # Sequences with [CLS]/[SEP], flat: insert one position before and after every row.
     n = np.diff(masked.offsets)
-    L = n + 2
+    L = n + fmt.SPECIAL_POSITIONS
     fo = np.concatenate([[0], np.cumsum(L)])
     content = np.arange(int(masked.offsets[-1])) - np.repeat(masked.offsets[:-1], n) + np.repeat(fo[:-1], n) + 1
 

@@ -23,7 +23,7 @@ from trainer.masking import (
     Rows,
     masking_stats,
 )
-from tests.test_trainer_data import synthetic_rows, write_artifact
+from tests.trainer.test_trainer_data import synthetic_rows, write_artifact
 
 SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 
@@ -460,7 +460,7 @@ def short_rows(tmp_path_factory):
 @pytest.mark.parametrize("scheme", FIDELITY_SCHEMES)
 @pytest.mark.parametrize("length", ["512", "14"])
 def test_no_mlm_target_has_a_masked_sbo_boundary_on_real_text(wiki, short_rows, scheme, length):
-    from trainer.sbo_targets import boundary_stats
+    from trainer.masking.sbo_targets import boundary_stats
 
     art, rows = wiki if length == "512" else short_rows
     masker = Masker.from_artifact(MaskingConfig(scheme=scheme, seed=12), art, max_seq_len=512 if length == "512" else 16)
@@ -482,7 +482,7 @@ def test_no_mlm_target_has_a_masked_sbo_boundary_on_real_text(wiki, short_rows, 
 
 
 def test_boundary_stats_count_masked_boundaries():
-    from trainer.sbo_targets import boundary_stats
+    from trainer.masking.sbo_targets import boundary_stats
 
     # one row of 6 tokens; targets at 1, 2 (content), boundaries of token 1 point at token 2's position
     labels = np.array([-100, 7, 8, -100, -100, -100])

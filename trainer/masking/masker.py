@@ -1,8 +1,8 @@
-"""Masking on the fly: BERT, whole-word, SpanBERT span and candidate-span masking, plus the collator.
+"""Masking on the fly: BERT, whole-word, SpanBERT span and candidate-span masking.
 
 Everything here runs in DataLoader workers on numpy arrays and is vectorised over a *chunk* of rows
 (the loader masks a few hundred rows at a time); the only per-row Python work is creating the row's
-random generator.
+random generator. The batches are made by :mod:`trainer.masking.collate`.
 
 Public interface
 ----------------
@@ -13,25 +13,6 @@ Public interface
                    ``masker.mask(rows, sample_ids, epoch) -> Masked`` (flat per-token results + the units);
                    ``masker.collate(masked, start, stop) -> batch dict`` for rows ``start:stop`` of a chunk;
                    ``masker(rows, sample_ids, epoch) -> batch dict`` for a whole chunk.
-
-The batch dict (what the model consumes; ``B`` rows, ``T`` positions)::
-
-    input_ids       LongTensor [B, T]  [CLS] masked row [SEP], then [PAD]; T = longest row + 2 rounded up to
-                                       a multiple of 8, at most max_seq_len
-    attention_mask  LongTensor [B, T]  1 on real tokens ([CLS], row, [SEP]), 0 on padding
-    labels          LongTensor [B, T]  the original token id at every MLM target, -100 elsewhere
-    span_left       LongTensor [B, T]  SBO: position of x_{s-1} (the token before the target's unit), 0 elsewhere
-    span_right      LongTensor [B, T]  SBO: position of x_{e+1} (the token after the target's unit), 0 elsewhere
-    span_position   LongTensor [B, T]  SBO: 0-based place of the target in its unit, clipped to
-                                       max_span_positions - 1 (default 32 -> 0..31), 0 elsewhere
-    sample_id       LongTensor [B]     global sample ids (row index over all shards in manifest order)
-
-Positions index the final sequence, so ``[CLS]`` (position 0) and ``[SEP]`` (position n+1) are the
-boundaries of units at the edges of the row: ``1 <= span_left + 1 <= target <= span_right - 1 <= n``.
-A *unit* is what is masked as a whole: a span (``span``), a word (``whole_word``, the random-word part of
-the candidate schemes), a candidate span (``entity``, ``noun_phrase``, ``ngram``) or a token (``subword``).
-SBO targets are relative to the *maximal masked run* holding the unit (units that touch form one run), so
-``span_left``/``span_right`` are never targets themselves (``trainer.sbo_targets``).
 
 Rules (SpanBERT, Joshi et al. 2020, and BERT; see ../shared/DESIGN.md)
 ------------------------------------------------------------------------
@@ -51,7 +32,7 @@ Rules (SpanBERT, Joshi et al. 2020, and BERT; see ../shared/DESIGN.md)
   keeps the budget, taken, and ends the row (the budget is filled up to less than a word, never exceeded);
   when even its first word does not fit, the row ends if it already has targets, else it draws on.
 * No row with a budget stays without targets: a row where no whole unit fits (every word alone is longer
-  than the budget) gets the first ``budget`` tokens of one random word (``trainer.sbo_targets.fill_empty_rows``).
+  than the budget) gets the first ``budget`` tokens of one random word (``trainer.masking.sbo_targets.fill_empty_rows``).
 * ``entity`` / ``noun_phrase`` / ``ngram``: ``round(candidate_share * budget)`` tokens from the row's
   candidate spans (``entity_spans`` / ``noun_phrase_spans`` / ``ngram_spans``; entities with a numeric label
   in ``excluded_entity_labels`` are ignored, as SpanBERT used non-numerical entities), in random order, each
@@ -72,220 +53,24 @@ action per unit] (units = tokens for ``subword``, words otherwise; random order 
 then, only for a row no whole unit fitted in, two more (``fill_empty_rows``).
 """
 
+
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 import torch
 
-from trainer.sbo_targets import fill_empty_rows, run_bounds
-
-SCHEMES = ("subword", "whole_word", "span", "entity", "noun_phrase", "ngram")
-# scheme -> the shard column with its candidate spans
-CANDIDATE_COLUMNS = {"entity": "entity_spans", "noun_phrase": "noun_phrase_spans", "ngram": "ngram_spans"}
-# spaCy labels of numerical entities (SpanBERT masked non-numerical named entities only).
-NUMERIC_ENTITY_LABELS = ("DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL")
-IGNORE_INDEX = -100
-PAD_TO_MULTIPLE = 8
-SPECIAL_TOKEN_NAMES = ("pad", "unk", "cls", "sep", "mask")
-
-# Unit actions (per unit, not per token).
-ACTION_MASK, ACTION_RANDOM, ACTION_KEEP = 0, 1, 2
-
-_SEED_LIMIT = 1 << 32  # seed and epoch share one 64-bit Philox key word
-
-
-@dataclass(frozen=True, kw_only=True)
-class MaskingConfig:
-    """How rows are masked. Defaults are SpanBERT's."""
-
-    scheme: str = "span"  # one of SCHEMES
-    mask_ratio: float = 0.15  # budget: share of maskable tokens that become MLM targets
-    geometric_p: float = 0.2  # span scheme: span length in words ~ Geo(p) ...
-    max_span_words: int = 10  # ... truncated to 1..max_span_words (mean 3.8 words for 0.2 / 10)
-    mask_prob: float = 0.8  # per unit: replace every token with [MASK]
-    random_prob: float = 0.1  # per unit: replace every token with a unigram-sampled token
-    keep_prob: float = 0.1  # per unit: keep the tokens (still targets)
-    candidate_share: float = 0.5  # entity/noun_phrase/ngram: share of the budget from candidate spans
-    excluded_entity_labels: tuple[str, ...] = NUMERIC_ENTITY_LABELS  # entity scheme ignores these labels
-    max_span_positions: int = 32  # SBO position embeddings; span_position is clipped to this - 1
-    start_retries: int = 8  # span scheme: start redraws for one length before drawing a new length
-    seed: int = 0  # masks are a function of (seed, epoch, sample id); 0 <= seed < 2**32
-
-    def __post_init__(self) -> None:
-        def bad(msg: str) -> None:
-            raise ValueError(f"MaskingConfig: {msg}")
-
-        if self.scheme not in SCHEMES:
-            bad(f"scheme must be one of {', '.join(SCHEMES)}; got {self.scheme!r}")
-        for name in ("mask_ratio", "geometric_p", "mask_prob", "random_prob", "keep_prob", "candidate_share"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                bad(f"{name} must be a number; got {v!r}")
-        if not 0.0 < self.mask_ratio < 1.0:
-            bad(f"mask_ratio must be in (0, 1); got {self.mask_ratio}")
-        if not 0.0 < self.geometric_p <= 1.0:
-            bad(f"geometric_p must be in (0, 1]; got {self.geometric_p}")
-        for name in ("mask_prob", "random_prob", "keep_prob", "candidate_share"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                bad(f"{name} must be in [0, 1]; got {getattr(self, name)}")
-        total = self.mask_prob + self.random_prob + self.keep_prob
-        if abs(total - 1.0) > 1e-9:
-            bad(f"mask_prob + random_prob + keep_prob must be 1; got {self.mask_prob} + {self.random_prob} + {self.keep_prob} = {total}")
-        for name, lo in (("max_span_words", 1), ("max_span_positions", 1), ("start_retries", 1)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                bad(f"{name} must be an integer >= {lo}; got {v!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < _SEED_LIMIT:
-            bad(f"seed must be an integer in [0, 2**32); got {self.seed!r}")
-        if isinstance(self.excluded_entity_labels, str) or not all(isinstance(x, str) for x in self.excluded_entity_labels):
-            bad(f"excluded_entity_labels must be a tuple of strings; got {self.excluded_entity_labels!r}")
-        object.__setattr__(self, "excluded_entity_labels", tuple(self.excluded_entity_labels))
-
-    @property
-    def candidate_column(self) -> str | None:
-        """The shard column this scheme reads candidate spans from (None for subword/whole_word/span)."""
-        return CANDIDATE_COLUMNS.get(self.scheme)
-
-    def span_length_pmf(self) -> np.ndarray:
-        """P(L = 1..max_span_words) of the span scheme's truncated geometric length distribution."""
-        k = np.arange(1, self.max_span_words + 1)
-        p = self.geometric_p * (1.0 - self.geometric_p) ** (k - 1)
-        return p / p.sum()
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "MaskingConfig":
-        from trainer.config import config_from_dict
-
-        return config_from_dict(cls, d)
-
-
-@dataclass
-class Rows:
-    """A chunk of ``R`` rows as flat ragged arrays (row ``i`` is ``input_ids[offsets[i]:offsets[i+1]]``).
-
-    ``input_ids``: integer array, the rows' content tokens (no [CLS]/[SEP]), concatenated.
-    ``offsets``: int64 ``[R + 1]``. ``word_start``: bool, same length as ``input_ids``.
-    ``span_starts``/``span_ends``/``span_offsets``: the candidate spans of the scheme's column, row-local
-    token ranges ``[start, end)``; row ``i`` has spans ``span_offsets[i]:span_offsets[i+1]``. ``None`` when
-    the scheme needs none.
-    """
-
-    input_ids: np.ndarray
-    offsets: np.ndarray
-    word_start: np.ndarray
-    span_starts: np.ndarray | None = None
-    span_ends: np.ndarray | None = None
-    span_offsets: np.ndarray | None = None
-    sentence_start: np.ndarray | None = None  # bool per token; only for two segments (trainer.segments)
-    doc_id: np.ndarray | None = None  # per row; only for two segments
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    @classmethod
-    def from_lists(cls, input_ids, word_start, spans=None) -> "Rows":
-        """Build from per-row sequences (tests, small tools). ``spans``: per row, a list of (start, end)."""
-        lengths = np.array([len(r) for r in input_ids], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        ids = np.concatenate([np.asarray(r, dtype=np.int64) for r in input_ids]) if len(input_ids) else np.zeros(0, np.int64)
-        ws = np.concatenate([np.asarray(r, dtype=bool) for r in word_start]) if len(word_start) else np.zeros(0, bool)
-        rows = cls(input_ids=ids.astype(np.int64), offsets=offsets, word_start=ws)
-        if spans is not None:
-            counts = np.array([len(s) for s in spans], dtype=np.int64)
-            flat = [tuple(x) for s in spans for x in s]
-            rows.span_starts = np.array([a for a, _ in flat], dtype=np.int64)
-            rows.span_ends = np.array([b for _, b in flat], dtype=np.int64)
-            rows.span_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return rows
-
-
-@dataclass
-class Masked:
-    """The masking of a chunk, flat like :class:`Rows` (same offsets).
-
-    Per token: ``input_ids`` (after replacement), ``labels`` (original id at targets, -100 elsewhere),
-    ``span_left``/``span_right``/``span_position`` (final-sequence SBO targets, 0 elsewhere).
-    Per unit (sorted by row, then start): ``unit_row``, ``unit_start``, ``unit_end`` (row-local tokens),
-    ``unit_words`` (complete words in the unit), ``unit_action`` (ACTION_MASK/RANDOM/KEEP),
-    ``unit_candidate`` (True when the unit is a candidate span).
-    """
-
-    offsets: np.ndarray
-    original_ids: np.ndarray
-    input_ids: np.ndarray
-    labels: np.ndarray
-    span_left: np.ndarray
-    span_right: np.ndarray
-    span_position: np.ndarray
-    sample_ids: np.ndarray
-    maskable: np.ndarray  # per row: tokens that could be masked
-    unit_row: np.ndarray
-    unit_start: np.ndarray
-    unit_end: np.ndarray
-    unit_words: np.ndarray
-    unit_action: np.ndarray
-    unit_candidate: np.ndarray
-    word_start: np.ndarray = field(repr=False, default=None)
-
-
-# ------------------------------------------------------------------------------------------------
-def _segment_cumsum(values: np.ndarray, seg_starts: np.ndarray, seg_ids: np.ndarray) -> np.ndarray:
-    """Inclusive cumulative sum of ``values`` restarting at every segment (segments contiguous)."""
-    c = np.cumsum(values)
-    base = np.concatenate([[0], c])[seg_starts]
-    return c - base[seg_ids]
-
-
-def _greedy_fit(row: np.ndarray, tokens: np.ndarray, budget: np.ndarray, num_rows: int) -> np.ndarray:
-    """BERT's rule, vectorised: walk each row's units in the given order (``row`` must be sorted, units
-    of a row in priority order); take a unit if its ``tokens`` still fit in the row's budget, else skip it.
-
-    Exact: each pass takes, among the untaken units that fit individually, the longest prefix that fits;
-    the first unit past that prefix no longer fits and never will (the budget only shrinks).
-    """
-    taken = np.zeros(len(row), dtype=bool)
-    if len(row) == 0:
-        return taken
-    rem = budget.astype(np.int64).copy()
-    seg_starts = np.searchsorted(row, np.arange(num_rows), side="left")
-    while True:
-        elig = ~taken & (tokens <= rem[row])
-        if not elig.any():
-            return taken
-        cs = _segment_cumsum(np.where(elig, tokens, 0), seg_starts, row)
-        take = elig & (cs <= rem[row])
-        taken |= take
-        rem -= np.bincount(row[take], weights=tokens[take], minlength=num_rows).astype(np.int64)
-
-
-def _order_by_priority(unit_row: np.ndarray, prio: np.ndarray, valid: np.ndarray, num_rows: int) -> np.ndarray:
-    """Indices of the valid units sorted by (row, priority). Units must be grouped by row (``unit_row``
-    non-decreasing). A padded [rows, units] argsort: much faster than a lexsort over all units."""
-    if len(unit_row) == 0:
-        return np.zeros(0, np.int64)
-    counts = np.bincount(unit_row, minlength=num_rows)
-    start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    width = int(counts.max())
-    key = np.full((num_rows, width), np.inf)
-    within = np.arange(len(unit_row)) - start[unit_row]
-    key[unit_row, within] = np.where(valid, prio, np.inf)
-    order = np.argsort(key, axis=1)
-    nvalid = np.bincount(unit_row[valid], minlength=num_rows)
-    keep = np.arange(width)[None, :] < nvalid[:, None]
-    return (start[:, None] + order)[keep]
+from schemas.format import max_row_tokens
+from trainer.masking.collate import Collator
+from trainer.masking.config import CANDIDATE_COLUMNS, SEED_LIMIT, MaskingConfig
+from trainer.masking.greedy import greedy_fit, order_by_priority
+from trainer.masking.rows import ACTION_KEEP, ACTION_MASK, ACTION_RANDOM, IGNORE_INDEX, Masked, Rows
+from trainer.masking.sbo_targets import fill_empty_rows, run_bounds
 
 
 class Masker:
-    """Masks chunks of rows and collates them into batches (see the module docstring)."""
+    """Masks chunks of rows (see the module docstring) and collates them into batches (``trainer.masking.collate``)."""
 
     def __init__(
         self,
@@ -313,6 +98,7 @@ class Masker:
         self._forbidden_lut = np.zeros(max(self.vocab_size, int(self.forbidden_ids.max()) + 1), dtype=bool)
         self._forbidden_lut[self.forbidden_ids] = True
         self.max_seq_len = int(max_seq_len)
+        self.collator = Collator(pad_id=self.pad_id, cls_id=self.cls_id, sep_id=self.sep_id, max_seq_len=self.max_seq_len)
         self.M = int(candidates_per_block)
         counts = np.asarray(unigram_counts, dtype=np.float64).copy()
         if counts.shape != (self.vocab_size,):
@@ -340,7 +126,7 @@ class Masker:
     # -- randomness --------------------------------------------------------------------------
     def generator(self, sample_id: int, epoch: int) -> np.random.Generator:
         """The row's generator: Philox keyed by (sample id, seed << 32 | epoch)."""
-        if not 0 <= epoch < _SEED_LIMIT:
+        if not 0 <= epoch < SEED_LIMIT:
             raise ValueError(f"epoch must be in [0, 2**32); got {epoch}")
         return np.random.Generator(np.random.Philox(key=[int(sample_id), (self.cfg.seed << 32) | int(epoch)]))
 
@@ -358,9 +144,10 @@ class Masker:
         offsets = np.asarray(rows.offsets, dtype=np.int64)
         ids = np.asarray(rows.input_ids).astype(np.int64, copy=False)
         n = np.diff(offsets)
-        if (n > self.max_seq_len - 2).any():
-            i = int(np.argmax(n > self.max_seq_len - 2))
-            raise ValueError(f"row of sample {int(sample_ids[i])} has {int(n[i])} tokens; max_seq_len {self.max_seq_len} allows {self.max_seq_len - 2}")
+        max_row = max_row_tokens(self.max_seq_len)
+        if (n > max_row).any():
+            i = int(np.argmax(n > max_row))
+            raise ValueError(f"row of sample {int(sample_ids[i])} has {int(n[i])} tokens; max_seq_len {self.max_seq_len} allows {max_row}")
         total = int(offsets[-1])
         tok_row = np.repeat(np.arange(R), n)
         if len(ids) and (ids.min() < 0 or ids.max() >= len(self._forbidden_lut)):
@@ -418,7 +205,7 @@ class Masker:
         right = np.zeros(total, dtype=np.int64)
         pos = np.zeros(total, dtype=np.int64)
         labels[flat] = ids[flat]
-        # SBO boundaries around the maximal masked run (trainer.sbo_targets): always observed tokens.
+        # SBO boundaries around the maximal masked run (trainer.masking.sbo_targets): always observed tokens.
         run_s, run_e = run_bounds(u_row, u_start, u_end)
         left[flat] = run_s[tok_unit]  # final position of x_{s-1} = (s - 1) + 1
         right[flat] = run_e[tok_unit] + 1  # final position of x_{e+1} = e + 1 (e exclusive in content)
@@ -556,9 +343,9 @@ class Masker:
             overl = np.zeros(len(cs), bool)
             overl[order] = (crow[order] * big + cs[order]) < prev
             ok &= ~overl
-            o2 = _order_by_priority(crow, prio, ok, R)
+            o2 = order_by_priority(crow, prio, ok, R)
             cbudget = np.minimum(np.floor(cfg.candidate_share * budget + 0.5).astype(np.int64), budget)
-            take = _greedy_fit(crow[o2], (ce - cs)[o2], cbudget, R)
+            take = greedy_fit(crow[o2], (ce - cs)[o2], cbudget, R)
             sel = o2[take]
             cand_row, cand_s, cand_e, cand_act = crow[sel], cs[sel], ce[sel], act[sel]
             budget_left = budget - np.bincount(cand_row, weights=cand_e - cand_s, minlength=R).astype(np.int64)
@@ -589,8 +376,8 @@ class Masker:
         ubase = base[u_row] + 2 * nc[u_row]
         u_prio = draws[ubase + within] if len(u_row) else empty_f
         u_act = draws[ubase + unit_n[u_row] + within] if len(u_row) else empty_f
-        o = _order_by_priority(u_row, u_prio, ok, R)
-        take = _greedy_fit(u_row[o], (u_e - u_s)[o], budget_left, R)
+        o = order_by_priority(u_row, u_prio, ok, R)
+        take = greedy_fit(u_row[o], (u_e - u_s)[o], budget_left, R)
         sel = o[take]
         if scheme == "subword":  # 1 when the token starts a word, else 0 (not a complete word)
             is_start = np.zeros(len(ids), np.int64)
@@ -615,93 +402,14 @@ class Masker:
         g0, g1 = offsets[row] + s, offsets[row] + e
         return (np.searchsorted(wpos, g1, side="left") - np.searchsorted(wpos, g0, side="left")).astype(np.int64)
 
-    # -- collation ---------------------------------------------------------------------------
-    def _batch_shape(self, masked: Masked, start: int, stop: int) -> tuple[int, int]:
-        n = np.diff(masked.offsets[start : stop + 1])
-        longest = int(n.max()) + 2 if stop > start else 2
-        T = min(-(-longest // PAD_TO_MULTIPLE) * PAD_TO_MULTIPLE, self.max_seq_len)
-        if longest > T:
-            raise ValueError(f"a row needs {longest} positions; max_seq_len is {self.max_seq_len}")
-        return stop - start, T
-
-    def _fill(self, masked: Masked, start: int, stop: int, out: np.ndarray) -> None:
-        """Write rows ``start:stop`` into ``out`` [6, B, T]: input_ids, labels, span_left, span_right,
-        span_position, attention_mask."""
-        _, B, T = out.shape
-        o = masked.offsets
-        lo, hi = int(o[start]), int(o[stop])
-        n = np.diff(o[start : stop + 1])
-        r = np.repeat(np.arange(B), n)
-        p = np.arange(hi - lo) - np.repeat(o[start:stop] - lo, n) + 1  # final positions (after [CLS])
-        out[:] = 0
-        out[0] = self.pad_id
-        out[1] = IGNORE_INDEX
-        out[0, :, 0] = self.cls_id
-        out[0, np.arange(B), n + 1] = self.sep_id
-        for k, values in enumerate((masked.input_ids, masked.labels, masked.span_left, masked.span_right, masked.span_position)):
-            out[k, r, p] = values[lo:hi]
-        out[5] = np.arange(T)[None, :] < (n + 2)[:, None]
-
-    @staticmethod
-    def _as_batch(t: torch.Tensor, sample_id: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {
-            "input_ids": t[0],
-            "attention_mask": t[5],
-            "labels": t[1],
-            "span_left": t[2],
-            "span_right": t[3],
-            "span_position": t[4],
-            "sample_id": sample_id,
-        }
-
+    # -- collation (trainer.masking.collate) -------------------------------------------------
     def collate(self, masked: Masked, start: int = 0, stop: int | None = None) -> dict[str, torch.Tensor]:
-        """The batch dict (module docstring) for rows ``start:stop`` of a masked chunk."""
-        stop = masked.offsets.shape[0] - 1 if stop is None else stop
-        B, T = self._batch_shape(masked, start, stop)
-        out = np.empty((6, B, T), dtype=np.int64)
-        self._fill(masked, start, stop, out)
-        return self._as_batch(torch.from_numpy(out), torch.from_numpy(masked.sample_ids[start:stop].copy()))
+        """The batch dict (``trainer.masking.collate``) for rows ``start:stop`` of a masked chunk."""
+        return self.collator.collate(masked, start, stop)
 
     def collate_chunk(self, masked: Masked, micro_batch_size: int) -> list[dict[str, torch.Tensor]]:
-        """Consecutive batches of ``micro_batch_size`` rows of a masked chunk, as :meth:`collate` makes them,
-        but all tensors are views of ONE storage: a DataLoader worker hands the whole chunk to the training
-        process through a single shared-memory segment instead of one per tensor."""
-        R = masked.offsets.shape[0] - 1
-        bounds = [(a, min(a + micro_batch_size, R)) for a in range(0, R, micro_batch_size)]
-        shapes = [self._batch_shape(masked, a, b) for a, b in bounds]
-        sizes = [6 * B * T + B for B, T in shapes]
-        buf = np.empty(int(sum(sizes)), dtype=np.int64)
-        t = torch.from_numpy(buf)
-        batches, off = [], 0
-        for (a, b), (B, T), size in zip(bounds, shapes, sizes):
-            block = buf[off : off + 6 * B * T].reshape(6, B, T)
-            self._fill(masked, a, b, block)
-            buf[off + 6 * B * T : off + size] = masked.sample_ids[a:b]
-            batches.append(self._as_batch(t[off : off + 6 * B * T].view(6, B, T), t[off + 6 * B * T : off + size]))
-            off += size
-        return batches
+        """Consecutive batches of ``micro_batch_size`` rows of a masked chunk sharing one storage (``Collator``)."""
+        return self.collator.collate_chunk(masked, micro_batch_size)
 
     def __call__(self, rows: Rows, sample_ids: np.ndarray, epoch: int) -> dict[str, torch.Tensor]:
         return self.collate(self.mask(rows, sample_ids, epoch))
-
-
-# ------------------------------------------------------------------------------------------------
-def masking_stats(masked: Masked) -> dict[str, float]:
-    """Statistics of a masked chunk: masked ratio, span lengths, per-unit action shares."""
-    targets = int((masked.labels != IGNORE_INDEX).sum())
-    maskable = int(masked.maskable.sum())
-    units = len(masked.unit_row)
-    act = masked.unit_action
-    return {
-        "rows": int(masked.offsets.shape[0] - 1),
-        "maskable_tokens": maskable,
-        "targets": targets,
-        "masked_ratio": targets / maskable if maskable else 0.0,
-        "units": units,
-        "candidate_units": int(masked.unit_candidate.sum()),
-        "mean_unit_words": float(masked.unit_words.mean()) if units else 0.0,
-        "mean_unit_tokens": float((masked.unit_end - masked.unit_start).mean()) if units else 0.0,
-        "share_masked": float((act == ACTION_MASK).mean()) if units else 0.0,
-        "share_replaced": float((act == ACTION_RANDOM).mean()) if units else 0.0,
-        "share_kept": float((act == ACTION_KEEP).mean()) if units else 0.0,
-    }

@@ -17,7 +17,7 @@ from trainer.config import ModelConfig
 from trainer.export import hf_config, load_model, to_hf_state_dict
 from trainer.model import SpanBert
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TEXTS = [
     "The river flows north through the old town .",
     "Müller's café opened in 1921 ; it closed , reopened and is still there today !",
@@ -183,7 +183,7 @@ def test_export_refuses_a_checkpoint_file_that_would_run_code(tmp_path):
 
 
 def test_optimizer_state_sizes_are_read_without_running_code(tmp_path):
-    from trainer.checkpoint_files import UntrustedCheckpointError
+    from trainer.engine.checkpoint_files import UntrustedCheckpointError
     from trainer.engine import optimizer_state_bytes
 
     marker = tmp_path / "code_ran"

@@ -1,6 +1,6 @@
-"""`trainer/pretrain.py` with two observation points, for tests/test_elastic_resume.py.
+"""`trainer/pretrain.py` with two observation points, for tests/e2e/test_elastic_resume.py.
 
-Run exactly like the trainer (``python tests/elastic_probe.py ARGS`` or ``deepspeed ... tests/elastic_probe.py ARGS``);
+Run exactly like the trainer (``python tests/support/elastic_probe.py ARGS`` or ``deepspeed ... tests/support/elastic_probe.py ARGS``);
 it calls ``trainer.pretrain.main`` unchanged and, in the directory ``$SPANPREP_PROBE_DIR``, records
 
 * ``samples_rank{R}.jsonl``: one line per optimizer step of rank R, ``{"step": S, "micro_batches": [[sample ids]]}``,
@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402

@@ -8,9 +8,7 @@ The first DeepSpeed run compiles a C++ op into TORCH_EXTENSIONS_DIR (about 30 s,
 
 from __future__ import annotations
 
-import csv
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -22,13 +20,20 @@ import pytest
 import torch
 
 from conftest import free_port
+from tests.support.pretrain_runs import (
+    DEEPSPEED,
+    MICRO_BATCH,
+    PRETRAIN,
+    REPO,
+    TIMEOUT,
+    ds_config,
+    metric,
+    resume_from,
+    run,
+    run_env,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-PRETRAIN = REPO / "trainer" / "pretrain.py"
-DEEPSPEED = Path(sys.executable).parent / "deepspeed"
 MAX_STEPS, RESUME_AT = 8, 4
-MICRO_BATCH = 4
-TIMEOUT = 600
 COMMON = [
     "--preset", "tiny", "--lr", "5e-3", "--warmup-steps", "2", "--max-steps", str(MAX_STEPS), "--log-every", "1",
     "--eval-every", str(RESUME_AT), "--eval-batches", "2", "--no-progress", "--num-workers", "1", "--seed", "7",
@@ -37,41 +42,8 @@ COMMON = [
 pytestmark = pytest.mark.slow
 
 
-def run_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env["OMP_NUM_THREADS"] = "1"
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def ds_config(tmp: Path, stage: int) -> Path:
-    """The shipped CPU config of ``stage`` with a small micro batch."""
-    cfg = json.loads((REPO / "trainer" / "configs" / f"zero{stage}_cpu.json").read_text())
-    cfg["train_micro_batch_size_per_gpu"] = MICRO_BATCH
-    path = tmp / f"zero{stage}_cpu_mb{MICRO_BATCH}.json"
-    path.write_text(json.dumps(cfg))
-    return path
-
-
 def launcher(ranks: int) -> list[str]:
     return [str(DEEPSPEED), "--num_gpus", str(ranks), "--master_port", str(free_port()), str(PRETRAIN)]
-
-
-def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=TIMEOUT, **kw)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}"
-    return proc
-
-
-def metric(run_dir: Path, name: str) -> dict[int, float]:
-    """step -> value from the DeepSpeed CSV monitor (a resumed run appends, repeating the header)."""
-    out = {}
-    with open(run_dir / "monitor" / f"{name}.csv") as f:
-        for row in csv.reader(f):
-            if row and row[0] != "step":
-                out[int(row[0])] = float(row[1])
-    return out
 
 
 def latest(run_dir: Path) -> str:
@@ -84,13 +56,6 @@ def assert_loss_went_down(run_dir: Path) -> None:
     first, last = [loss[s] for s in (1, 2, 3)], [loss[s] for s in (MAX_STEPS - 2, MAX_STEPS - 1, MAX_STEPS)]
     # 8 steps of a tiny model: the loss (MLM + SBO, ~2 x ln(4000) = 16.6 at the start) falls by several percent.
     assert sum(last) / 3 < 0.95 * sum(first) / 3, loss
-
-
-def resume_from(source: Path, tag: str, dest: Path) -> None:
-    """A new run directory holding only checkpoint ``tag`` of ``source`` (as if the run had stopped there)."""
-    (dest / "checkpoints").mkdir(parents=True)
-    shutil.copytree(source / "checkpoints" / tag, dest / "checkpoints" / tag)
-    (dest / "checkpoints" / "latest").write_text(tag)
 
 
 def assert_same_run(full: Path, resumed: Path, after: int) -> None:

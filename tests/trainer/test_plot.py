@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import free_port
 from trainer import plot
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

@@ -1,4 +1,4 @@
-"""Bi-sequence BERT with next sentence prediction (issue 12): pairs built at load time (trainer/segments.py), the
+"""Bi-sequence BERT with next sentence prediction (issue 12): pairs built at load time (trainer/data/segments.py), the
 NSP head, and a real 2-rank CPU run (tiny preset, span masking + SBO + NSP) that trains, resumes, evaluates NSP
 accuracy and exports to Hugging Face `BertForPreTraining`."""
 
@@ -20,7 +20,7 @@ from trainer.data import DataConfig, build_eval_loader, build_train_loader
 from trainer.masking import IGNORE_INDEX, MaskingConfig
 from trainer.model import SpanBert
 
-from tests.test_pretrain import DEEPSPEED, PRETRAIN, REPO, TIMEOUT, ds_config, metric, resume_from, run, run_env
+from tests.support.pretrain_runs import DEEPSPEED, PRETRAIN, REPO, TIMEOUT, ds_config, metric, resume_from, run, run_env
 from conftest import free_port
 
 
@@ -96,7 +96,7 @@ def test_pairs_follow_bert_and_keep_the_masking_invariants(wikitext2_artifact, s
 
 
 def test_short_sequences_are_drawn_with_probability_0_1_and_pairs_are_deterministic(wikitext2_artifact):
-    from trainer import segments
+    from trainer.data import segments
 
     rows, docs, sents = _rows_by_sample_id(wikitext2_artifact)
     draws = segments.pair_draws(5, 0, np.arange(len(rows)))
@@ -201,7 +201,7 @@ NSP_RUN = ["--preset", "tiny", "--lr", "5e-3", "--log-every", "1", "--eval-every
 @pytest.fixture(scope="module")
 def nsp_run(demo_artifact, tmp_path_factory) -> Path:
     """2 CPU ranks, ZeRO-2, 6 steps (no --warmup-steps: the 1% default); then the same run resumed from its step-4
-    checkpoint in a new directory (tests/test_pretrain.py's way). Returns the resumed run; ``full`` is beside it."""
+    checkpoint in a new directory (tests/e2e/test_pretrain.py's way, with tests/support/pretrain_runs.py). Returns the resumed run; ``full`` is beside it."""
     tmp = tmp_path_factory.mktemp("nsp_run")
 
     def cmd(run_dir: Path) -> list[str]:
@@ -265,7 +265,7 @@ def test_nsp_run_exports_to_bert_for_pretraining(nsp_run, demo_artifact, tmp_pat
 
 @pytest.mark.parametrize("scheme", ["entity", "span", "whole_word", "subword"])
 def test_pairs_carry_candidate_spans_and_every_scheme_masks_them(scheme):
-    from trainer import segments
+    from trainer.data import segments
     from trainer.masking import Masker, Rows
 
     R, n = 40, 40

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-IGNORE_INDEX = -100
+from trainer.masking.rows import IGNORE_INDEX
 
 
 def run_bounds(u_row: np.ndarray, u_start: np.ndarray, u_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

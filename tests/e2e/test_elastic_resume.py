@@ -6,7 +6,7 @@ global batch (4 sequences) and its split into micro-batches stay the same: the r
 uninterrupted run, and the tests compare it step by step. The runs stay within the first epoch (where an epoch
 ends, the loader leaves out its last ``N mod (micro batch x ranks)`` samples, which depends on the number of ranks).
 
-Each process is `tests/elastic_probe.py`, which runs `trainer/pretrain.py`'s main unchanged and records the sample
+Each process is `tests/support/elastic_probe.py`, which runs `trainer/pretrain.py`'s main unchanged and records the sample
 ids every training step took from the loader, and (on `--resume`) the full fp32 weights, Adam moments, Adam step
 counts and parameter-group settings right after the load. The checkpoint's own state is consolidated from its
 files with DeepSpeed's zero_to_fp32 (see `consolidated`), independently of the universal conversion and of the
@@ -28,10 +28,10 @@ import pytest
 import torch
 
 from conftest import free_port
-from test_pretrain import DEEPSPEED, TIMEOUT, main_in_process, metric, resume_from, run_env  # noqa: F401 (fixture)
+from test_pretrain import main_in_process  # noqa: F401 (fixture)
+from tests.support.pretrain_runs import DEEPSPEED, REPO, TIMEOUT, metric, resume_from, run_env
 
-REPO = Path(__file__).resolve().parents[1]
-PROBE = REPO / "tests" / "elastic_probe.py"
+PROBE = REPO / "tests" / "support" / "elastic_probe.py"
 MAX_STEPS, SAVED_AT = 8, 4
 MICRO_BATCH, GLOBAL_BATCH = 2, 4  # 8 steps = 32 samples: within the first epoch of the demo artifact (52)
 WEIGHT_DECAY = 0.01

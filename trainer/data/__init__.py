@@ -1,0 +1,26 @@
+"""Streaming loader: the artifact's Arrow shards -> masked SpanBERT batches, resumable at any step.
+
+In: an artifact (local or ``gs://``/``s3://``), a :class:`DataConfig`, a ``trainer.masking.MaskingConfig``, the rank
+and world size. Out: this rank's micro-batches (dicts of tensors, ``trainer.masking.collate``) and a state dict that
+resumes the stream at any world size. ``blocks`` indexes and reads the shards' record batches, ``order`` is the epoch
+order, ``stream`` the rank's stream and its state, ``segments`` the two-segment (NSP) inputs, ``loader`` the
+DataLoader and its builders, ``config`` the :class:`DataConfig`.
+"""
+
+from trainer.data.blocks import BlockReader, Blocks, index_blocks, open_artifact, split_shards
+from trainer.data.config import DataConfig
+from trainer.data.loader import (
+    StreamLoader,
+    TokenizerMismatchError,
+    build_eval_loader,
+    build_train_loader,
+    check_tokenizer,
+)
+from trainer.data.order import EpochOrder
+from trainer.data.stream import MAX_CHUNK_ROWS, STATE_FORMAT, STATE_VERSION, ArtifactStream
+
+__all__ = [
+    "MAX_CHUNK_ROWS", "STATE_FORMAT", "STATE_VERSION", "ArtifactStream", "BlockReader", "Blocks", "DataConfig",
+    "EpochOrder", "StreamLoader", "TokenizerMismatchError", "build_eval_loader", "build_train_loader",
+    "check_tokenizer", "index_blocks", "open_artifact", "split_shards",
+]

@@ -1,0 +1,127 @@
+"""The distributed environment: rank and world from the launcher's variables, the process group, the device.
+
+Device-agnostic: ``deepspeed.init_distributed()`` picks the backend of DeepSpeed's accelerator (nccl on
+GPUs, gloo on CPU), the device comes from ``deepspeed.get_accelerator()`` and the local rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+# DeepSpeed's ZeRO calls a torch.distributed function that torch marks deprecated, once per step and rank.
+warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*is deprecated", category=FutureWarning)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def default_single_process_env(local_rank: int | None = None) -> None:
+    """Make ``python trainer/pretrain.py`` one process of a world of one.
+
+    The ``deepspeed`` launcher (and torchrun) set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT;
+    without them DeepSpeed would try MPI discovery and fail. Under mpirun (OMPI_*/PMI_* set) DeepSpeed's own
+    MPI discovery is left to work.
+    """
+    env = os.environ
+    if local_rank is not None and local_rank >= 0:
+        env.setdefault("LOCAL_RANK", str(local_rank))
+    if "RANK" in env or "OMPI_COMM_WORLD_RANK" in env or "PMI_RANK" in env:
+        return
+    env.setdefault("RANK", "0")
+    env.setdefault("WORLD_SIZE", "1")
+    env.setdefault("LOCAL_RANK", "0")
+    env.setdefault("MASTER_ADDR", "127.0.0.1")
+    env.setdefault("MASTER_PORT", str(_free_port()))
+
+
+def env_rank() -> tuple[int, int, int]:
+    """(rank, local rank, world size) from the environment, before torch.distributed is up."""
+    env = os.environ
+    rank = int(env.get("RANK", env.get("OMPI_COMM_WORLD_RANK", env.get("PMI_RANK", "0"))))
+    local = int(env.get("LOCAL_RANK", env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
+    world = int(env.get("WORLD_SIZE", env.get("OMPI_COMM_WORLD_SIZE", env.get("PMI_SIZE", "1"))))
+    return rank, local, world
+
+
+@dataclass
+class Dist:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type != "cpu"
+
+
+@contextlib.contextmanager
+def environment_ninja():
+    """Build DeepSpeed's JIT ops (``deepspeed_shm_comm`` on CPU, CPU Adam, ...) with the ``ninja`` of this Python
+    environment, whatever PATH the run was started with.
+
+    torch runs the first ``ninja`` on PATH. The ``ninja`` package DeepSpeed depends on (1.13 here) records a
+    rapidhash of each command in ``.ninja_log``, a system ninja (1.11) a MurmurHash of the same command, so each
+    one takes the other's log entries for a changed command line and recompiles the op from scratch. Runs started
+    from a shell with the virtualenv activated (its ``bin`` first on PATH) and runs started as ``.venv/bin/python``
+    / ``.venv/bin/deepspeed`` without it alternated such rebuilds (20-140 s each) in the shared
+    TORCH_EXTENSIONS_DIR, although ``build.ninja`` was the same. PATH is changed only for the duration of the block.
+    """
+    bin_dir = None
+    try:
+        import ninja
+
+        candidate = getattr(ninja, "BIN_DIR", None)
+        if candidate and os.access(os.path.join(candidate, "ninja"), os.X_OK):
+            bin_dir = candidate
+    except ImportError:  # no ninja package: torch uses the system's, the only one there is
+        pass
+    saved = os.environ.get("PATH")
+    if bin_dir is not None:
+        os.environ["PATH"] = bin_dir + (os.pathsep + saved if saved else "")
+    try:
+        yield
+    finally:
+        if bin_dir is not None:
+            if saved is None:
+                os.environ.pop("PATH", None)
+            else:
+                os.environ["PATH"] = saved
+
+
+def init_distributed() -> Dist:
+    import deepspeed
+    import torch.distributed as torch_dist
+
+    accelerator = deepspeed.get_accelerator()
+    with environment_ninja():  # the CPU backend JIT-builds its shared-memory op here
+        deepspeed.init_distributed()  # backend: the accelerator's (nccl on GPUs, gloo on CPU)
+    rank, world = torch_dist.get_rank(), torch_dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if accelerator.device_name() == "cpu":
+        device = torch.device("cpu")
+        torch.set_flush_denormal(True)  # denormals make CPU kernels crawl
+    else:
+        accelerator.set_device(local_rank)
+        device = torch.device(accelerator.device_name(local_rank))
+    return Dist(rank=rank, local_rank=local_rank, world_size=world, device=device)
+
+
+def accelerator_is_gpu() -> bool:
+    import deepspeed
+
+    return deepspeed.get_accelerator().device_name() != "cpu"
+

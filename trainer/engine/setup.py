@@ -1,0 +1,217 @@
+"""From the parsed command line to a checked :class:`TrainSetup`, before any process group exists.
+
+In: the ``argparse`` namespace of ``trainer/pretrain.py``. Out: every config resolved and cross-checked (model
+against the artifact's tokenizer, sequence length, DeepSpeed JSON, resume compatibility, the loaders indexed), or
+one of ``SETUP_ERRORS`` with a one-line message. ``write_resolved_config`` records the result in ``RUN_DIR/config.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from schemas.artifact import Artifact
+from schemas.format import SPECIAL_TOKENS
+from trainer.config import (
+    CHECKPOINT_META_FILE,
+    ConfigError,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    dataclass_from_args,
+    dumps,
+    given_fields,
+    resolve_schedule,
+    to_jsonable,
+)
+from trainer.data import DataConfig, build_eval_loader, build_train_loader
+from trainer.engine.checkpoints import ElasticResume, checkpoint_dir, elastic_resume_plan, latest_tag
+from trainer.engine.distributed import Dist, accelerator_is_gpu, env_rank
+from trainer.engine.ds_config import load_deepspeed_json, resolve_deepspeed_config
+from trainer.engine.resume_check import changed_options, check_data_stream, check_same_artifact, check_zero_stage
+from trainer.masking import MaskingConfig
+
+# Errors `prepare` reports as one line (FormatError and ConfigError are ValueErrors; the data side's
+# config classes raise ValueError; unreadable files are OSErrors).
+SETUP_ERRORS = (ValueError, OSError)
+# DataConfig fields the trainer fills in from its own options and the artifact.
+DATA_FIELDS_SET_BY_TRAINER = ("artifact", "seed", "micro_batch_size")
+
+
+@dataclass
+class TrainSetup:
+    """Everything the loop needs, resolved and validated before any process group exists."""
+
+    model: ModelConfig
+    optim: OptimConfig
+    run: RunConfig
+    data: Any  # trainer.data.DataConfig
+    masking: Any  # trainer.masking.MaskingConfig
+    deepspeed_path: str
+    deepspeed: dict  # resolved DeepSpeed config
+    artifact: Any  # schemas.artifact.Artifact
+    train_loader: Any  # trainer.data.StreamLoader of this rank (not iterated yet)
+    eval_loader: Any  # trainer.data.StreamLoader over the held-out shards, or None
+    elastic: ElasticResume | None = None  # --resume of a checkpoint written by another number of ranks
+    resume_changes: list[str] = field(default_factory=list)  # options that differ from the checkpoint's run
+
+    def options(self, world_size: int) -> dict:
+        return run_options(self.run, self.optim, self.data, self.masking, self.deepspeed, world_size)
+
+    def resolved(self, world_size: int) -> dict:
+        ds = self.deepspeed
+        elastic = None
+        if self.elastic is not None:
+            elastic = {"checkpoint": self.elastic.tag, "saved_world_size": self.elastic.saved_world_size,
+                       "universal_checkpoint": self.elastic.universal}
+        return {
+            "model": to_jsonable(self.model),
+            "optim": to_jsonable(self.optim),
+            "run": to_jsonable(self.run),
+            "data": to_jsonable(self.data),
+            "masking": to_jsonable(self.masking),
+            "deepspeed_config_file": self.deepspeed_path,
+            "deepspeed": ds,
+            "world_size": world_size,
+            "global_batch_size": ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * world_size,
+            "elastic_resume": elastic,
+            "artifact": {
+                "uri": self.artifact.uri,
+                "format_version": self.artifact.manifest.get("format_version"),
+                "tokenizer": self.artifact.manifest["tokenizer"],
+                "max_seq_len": self.artifact.manifest.get("max_seq_len"),
+                "rows": self.artifact.manifest.get("counts", {}).get("rows"),
+            },
+            "versions": _versions(),
+        }
+
+
+def run_options(run, optim, data, masking, ds: dict, world_size: int) -> dict:
+    """The options a checkpoint records, to list what a resume changes (``trainer.engine.resume_check``)."""
+    return {"run": to_jsonable(run), "optim": to_jsonable(optim), "data": to_jsonable(data), "masking": to_jsonable(masking),
+            "world_size": world_size, "zero_stage": ds.get("zero_optimization", {}).get("stage", 0),
+            "global_batch_size": ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * world_size}
+
+
+def _versions() -> dict:
+    import deepspeed
+
+    return {"python": sys.version.split()[0], "torch": torch.__version__, "deepspeed": deepspeed.__version__}
+
+
+def _check_model_matches_artifact(model_given: dict, artifact) -> dict:
+    """vocab_size and pad_token_id come from the artifact; if also given, they must agree."""
+    tok = artifact.manifest["tokenizer"]
+    ids = artifact.special_token_ids
+    vocab = artifact.vocab_size
+    for name in SPECIAL_TOKENS:
+        if name not in ids or not 0 <= int(ids[name]) < vocab:
+            raise ConfigError(f"{artifact.uri}: the tokenizer's special token {name!r} has no id below its vocabulary size {vocab}")
+    fixed = {"vocab_size": vocab, "pad_token_id": int(ids["pad"])}
+    for key, value in fixed.items():
+        if key in model_given and model_given[key] != value:
+            raise ConfigError(
+                f"--{key.replace('_', '-')} {model_given[key]} does not match the artifact {artifact.uri}: its tokenizer "
+                f"({tok.get('file')}, sha256 {str(tok.get('sha256'))[:12]}) has {key} {value}"
+            )
+    return fixed
+
+
+def _check_resume(run: RunConfig, model: ModelConfig, artifact, world_size: int,
+                  ds: dict) -> tuple[ElasticResume | None, dict | None, str]:
+    """Check that the latest checkpoint (if any) can be resumed; plan an elastic resume when it was written by
+    another number of ranks (this sets ``checkpoint.load_universal`` in ``ds``). Returns (the plan, the checkpoint's
+    meta or None without a checkpoint, the checkpoint's path)."""
+    ckpt = checkpoint_dir(run.output_dir)
+    tag = latest_tag(ckpt)
+    if tag is None:
+        return None, None, ckpt
+    if not run.resume:
+        raise ConfigError(
+            f"{run.output_dir} already holds checkpoints (latest: {tag}); pass --resume to continue that run, "
+            f"or choose another --output-dir"
+        )
+    meta_path = os.path.join(ckpt, tag, CHECKPOINT_META_FILE)
+    if not os.path.isfile(meta_path):
+        raise ConfigError(f"{meta_path}: missing; cannot resume from a checkpoint the trainer did not write")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    saved_tok, tok = meta.get("tokenizer", {}), artifact.manifest["tokenizer"]
+    if saved_tok.get("sha256") != tok.get("sha256") or saved_tok.get("special_token_ids") != tok.get("special_token_ids"):
+        raise ConfigError(
+            f"cannot resume {ckpt}/{tag} on {artifact.uri}: the checkpoint was trained with another tokenizer "
+            f"(sha256 {str(saved_tok.get('sha256'))[:12]}, vocabulary {saved_tok.get('vocab_size')}, special ids "
+            f"{saved_tok.get('special_token_ids')}) than the artifact's (sha256 {str(tok.get('sha256'))[:12]}, "
+            f"vocabulary {tok.get('vocab_size')}, special ids {tok.get('special_token_ids')})"
+        )
+    check_same_artifact(meta, artifact, f"{ckpt}/{tag}")
+    saved_model, now = meta.get("model", {}), to_jsonable(model)
+    diff = [f"{k}: checkpoint {saved_model.get(k)!r}, now {now[k]!r}" for k in now if saved_model.get(k) != now[k]]
+    if diff:
+        raise ConfigError(f"cannot resume {ckpt}/{tag} with another model configuration: " + "; ".join(diff))
+    saved_world = meta.get("world_size")
+    if saved_world in (None, world_size):
+        return None, meta, f"{ckpt}/{tag}"
+    return elastic_resume_plan(run, ds, f"{ckpt}/{tag}", tag, meta, int(saved_world), world_size), meta, f"{ckpt}/{tag}"
+
+
+def prepare(args) -> TrainSetup:
+    """Build and cross-check every config from the parsed command line, open and check the artifact."""
+    run = dataclass_from_args(RunConfig, args, deepspeed_config=args.deepspeed_config or "auto")
+    optim = dataclass_from_args(OptimConfig, args)
+    optim = resolve_schedule(optim, run)  # warmup not given: 1% of --max-steps
+    model_given = given_fields(args, ModelConfig)
+    ModelConfig.preset(args.preset, **model_given)  # report a bad model option before opening the artifact
+
+    artifact = Artifact.open(run.data)
+    fixed = _check_model_matches_artifact(model_given, artifact)
+    model = ModelConfig.preset(args.preset, **{**model_given, **fixed})
+    # Sequence length: the artifact's (its rows hold at most max_row_tokens(max_seq_len) tokens) unless --max-seq-len says otherwise.
+    max_seq_len = getattr(args, "data.max_seq_len", None) or int(artifact.manifest.get("max_seq_len", 512))
+    if model.max_position_embeddings < max_seq_len:
+        raise ConfigError(
+            f"--max-position-embeddings {model.max_position_embeddings} is smaller than the sequence length "
+            f"{max_seq_len} (--max-seq-len, default: the max_seq_len of {artifact.uri})"
+        )
+
+    masking = dataclass_from_args(MaskingConfig, args, dest_prefix="masking.",
+                                  seed=run.seed % (1 << 32), max_span_positions=model.sbo_max_span_positions)
+    on_gpu = accelerator_is_gpu()
+    ds_path, ds_raw = load_deepspeed_json(run.deepspeed_config, on_gpu)
+    ds = resolve_deepspeed_config(ds_path, ds_raw, optim, run.output_dir, on_gpu)
+    pin = {} if getattr(args, "data.pin_memory", None) is not None else {"pin_memory": on_gpu}  # default: pin on GPUs
+    data = dataclass_from_args(DataConfig, args, dest_prefix="data.", artifact=run.data, seed=run.seed,
+                               micro_batch_size=ds["train_micro_batch_size_per_gpu"], max_seq_len=max_seq_len, **pin)
+    if model.nsp and data.segments != 2:
+        raise ConfigError("--nsp predicts whether segment B follows segment A: add --segments 2")
+    if run.eval_every and data.eval_shards == 0:
+        raise ConfigError("--eval-every needs held-out shards: set --eval-shards >= 1, or --eval-every 0 to not evaluate")
+    rank, _, world_size = env_rank()
+    elastic, resume_meta, checkpoint = _check_resume(run, model, artifact, world_size, ds)
+    # The loaders only index the shards here (no reading, no workers yet), so their errors are clear messages too.
+    expected = dict(expected_vocab_size=model.vocab_size, expected_special_token_ids={"pad": model.pad_token_id})
+    train_loader, _ = build_train_loader(data, masking, rank=rank, world_size=world_size, **expected)
+    changes = []
+    if resume_meta is not None:
+        check_zero_stage(resume_meta, ds.get("zero_optimization", {}).get("stage", 0), checkpoint)
+        check_data_stream(resume_meta, train_loader, checkpoint)
+        changes = changed_options(resume_meta, run_options(run, optim, data, masking, ds, world_size))
+    eval_loader = None
+    if run.eval_every:
+        eval_loader, _ = build_eval_loader(data, masking, rank=rank, world_size=world_size, **expected)
+    return TrainSetup(model=model, optim=optim, run=run, data=data, masking=masking, deepspeed_path=ds_path,
+                      deepspeed=ds, artifact=artifact, train_loader=train_loader, eval_loader=eval_loader,
+                      elastic=elastic, resume_changes=changes)
+
+
+def write_resolved_config(setup: TrainSetup, dist: Dist) -> None:
+    if dist.is_main:
+        os.makedirs(setup.run.output_dir, exist_ok=True)
+        with open(os.path.join(setup.run.output_dir, "config.json"), "w") as f:
+            f.write(dumps(setup.resolved(dist.world_size)))
+
