@@ -14,9 +14,9 @@ import pytest
 
 from conftest import SHARED_DATA, free_port, wikitext2
 from pipeline import build_ngram_dictionary
-from test_pretrain import run_env  # the same environment as the pre-training runs
+from tests.support.pretrain_runs import run_env  # the same environment as the pre-training runs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FINETUNE = REPO / "trainer" / "finetune.py"
 DEEPSPEED = Path(sys.executable).parent / "deepspeed"
 DATA = SHARED_DATA / "finetune"
