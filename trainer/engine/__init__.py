@@ -27,6 +27,7 @@ from trainer.engine.distributed import (
     default_single_process_env,
     env_rank,
     environment_ninja,
+    finish_distributed,
     init_distributed,
 )
 from trainer.engine.ds_config import load_deepspeed_json, parameter_groups, resolve_deepspeed_config
@@ -38,5 +39,5 @@ __all__ = [
     "load_deepspeed_json", "resolve_deepspeed_config", "checkpoint_dir", "latest_tag", "checkpoint_tags",
     "optimizer_state_bytes", "parameter_groups", "accelerator_is_gpu", "prepare", "SETUP_ERRORS",
     "DATA_FIELDS_SET_BY_TRAINER", "Dist", "ElasticResume", "environment_ninja", "UNIVERSAL_MARKER",
-    "convert_to_universal", "remove_universal_checkpoints",
+    "convert_to_universal", "remove_universal_checkpoints", "finish_distributed",
 ]

@@ -120,6 +120,20 @@ def init_distributed() -> Dist:
     return Dist(rank=rank, local_rank=local_rank, world_size=world, device=device)
 
 
+def finish_distributed() -> None:
+    """End a run that finished on every rank: wait for all ranks, then tear the process group down.
+
+    Leaving it to interpreter exit lets its communication threads be destroyed while still running, which
+    aborted a rank now and then after a successful ZeRO-3 run on CPU ("terminate called without an active
+    exception", exit -6). Call only on the success path: the barrier needs every rank.
+    """
+    import torch.distributed as torch_dist
+
+    if torch_dist.is_available() and torch_dist.is_initialized():
+        torch_dist.barrier()
+        torch_dist.destroy_process_group()
+
+
 def accelerator_is_gpu() -> bool:
     import deepspeed
 

@@ -30,7 +30,7 @@ from trainer.engine.checkpoints import (
     repair_universal_load,
     universal_dir,
 )
-from trainer.engine.distributed import Dist, environment_ninja, init_distributed
+from trainer.engine.distributed import Dist, environment_ninja, finish_distributed, init_distributed
 from trainer.engine.ds_config import parameter_groups
 from trainer.engine.resume_check import checkpoint_record
 from trainer.engine.setup import TrainSetup, write_resolved_config
@@ -427,5 +427,7 @@ def train(setup: TrainSetup) -> int:
         else:
             trainer._print(f"--resume: no checkpoint in {trainer.ckpt_dir}; starting at step 0")
     write_resolved_config(setup, dist)
-    return trainer.train()
+    code = trainer.train()
+    finish_distributed()
+    return code
 

@@ -30,8 +30,8 @@ import torch
 
 from pipeline.segmenter import Segmenter
 from trainer.config import OptimConfig, WarmupLinearDecay, dumps
-from trainer.engine import (Dist, accelerator_is_gpu, env_rank, environment_ninja, init_distributed, load_deepspeed_json,
-                            parameter_groups, resolve_deepspeed_config)
+from trainer.engine import (Dist, accelerator_is_gpu, env_rank, environment_ninja, finish_distributed, init_distributed,
+                            load_deepspeed_json, parameter_groups, resolve_deepspeed_config)
 from trainer.finetuning import spex, squad, squad_metric
 from trainer.finetuning.features import collate, glue_feature
 from trainer.finetuning.glue import BadRows, DataError, read_tsv, write_bad_rows
@@ -320,5 +320,5 @@ def run(setup: Setup) -> dict | None:
         result = ft.write(train_log, metrics, predictions, time.perf_counter() - start)
         ft._print(f"eval {cfg.task}/{cfg.head}: " + "  ".join(f"{k} {v}" for k, v in metrics.items())
                   + f"  -> {os.path.join(cfg.output_dir, 'metrics.json')}")
-    torch.distributed.barrier()
+    finish_distributed()
     return result
