@@ -14,11 +14,11 @@ import pytest
 from schemas import format as fmt
 from schemas import integrity
 from schemas.artifact import Artifact
-from shard_damage import flip_byte_changing_input_ids
+from tests.support.shard_damage import flip_byte_changing_input_ids
 from trainer.data import DataConfig, build_train_loader
 from trainer.masking import MaskingConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MASK = MaskingConfig(scheme="span", seed=0)
 
 

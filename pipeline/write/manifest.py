@@ -20,8 +20,8 @@ import pyarrow as pa
 from pipeline import __version__
 from pipeline.files import atomic_write, delete_tree
 from pipeline.output import check_lock, release_lock
-from pipeline.shards import HISTOGRAM_BIN_WIDTH, TMP_DIR, write_arrow_file
-from pipeline.tokenization import TokenizerSpec
+from pipeline.tokenize.tokenizer import TokenizerSpec
+from pipeline.write.shards import HISTOGRAM_BIN_WIDTH, TMP_DIR, write_arrow_file
 from schemas import format as fmt
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def build_manifest(static: dict[str, Any], tokenizer: dict, inputs: list, shards
         "tokenizer": tokenizer,
         "input_ids_type": str(fmt.token_id_type(tokenizer["vocab_size"])),
         "max_seq_len": static["max_seq_len"],
-        "max_row_tokens": static["max_seq_len"] - 2,
+        "max_row_tokens": fmt.max_row_tokens(static["max_seq_len"]),
         "pack": static["pack"],
         "rows_per_batch": fmt.ROWS_PER_BATCH,
         "counts": counts,
