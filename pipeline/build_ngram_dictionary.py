@@ -18,7 +18,10 @@ default 11 is the paper's "more than ten times" (its public code keeps ``>= 10``
 
 Output directory, in the format of ``schemas/NGRAM_DICTIONARY.md`` (``ngrams.arrow``, ``ngrams.tsv``,
 ``dead_letter.jsonl``, and ``manifest.json``, written last: its presence means the dictionary is complete).
-The stages are in ``pipeline/ngrams/``; this module is the job: options, input matching, the pipeline.
+The stages are in ``pipeline/ngrams/``; this module is the job: options and the pipeline. Input matching,
+the output guard (an ``--output`` holding any file needs ``--overwrite``; ``OUTPUT/_build.lock`` is held while
+the job runs), logging and errors (one ``build_ngram_dictionary: error:`` line, exit status 2) follow the shard
+job's convention in ``pipeline/jobs.py``.
 
 The same input and options give byte-identical files, whatever the runner or number of workers.
 """
@@ -31,20 +34,20 @@ import sys
 import time
 from typing import Any
 
-from pipeline import jobs  # first: it quiets a warning Beam logs while it is imported
+from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
 
-import apache_beam as beam  # noqa: E402  (isort: after pipeline.jobs)
-from apache_beam.io.filesystems import FileSystems  # noqa: E402
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions  # noqa: E402
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline.jobs import LOCAL_RUNNERS, UsageError  # noqa: E402
-from pipeline.ngrams.corpus_summary import CorpusSummary  # noqa: E402
-from pipeline.ngrams.dictionary_files import WriteNgramDictionary  # noqa: E402
-from pipeline.ngrams.frequent_ngrams import FrequentNgrams  # noqa: E402
-from pipeline.ngrams.lines import ReadLines  # noqa: E402
-from pipeline.ngrams.rules import PRUNING_MODES, NgramRules  # noqa: E402
-from pipeline.ngrams.source_files import SourceFiles  # noqa: E402
-from schemas.ngram_dictionary import DEAD_LETTER_FILE, NgramDictionary  # noqa: E402
+from pipeline.jobs import LOCAL_RUNNERS, UsageError
+from pipeline.ngrams.corpus_summary import CorpusSummary
+from pipeline.ngrams.dictionary_files import WriteNgramDictionary
+from pipeline.ngrams.frequent_ngrams import FrequentNgrams
+from pipeline.ngrams.lines import ReadLines
+from pipeline.ngrams.rules import PRUNING_MODES, NgramRules
+from pipeline.ngrams.source_files import SourceFiles
+from schemas.ngram_dictionary import DEAD_LETTER_FILE, NgramDictionary
 
 _LOG = logging.getLogger("spanprep.build_ngram_dictionary")
 

@@ -21,29 +21,30 @@ import sys
 import time
 from typing import Any
 
-from pipeline import jobs  # first: it quiets a warning Beam logs while it is imported
+from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
 
-import apache_beam as beam  # noqa: E402  (isort: after pipeline.jobs)
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions  # noqa: E402
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import report  # noqa: E402
-from pipeline.candidates import spacy_spans  # noqa: E402
-from pipeline.candidates.mask_candidates import FindMaskCandidates  # noqa: E402
-from pipeline.elements import Document  # noqa: E402
-from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, UsageError, redact_argv  # noqa: E402
-from pipeline.read.documents import ReadDocuments  # noqa: E402
-from pipeline.read.records import DEFAULT_MAX_RECORD_BYTES, ReaderOptions, read_file  # noqa: E402
-from pipeline.segmenter import Segmenter  # noqa: E402
-from pipeline.tokenize import tokenizer  # noqa: E402
-from pipeline.tokenize.tokenized_documents import TokenizeDocuments  # noqa: E402
-from pipeline.write.dead_letters import WriteDeadLetters  # noqa: E402
-from pipeline.write.manifest import WriteManifest, library_versions  # noqa: E402
-from pipeline.write.shards import ShardSpec, WriteShards  # noqa: E402
-from schemas import format as fmt  # noqa: E402
-from schemas.artifact import Artifact  # noqa: E402
-from schemas.ngram_dictionary import NgramDictionary  # noqa: E402
+from pipeline import report
+from pipeline.candidates import spacy_spans
+from pipeline.candidates.mask_candidates import FindMaskCandidates
+from pipeline.elements import Document
+from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, UsageError, redact_argv
+from pipeline.read.documents import ReadDocuments
+from pipeline.read.records import DEFAULT_MAX_RECORD_BYTES, ReaderOptions, read_file
+from pipeline.segmenter import Segmenter
+from pipeline.tokenize import tokenizer
+from pipeline.tokenize.tokenized_documents import TokenizeDocuments
+from pipeline.write.dead_letters import WriteDeadLetters
+from pipeline.write.manifest import WriteManifest, library_versions
+from pipeline.write.shards import ShardSpec, WriteShards
+from schemas import format as fmt
+from schemas.artifact import Artifact
+from schemas.ngram_dictionary import NgramDictionary
 
 log = logging.getLogger("pipeline.build_shards")
+
 
 class BuildShardsOptions(PipelineOptions):
     @classmethod

@@ -5,7 +5,8 @@ inputs is a :class:`UsageError`, which ``main()`` prints as one line ``<job>: er
 before it exits with status 2 (:func:`exit_code`); never a traceback. Both run on :data:`DEFAULT_RUNNER`
 unless ``--runner`` says otherwise, match ``--input`` with :func:`match_inputs`, claim ``--output`` with
 :func:`prepare_output` (the guard and build lock of ``pipeline.output``: a non-empty output needs
-``--overwrite``; the lock's build id goes into the manifest), and log with :func:`configure_logging`.
+``--overwrite``; the artifact's manifest records the lock's build id, the dictionary's manifest stays
+byte-identical from build to build), and log with :func:`configure_logging`.
 
 Importing ``pipeline`` does nothing; importing this module does one thing, on purpose: Beam logs "apitools
 not found ..." on the root logger *while it is imported* when its GCP extras are absent (not our users'
