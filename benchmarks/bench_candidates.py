@@ -36,20 +36,21 @@ def main() -> None:
     args = ap.parse_args()
     if not SAMPLE.exists():
         raise SystemExit(f"{SAMPLE} not found: this benchmark needs ../shared/data")
-    from pipeline import candidates, tokenization
+    from pipeline.candidates import spacy_spans
+    from pipeline.tokenize import tokenizer
 
     rows = load_texts(args.docs)
     texts = [r["text"] for r in rows]
     words = sum(len(t.split()) for t in texts)
-    model = candidates.default_spacy_model()
+    model = spacy_spans.default_spacy_model()
     print(f"corpus: {len(texts)} Wikipedia articles, {words:,} words; spaCy model {model}")
 
-    nlp = candidates.load_spacy(model, ["entities", "noun_phrases"], "spacy")
+    nlp = spacy_spans.load_spacy(model, ["entities", "noun_phrases"], "spacy")
     print(f"baseline components: {nlp.pipe_names}")
     t = time.perf_counter()
     found = 0
     for doc in nlp.pipe(texts, batch_size=32):
-        found += len([e for e in doc.ents if e.label_ not in candidates.NUMERIC_ENTITY_LABELS]) + len(list(doc.noun_chunks))
+        found += len([e for e in doc.ents if e.label_ not in spacy_spans.NUMERIC_ENTITY_LABELS]) + len(list(doc.noun_chunks))
     base_s = time.perf_counter() - t
     base_rate = words / base_s
     print(f"baseline nlp.pipe: {base_s:.1f} s = {base_rate:,.0f} words/s ({found:,} spans)")
@@ -57,8 +58,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        tok = tokenization.train(texts, vocab_size=28996)
-        (tmp / "tokenizer.json").write_text(tokenization.make_spec(tok, "trained").json)
+        tok = tokenizer.train(texts, vocab_size=28996)
+        (tmp / "tokenizer.json").write_text(tokenizer.make_spec(tok, "trained").json)
         cmd = [sys.executable, "-m", "pipeline.build_shards", "--input", str(tmp / "in.jsonl"), "--output", str(tmp / "out"),
                "--tokenizer", str(tmp / "tokenizer.json"), "--num-shards", "4", "--mask-candidates", "entities,noun_phrases",
                "--spacy-model", model]

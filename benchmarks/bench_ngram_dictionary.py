@@ -50,7 +50,7 @@ WIKIPEDIA = SHARED / "wikipedia-en-sample" / "pages.jsonl.zst"
 
 def baseline(input_path: str, out_tsv: str, min_count: int, max_n: int = 5, min_n: int = 2) -> None:
     sys.path.insert(0, str(REPO))
-    from pipeline.wikitext import UNK, heading_level
+    from pipeline.read.wikitext import UNK, heading_level
 
     started = time.perf_counter()
     counts: collections.Counter[str] = collections.Counter()

@@ -111,7 +111,7 @@ def main() -> None:
     if not SAMPLE.exists():
         raise SystemExit(f"{SAMPLE} not found: this benchmark needs ../shared/data")
 
-    from pipeline import tokenization
+    from pipeline.tokenize import tokenizer
 
     rows = load_texts(args.docs)
     texts = [r["text"] for r in rows]
@@ -119,8 +119,8 @@ def main() -> None:
     print(f"corpus: {len(texts):,} Wikipedia articles, {mb:.1f} MB of text")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        tok = tokenization.train(texts[:2000], vocab_size=28996)
-        spec = tokenization.make_spec(tok, "trained")
+        tok = tokenizer.train(texts[:2000], vocab_size=28996)
+        spec = tokenizer.make_spec(tok, "trained")
         (tmp / "tokenizer.json").write_text(spec.json)
 
         t = time.perf_counter()

@@ -114,7 +114,7 @@ def main() -> None:
     args = ap.parse_args()
     if not WIKIPEDIA.exists():
         raise SystemExit(f"{WIKIPEDIA} not found: this benchmark needs ../shared/data")
-    from pipeline import tokenization
+    from pipeline.tokenize import tokenizer
 
     _cpu_of_last_child()
     n_all = 1500 if args.quick else 4576
@@ -128,15 +128,15 @@ def main() -> None:
         tmp = Path(tmp)
         texts = [p["text"] for p in pages]
         started = time.perf_counter()
-        tok = tokenization.train(texts[: len(texts) // 4], vocab_size=28996)
+        tok = tokenizer.train(texts[: len(texts) // 4], vocab_size=28996)
         t_small = time.perf_counter() - started
         started = time.perf_counter()
-        tok = tokenization.train(texts, vocab_size=28996)
+        tok = tokenizer.train(texts, vocab_size=28996)
         t_large = time.perf_counter() - started
         mb_q, mb_all = sum(len(t.encode()) for t in texts[: len(texts) // 4]) / 1e6, sum(len(t.encode()) for t in texts) / 1e6
         train_rate = (mb_all - mb_q) / max(1e-9, t_large - t_small)
         print(f"tokenizer training (in process, Rust trainer, all cores): {train_rate:.2f} MB/s wall (marginal)")
-        spec = tokenization.make_spec(tok, "trained")
+        spec = tokenizer.make_spec(tok, "trained")
         (tmp / "tokenizer.json").write_text(spec.json)
 
         # baseline: the raw tokenizer, one thread, this process

@@ -35,7 +35,7 @@ RUN python -c "import sys; assert sys.version_info[:2] == (3, 11), sys.version" 
 
 # 2. The pipeline's runtime dependencies: pyproject.toml's [project.dependencies] minus the trainer's
 #    torch and deepspeed (and tqdm, only the trainer's progress bar), at the same pins, with every
-#    transitive dependency held to requirements/constraints.txt. tests/test_docker.py checks that this
+#    transitive dependency held to requirements/constraints.txt. tests/e2e/test_docker.py checks that this
 #    list and pyproject.toml agree.
 RUN pip install -c requirements/constraints.txt \
         "apache-beam[${BEAM_EXTRAS}]==2.77.0" \
@@ -58,8 +58,8 @@ RUN pip install --no-deps . \
  && cd / \
  && python -c "import importlib.util as u, sys; sys.exit('torch must not be in the pipeline image' if u.find_spec('torch') else 0)" \
  && python -c "import apache_beam, pipeline.build_shards, pipeline.build_ngram_dictionary; assert apache_beam.__version__ == '2.77.0', apache_beam.__version__" \
- && python -c "from pipeline import candidates; candidates.load_spacy(candidates.default_spacy_model(), ['entities', 'noun_phrases'], 'spacy')" \
- && python -c "from pipeline.sentences import sentence_spans; assert len(sentence_spans('One sentence. And another one.', 'english')) == 2"
+ && python -c "from pipeline.candidates import spacy_spans; spacy_spans.load_spacy(spacy_spans.default_spacy_model(), ['entities', 'noun_phrases'], 'spacy')" \
+ && python -c "from pipeline.tokenize.sentences import sentence_spans; assert len(sentence_spans('One sentence. And another one.', 'english')) == 2"
 
 # The SDK harness boot program of the base image (Dataflow, DOCKER and `--worker_pool` all start it).
 ENTRYPOINT ["/opt/apache/beam/boot"]

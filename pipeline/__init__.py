@@ -1,4 +1,14 @@
-"""spanprep's Apache Beam jobs: raw corpus -> preprocessed-corpus artifact (see schemas/FORMAT.md)."""
+"""spanprep's data side: Apache Beam jobs that turn a raw corpus into the preprocessed-corpus artifact
+(schemas/FORMAT.md) and WikiText into an n-gram dictionary (schemas/NGRAM_DICTIONARY.md).
+
+The folders follow the data: ``read/`` (raw files -> documents and dead letters), ``candidates/``
+(documents -> documents with spaCy entity / noun-phrase spans), ``tokenize/`` (documents -> tokenized
+documents), ``write/`` (tokenized documents -> rows -> Arrow shards, dead-letter files, manifest); the
+elements that flow between them are in ``elements.py``. ``ngrams/`` holds the n-gram counting stages,
+``report/`` the artifact's statistics and dataset card. On top, thin entry points: ``build_shards`` and
+``build_ngram_dictionary`` (the two jobs, sharing the conventions of ``jobs.py``), ``verify``, ``demo``.
+Importing this package does nothing but set ``__version__`` (the one version source).
+"""
 
 from importlib import metadata as _metadata
 
@@ -6,42 +16,3 @@ try:
     __version__ = _metadata.version("spanprep")
 except _metadata.PackageNotFoundError:  # running from a checkout without `pip install -e .`
     __version__ = "0.1.0"
-
-
-def _quiet_beam_import_warning() -> None:
-    """Beam logs 'apitools not found ...' on import when its GCP extras are absent; not our users' concern."""
-    import logging
-
-    class _Filter(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            return "apitools not found" not in str(record.msg)
-
-    logging.getLogger().addFilter(_Filter())
-
-
-_quiet_beam_import_warning()
-
-
-def configure_logging(level: int | None = None) -> None:
-    """INFO-level progress lines on stderr for the command-line jobs, Beam's own chatter at WARNING.
-
-    The handler looks ``sys.stderr`` up when it writes, so a job's ``main()`` called from a test
-    (which swaps sys.stderr) never leaves a handler pointing at a closed stream.
-    """
-    import logging
-    import sys
-
-    class _StderrHandler(logging.StreamHandler):
-        @property
-        def stream(self):
-            return sys.stderr
-
-        @stream.setter
-        def stream(self, _value):
-            pass
-
-    handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO if level is None else level, handlers=[handler], force=True)
-    for noisy in ("apache_beam", "absl"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -18,43 +18,42 @@ default 11 is the paper's "more than ten times" (its public code keeps ``>= 10``
 
 Output directory, in the format of ``schemas/NGRAM_DICTIONARY.md`` (``ngrams.arrow``, ``ngrams.tsv``,
 ``dead_letter.jsonl``, and ``manifest.json``, written last: its presence means the dictionary is complete).
-The stages are in ``pipeline/ngrams/``; this module is the job: options, input matching, the pipeline.
+The stages are in ``pipeline/ngrams/``; this module is the job: options and the pipeline. Input matching,
+the output guard (an ``--output`` holding any file needs ``--overwrite``; ``OUTPUT/_build.lock`` is held while
+the job runs), logging and errors (one ``build_ngram_dictionary: error:`` line, exit status 2) follow the shard
+job's convention in ``pipeline/jobs.py``.
 
 The same input and options give byte-identical files, whatever the runner or number of workers.
 """
 
 from __future__ import annotations
 
-import json
+import argparse
 import logging
-import os
 import sys
 import time
 from typing import Any
 
+from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from pipeline.jobs import LOCAL_RUNNERS, UsageError
 from pipeline.ngrams.corpus_summary import CorpusSummary
 from pipeline.ngrams.dictionary_files import WriteNgramDictionary
 from pipeline.ngrams.frequent_ngrams import FrequentNgrams
 from pipeline.ngrams.lines import ReadLines
 from pipeline.ngrams.rules import PRUNING_MODES, NgramRules
 from pipeline.ngrams.source_files import SourceFiles
-from schemas.ngram_dictionary import DEAD_LETTER_FILE, MANIFEST_FILE
+from schemas.ngram_dictionary import DEAD_LETTER_FILE, NgramDictionary
 
 _LOG = logging.getLogger("spanprep.build_ngram_dictionary")
 
 AUTO_SPLITS = 64  # default: read the input in about this many byte ranges (parallelism), ...
 MIN_AUTO_SPLIT_BYTES = 1 << 20  # ... of at least 1 MiB
 MAX_AUTO_SPLIT_BYTES = 64 << 20  # ... and at most 64 MiB (Beam's own default)
-LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
-
-
-class UsageError(Exception):
-    """Bad options or input: reported as one ``error:`` line, without a traceback."""
 
 
 class NgramDictionaryOptions(PipelineOptions):
@@ -112,23 +111,6 @@ class NgramDictionaryOptions(PipelineOptions):
 # The job
 
 
-def _match_inputs(patterns: list[str]) -> list[tuple[str, int]]:
-    """Every file the patterns match, sorted and de-duplicated, with its size; UsageError if one matches none."""
-    found: dict[str, int] = {}
-    for pattern in patterns:
-        try:
-            metadata_list = FileSystems.match([pattern])[0].metadata_list
-        except Exception as e:  # BeamIOError, missing credentials or filesystem plugin, bad scheme, ...
-            raise UsageError(f"--input {pattern}: cannot list it ({e})") from None
-        files = [(m.path, m.size_in_bytes) for m in metadata_list if not os.path.isdir(m.path)]
-        if not files:
-            if metadata_list:
-                raise UsageError(f"--input {pattern}: is a directory; give the files (e.g. {pattern}/*.tokens)")
-            raise UsageError(f"--input {pattern}: no such file (the pattern matched nothing)")
-        found.update(files)
-    return sorted(found.items())
-
-
 def _unknown_flags(options: PipelineOptions, argv: list[str]) -> list[str]:
     known = options.get_all_options()
     with_unknown = options.get_all_options(retain_unknown_options=True)
@@ -137,8 +119,6 @@ def _unknown_flags(options: PipelineOptions, argv: list[str]) -> list[str]:
 
 
 def _print_help() -> None:
-    import argparse
-
     parser = argparse.ArgumentParser(
         prog="python -m pipeline.build_ngram_dictionary",
         description="Build an n-gram dictionary (Span Fine-tuning) from WikiText files with Apache Beam.",
@@ -158,10 +138,9 @@ def _parse(argv: list[str]) -> tuple[PipelineOptions, NgramDictionaryOptions, Ng
     opts = options.view_as(NgramDictionaryOptions)
     standard = options.view_as(StandardOptions)
     if standard.runner is None:
-        standard.runner = "FnApiRunner"  # the DirectRunner tries to download a runner binary
-    runner_name = standard.runner if isinstance(standard.runner, str) else type(standard.runner).__name__
+        standard.runner = jobs.DEFAULT_RUNNER
     unknown = _unknown_flags(options, argv)
-    if unknown and runner_name.split(".")[-1] in LOCAL_RUNNERS:
+    if unknown and jobs.runner_name(standard.runner) in LOCAL_RUNNERS:
         raise UsageError(f"unknown option(s): {' '.join(unknown)} (see --help)")
     if unknown:
         _LOG.warning("options not known to this job or Beam's core options, passed to the runner: %s", unknown)
@@ -184,32 +163,29 @@ def _parse(argv: list[str]) -> tuple[PipelineOptions, NgramDictionaryOptions, Ng
     return options, opts, rules
 
 
-def _prepare_output(output: str, overwrite: bool) -> None:
-    if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
-        raise UsageError(f"--output {output}: exists and is not a directory")
-    manifest = FileSystems.join(output, MANIFEST_FILE)
-    if FileSystems.exists(manifest):
-        if not overwrite:
-            raise UsageError(f"--output {output}: a dictionary already exists there (pass --overwrite to replace it)")
-        FileSystems.delete([manifest])  # until the new manifest is written, the directory reads as incomplete
-    if "://" not in output:
-        try:
-            os.makedirs(output, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"--output {output}: cannot create it ({e.strerror})") from None
+def build_pipeline(p: beam.Pipeline, files: list[tuple[str, int]], opts, rules: NgramRules, split_bytes: int,
+                   manifest_options: dict[str, Any], build_id: str) -> None:
+    """The job, as a sentence: read the files' lines, summarise the corpus, keep the frequent n-grams, write them."""
+    paths = p | "InputFiles" >> beam.Create([path for path, _ in files])
+    sources = paths | "SourceFiles" >> SourceFiles()
+    path_to_line = paths | "ReadLines" >> ReadLines(split_bytes=split_bytes, with_filename=True)
+    corpus_summary, dead_letters = path_to_line | "CorpusSummary" >> CorpusSummary()
+    ngram_to_count = {"lines": path_to_line, "paths": paths} | "FrequentNgrams" >> FrequentNgrams(
+        rules, pruning=opts.pruning, split_bytes=split_bytes, max_keys_per_bundle=opts.max_keys_per_bundle
+    )
+    _ = (ngram_to_count, sources, corpus_summary, dead_letters) | "WriteNgramDictionary" >> (
+        WriteNgramDictionary(output=opts.output, options=manifest_options, rules=rules, build_id=build_id)
+    )
 
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the job; returns the manifest it wrote. Bad options or input: ``error: ...`` on stderr, SystemExit(2)."""
+    """Run the job; return the manifest it wrote. Raises :class:`~pipeline.jobs.UsageError` for bad options or input."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        options, opts, rules = _parse(argv)
-        FileSystems.set_options(options)  # Beam's S3 filesystem takes its endpoint and credentials from them
-        files = _match_inputs(opts.input)
-        _prepare_output(opts.output, opts.overwrite)
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+    options, opts, rules = _parse(argv)
+    FileSystems.set_options(options)  # Beam's S3 filesystem takes its endpoint and credentials from them
+    jobs.check_location("--output", opts.output)
+    files = jobs.match_inputs(opts.input, example="*.tokens")
+    build_id = jobs.prepare_output(opts.output, opts.overwrite)
 
     total_bytes = sum(size for _, size in files)
     _LOG.info("input: %d file(s), %.1f MB", len(files), total_bytes / 1e6)
@@ -235,18 +211,8 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         split_bytes = max(1, int(opts.split_mb * (1 << 20)))
     manifest_options["split_bytes"] = split_bytes
     started = time.monotonic()
-    with beam.Pipeline(options=options) as p:
-        paths = p | "InputFiles" >> beam.Create([path for path, _ in files])
-        sources = paths | "SourceFiles" >> SourceFiles()
-        path_to_line = paths | "ReadLines" >> ReadLines(split_bytes=split_bytes, with_filename=True)
-        corpus_summary, dead_letters = path_to_line | "CorpusSummary" >> CorpusSummary()
-        ngram_to_count = {"lines": path_to_line, "paths": paths} | "FrequentNgrams" >> FrequentNgrams(
-            rules, pruning=opts.pruning, split_bytes=split_bytes, max_keys_per_bundle=opts.max_keys_per_bundle
-        )
-        _ = (ngram_to_count, sources, corpus_summary, dead_letters) | "WriteNgramDictionary" >> (
-            WriteNgramDictionary(output=opts.output, options=manifest_options, rules=rules)
-        )
-    manifest = read_manifest(opts.output)
+    jobs.run_pipeline(options, lambda p: build_pipeline(p, files, opts, rules, split_bytes, manifest_options, build_id))
+    manifest = NgramDictionary.open(opts.output).manifest
     elapsed = time.monotonic() - started
     _LOG.info(
         "done in %.1f s: %d entries (%s) in %s",
@@ -260,17 +226,10 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     return manifest
 
 
-def read_manifest(output: str) -> dict[str, Any]:
-    with FileSystems.open(FileSystems.join(output, MANIFEST_FILE),
-                          compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return json.loads(f.read().decode("utf-8"))
-
-
-def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
-    run()
+def main(argv: list[str] | None = None) -> int:
+    jobs.configure_logging()
+    return jobs.exit_code("build_ngram_dictionary", lambda: run(argv))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -16,37 +16,34 @@ SparkRunner, PortableRunner: see docs/RUNNING.md). The artifact format is schema
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import logging
-import os
-import re
 import sys
 import time
 from typing import Any
 
+from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+
 import apache_beam as beam
-from apache_beam.io.filesystem import BeamIOError
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import configure_logging, readers, tokenization
-from pipeline.dead_letters import WriteDeadLetters
-from pipeline.documents import ReadDocuments
-from pipeline.manifest import WriteManifest, library_versions
-from pipeline.output import OutputError, check_location, prepare_output, redact_url
-from pipeline.shards import ShardSpec, WriteShards
-from pipeline.tokenized import TokenizeDocuments
+from pipeline import report
+from pipeline.candidates import spacy_spans
+from pipeline.candidates.mask_candidates import FindMaskCandidates
+from pipeline.elements import Document
+from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, UsageError, redact_argv
+from pipeline.read.documents import ReadDocuments
+from pipeline.read.records import DEFAULT_MAX_RECORD_BYTES, ReaderOptions, read_file
+from pipeline.segmenter import Segmenter
+from pipeline.tokenize import tokenizer
+from pipeline.tokenize.tokenized_documents import TokenizeDocuments
+from pipeline.write.dead_letters import WriteDeadLetters
+from pipeline.write.manifest import WriteManifest, library_versions
+from pipeline.write.shards import ShardSpec, WriteShards
 from schemas import format as fmt
+from schemas.artifact import Artifact
+from schemas.ngram_dictionary import NgramDictionary
 
 log = logging.getLogger("pipeline.build_shards")
-
-DEFAULT_RUNNER = "FnApiRunner"
-LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PortableRunner")
-
-
-class UsageError(Exception):
-    """A problem with the user's options or inputs; reported without a traceback."""
 
 
 class BuildShardsOptions(PipelineOptions):
@@ -58,7 +55,7 @@ class BuildShardsOptions(PipelineOptions):
                        help="jsonl (.jsonl, .jsonl.gz, .jsonl.zst), wikitext (.tokens/.raw), text (blank line between documents)")
         g.add_argument("--text-field", "--text_field", dest="text_field", default="text", help="JSONL field holding the text")
         g.add_argument("--id-field", "--id_field", dest="id_field", default="id", help="JSONL field holding the document id")
-        g.add_argument("--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int, default=readers.DEFAULT_MAX_RECORD_BYTES,
+        g.add_argument("--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int, default=DEFAULT_MAX_RECORD_BYTES,
                        help="larger records (lines/documents) are dead-lettered, never loaded (default 16 MiB); "
                        "the largest record costs about 20 MB of worker memory per MB")
         g.add_argument("--wikitext-headings", "--wikitext_headings", dest="wikitext_headings", default="keep", choices=["keep", "drop"],
@@ -81,13 +78,13 @@ class BuildShardsOptions(PipelineOptions):
         g.add_argument("--vocab", default=None, help="BERT vocab.txt (WordPiece, one token per line)")
         g.add_argument("--train-tokenizer", "--train_tokenizer", dest="train_tokenizer", action="store_true",
                        help="train a WordPiece vocabulary on the input first (the default when no tokenizer is given)")
-        g.add_argument("--vocab-size", "--vocab_size", dest="vocab_size", type=int, default=tokenization.DEFAULT_VOCAB_SIZE,
+        g.add_argument("--vocab-size", "--vocab_size", dest="vocab_size", type=int, default=tokenizer.DEFAULT_VOCAB_SIZE,
                        help="vocabulary size for --train-tokenizer (default 28996, SpanBERT's cased size)")
         g.add_argument("--lowercase", action="store_true", help="uncased tokenizer (with --vocab or --train-tokenizer); default cased")
 
         g = parser.add_argument_group("rows")
         g.add_argument("--max-seq-len", "--max_seq_len", dest="max_seq_len", type=int, default=512,
-                       help="model sequence length; rows hold at most max_seq_len - 2 tokens")
+                       help=f"model sequence length; rows hold at most max_seq_len - {fmt.SPECIAL_POSITIONS} tokens")
         g.add_argument("--pack", default="doc-sentences", choices=["doc-sentences", "full-sentences"],
                        help="doc-sentences: never cross documents (SpanBERT); full-sentences: RoBERTa's, across documents")
         g.add_argument("--language", default="english", help="Punkt sentence-splitting model")
@@ -124,30 +121,6 @@ def _job_option_names() -> list[str]:
     return [a.dest for a in _job_parser()._actions if a.dest != "help"]
 
 
-# Names of options whose values are secrets (Beam's --s3_secret_access_key, --s3_session_token,
-# --azure_connection_string, ...). Only these: --tokenizer or --vocab-size are not secrets.
-_SECRET = re.compile(r"secret|password|passwd|session_token|access_token|auth_token|api_key|access_key|credential|connection_string", re.IGNORECASE)
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    """The command line with the values of secret options and the credentials of URLs hidden."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("<redacted>")
-            hide_next = False
-        elif arg.startswith("--") and _SECRET.search(arg.split("=", 1)[0].replace("-", "_")):
-            if "=" in arg:
-                out.append(arg.split("=", 1)[0] + "=<redacted>")
-            else:
-                out.append(arg)
-                hide_next = True
-        else:
-            out.append(redact_url(arg))
-    return out
-
-
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, PipelineOptions]:
     options = BuildShardsOptions(argv)
     known = options.get_all_options()
@@ -159,7 +132,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, PipelineOptions]:
     opts = argparse.Namespace(**{name: values[name] for name in _job_option_names()})
     standard = options.view_as(StandardOptions)
     if not standard.runner:
-        standard.runner = DEFAULT_RUNNER
+        standard.runner = jobs.DEFAULT_RUNNER
     return opts, options
 
 
@@ -179,7 +152,7 @@ def _validate(o: argparse.Namespace) -> None:
     sources = [s for s in ("tokenizer", "vocab") if getattr(o, s)] + (["train_tokenizer"] if o.train_tokenizer else [])
     if len(sources) > 1:
         raise UsageError("give only one of --tokenizer, --vocab, --train-tokenizer")
-    if o.vocab_size < len(tokenization.SPECIAL_TOKENS) + 1:
+    if o.vocab_size < len(fmt.SPECIAL_TOKENS) + 1:
         raise UsageError(f"--vocab-size {o.vocab_size} is too small")
     if o.tokenizer and o.lowercase:
         raise UsageError("--lowercase applies to --vocab and --train-tokenizer; a tokenizer.json carries its own normalizer")
@@ -201,12 +174,10 @@ def _candidates_manifest(o, kinds: tuple[str, ...], local_runner: bool = True) -
     """What the manifest says about the candidates; also checks that spaCy / the dictionary load."""
     info: dict[str, Any] = {"kinds": list(kinds), "spacy_model": None, "np_chunker": None, "ngram_dictionary": None}
     if "entities" in kinds or "noun_phrases" in kinds:
-        from pipeline import candidates
-
         # Checked here for a clear early error; the workers load (and the manifest records) their own.
-        name = o.spacy_model or candidates.default_spacy_model()
+        name = o.spacy_model or spacy_spans.default_spacy_model()
         try:
-            candidates.load_spacy(name, [k for k in kinds if k != "ngrams"], o.np_chunker)
+            spacy_spans.load_spacy(name, [k for k in kinds if k != "ngrams"], o.np_chunker)
         except (ImportError, OSError, ValueError) as e:
             message = f"--spacy-model {name}: cannot load it here ({e})"
             if local_runner:
@@ -215,19 +186,16 @@ def _candidates_manifest(o, kinds: tuple[str, ...], local_runner: bool = True) -
     if "noun_phrases" in kinds:
         info["np_chunker"] = o.np_chunker
     if "ngrams" in kinds:
-        from pipeline.segmenter import Segmenter
-
         try:
             seg = Segmenter.from_dictionary(o.ngram_dictionary)
+            dictionary = NgramDictionary.open(o.ngram_dictionary)
+            sha256 = dictionary.arrow_sha256()
         except (ValueError, OSError) as e:
             raise UsageError(f"--ngram-dictionary: {e}") from None
-        root = o.ngram_dictionary.rstrip("/")
-        raw = FileSystems.open(f"{root}/ngrams.arrow").read()
-        dictionary_manifest = json.loads(FileSystems.open(f"{root}/manifest.json").read().decode("utf-8"))
         info["ngram_dictionary"] = {
             "path": o.ngram_dictionary,
-            "sha256": hashlib.sha256(raw).hexdigest(),
-            "entries": dictionary_manifest.get("total_entries"),  # rows of ngrams.arrow
+            "sha256": sha256,
+            "entries": dictionary.manifest.get("total_entries"),  # rows of ngrams.arrow
             "segmenter_entries": len(seg),  # distinct multi-word entries after lowercasing / @-@ normalisation
             "max_n": seg.max_n,
             "lowercase": seg.lowercase,
@@ -235,48 +203,8 @@ def _candidates_manifest(o, kinds: tuple[str, ...], local_runner: bool = True) -
     return info
 
 
-def _check_location(option: str, url: str) -> None:
-    try:
-        check_location(option, url)
-    except OutputError as e:
-        raise UsageError(str(e)) from None
-
-
-def _match_inputs(patterns: list[str]) -> list[str]:
-    for pattern in patterns:
-        _check_location("--input", pattern)
-    paths = []
-    for pattern in patterns:
-        try:
-            result = FileSystems.match([pattern])[0]
-        except (BeamIOError, ValueError) as e:
-            raise UsageError(f"--input {pattern}: cannot list it ({redact_url(str(e)).splitlines()[0][:300]})") from None
-        found = []
-        for m in result.metadata_list:
-            if "://" not in m.path and os.path.isdir(m.path):
-                if m.path.rstrip("/") == pattern.rstrip("/"):
-                    raise UsageError(f"--input {pattern}: is a directory; give its files, e.g. --input '{pattern.rstrip('/')}/*.jsonl'")
-                continue  # a glob such as dir/* also matches sub-directories: they hold no records themselves
-            found.append(m.path)
-        if not found:
-            raise UsageError(f"--input {pattern}: no file matches")
-        paths.extend(found)
-    return sorted(set(paths))
-
-
-def _prepare_output(output: str, overwrite: bool) -> str:
-    """Claim ``output`` for this build (refusing any non-empty one without --overwrite); return the build id."""
-    _check_location("--output", output)
-    try:
-        return prepare_output(output, overwrite)
-    except OutputError as e:
-        raise UsageError(str(e)) from None
-    except (BeamIOError, ValueError, OSError) as e:
-        raise UsageError(f"--output {redact_url(output)}: cannot use it ({redact_url(str(e)).splitlines()[0][:300]})") from None
-
-
-def _reader_options(o, unk_token: str | None) -> readers.ReaderOptions:
-    return readers.ReaderOptions(
+def _reader_options(o, unk_token: str | None) -> ReaderOptions:
+    return ReaderOptions(
         input_format=o.input_format,
         text_field=o.text_field,
         id_field=o.id_field,
@@ -287,44 +215,44 @@ def _reader_options(o, unk_token: str | None) -> readers.ReaderOptions:
     )
 
 
-def _load_tokenizer(o, paths: list[str]) -> tokenization.TokenizerSpec:
+def _load_tokenizer(o, paths: list[str]) -> tokenizer.TokenizerSpec:
     try:
         if o.tokenizer:
-            return tokenization.make_spec(tokenization.from_file(o.tokenizer), "file")
+            return tokenizer.make_spec(tokenizer.from_file(o.tokenizer), "file")
         if o.vocab:
-            return tokenization.make_spec(tokenization.from_vocab(o.vocab, o.lowercase), "vocab", o.lowercase)
+            return tokenizer.make_spec(tokenizer.from_vocab(o.vocab, o.lowercase), "vocab", o.lowercase)
     except OSError as e:
         raise UsageError(f"cannot read the tokenizer: {e}") from None
-    except tokenization.TokenizerError as e:
+    except tokenizer.TokenizerError as e:
         raise UsageError(str(e)) from None
     # Train on the input, read once here in the launching process (for big corpora, train once
     # and pass --tokenizer to later runs).
     if not o.train_tokenizer:
         log.info("no --tokenizer/--vocab given: training a %s WordPiece vocabulary of %d on the input", "lowercase" if o.lowercase else "cased", o.vocab_size)
-    ropts = _reader_options(o, tokenization.SPECIAL_TOKENS["unk"] if o.wikitext_unk == "keep" else None)
+    ropts = _reader_options(o, fmt.SPECIAL_TOKENS["unk"] if o.wikitext_unk == "keep" else None)
     started = time.time()
     count = [0]
 
     def texts():
         for path in paths:
-            for rec in readers.read_file(path, ropts):
-                if isinstance(rec, readers.Document):
+            for rec in read_file(path, ropts):
+                if isinstance(rec, Document):
                     count[0] += 1
                     if count[0] % 10000 == 0:
                         log.info("tokenizer training: %d documents read (%.0f s)", count[0], time.time() - started)
                     yield rec.text
 
-    tok = tokenization.train(texts(), vocab_size=o.vocab_size, lowercase=o.lowercase)
+    tok = tokenizer.train(texts(), vocab_size=o.vocab_size, lowercase=o.lowercase)
     if count[0] == 0:
         raise UsageError("no valid document in the input to train a tokenizer on (every record was rejected)")
     log.info("trained a WordPiece vocabulary of %d on %d documents in %.1f s", tok.get_vocab_size(), count[0], time.time() - started)
-    return tokenization.make_spec(tok, "trained", o.lowercase)
+    return tokenizer.make_spec(tok, "trained", o.lowercase)
 
 
 def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candidates: dict, build_id: str | None = None) -> dict[str, Any]:
     build = {k: v for k, v in vars(o).items()}
     beam_opts = {k: v for k, v in options.get_all_options(drop_default=True).items() if k not in build}
-    beam_opts = {k: ("<redacted>" if _SECRET.search(k) else v) for k, v in beam_opts.items()}
+    beam_opts = {k: ("<redacted>" if SECRET_OPTION.search(k) else v) for k, v in beam_opts.items()}
     beam_opts["runner"] = options.view_as(StandardOptions).runner
     return {
         "created_by": library_versions(),
@@ -337,7 +265,7 @@ def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candid
     }
 
 
-def build_pipeline(p: beam.Pipeline, o, spec: tokenization.TokenizerSpec, static: dict) -> None:
+def build_pipeline(p: beam.Pipeline, o, spec: tokenizer.TokenizerSpec, static: dict) -> None:
     """The job, as a sentence: read documents, tokenize them, write shards; dead letters and the manifest beside."""
     unk = spec.describe()["special_tokens"]["unk"] if o.wikitext_unk == "keep" else None
     info = spec.describe()
@@ -345,7 +273,7 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenization.TokenizerSpec, static
         output=o.output,
         num_shards=o.num_shards,
         vocab_size=info["vocab_size"],
-        max_row_tokens=o.max_seq_len - 2,
+        max_row_tokens=fmt.max_row_tokens(o.max_seq_len),
         pack=o.pack,
         separator_id=info["special_token_ids"]["sep"],
     )
@@ -356,8 +284,6 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenization.TokenizerSpec, static
     kinds = static["candidates"]["kinds"]
     spacy_kinds = [k for k in kinds if k in ("entities", "noun_phrases")]
     if spacy_kinds:
-        from pipeline.candidates import FindMaskCandidates
-
         annotated = documents | "FindMaskCandidates" >> FindMaskCandidates(
             o.spacy_model, spacy_kinds, np_chunker=o.np_chunker, max_chars=o.spacy_max_chars, batch_size=o.spacy_batch_size
         )
@@ -397,29 +323,21 @@ def run(argv: list[str] | None = None) -> dict:
     # Before the first FileSystems call: Beam's S3 filesystem takes its endpoint and credentials from the options.
     FileSystems.set_options(options)
     o.input = list(o.input)
-    _check_location("--output", o.output)
-    paths = _match_inputs(o.input)
+    jobs.check_location("--output", o.output)
+    paths = [path for path, _ in jobs.match_inputs(o.input)]
     log.info("%d input file(s) matched; output %s; runner %s", len(paths), o.output, options.view_as(StandardOptions).runner)
     kinds = _candidate_kinds(o)
-    runner = str(options.view_as(StandardOptions).runner)
+    runner = jobs.runner_name(options.view_as(StandardOptions).runner)
     candidates = _candidates_manifest(o, kinds, local_runner=runner in LOCAL_RUNNERS)
     spec = _load_tokenizer(o, paths)
-    build_id = _prepare_output(o.output, o.overwrite)
+    build_id = jobs.prepare_output(o.output, o.overwrite, (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR))
     static = _static_manifest_fields(o, argv, options, candidates, build_id)
     started = time.time()
-    try:
-        with beam.Pipeline(options=options) as p:
-            build_pipeline(p, o, spec, static)
-    except OutputError as e:  # another build took the output over (WriteManifest checks the lock)
-        raise UsageError(str(e).split(" [while running")[0]) from None
-    from schemas.artifact import Artifact
-
+    jobs.run_pipeline(options, lambda p: build_pipeline(p, o, spec, static))  # WriteManifest checks the lock
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
     _warn_empty_shards(manifest)
     if o.report:
-        from pipeline import report
-
         report.write_report(o.output)
     return manifest
 
@@ -443,18 +361,13 @@ def main(argv: list[str] | None = None) -> int:
     if "-h" in argv or "--help" in argv:
         _job_parser().print_help()
         return 0
-    configure_logging()
-    try:
+    jobs.configure_logging()
+
+    def run_and_summarise() -> None:
         manifest = run(argv)
-    except UsageError as e:
-        print(f"build_shards: error: {e}", file=sys.stderr)
-        return 2
-    except fmt.FormatError as e:
-        print(f"build_shards: error: {e}", file=sys.stderr)
-        return 1
-    output = manifest["options"]["output"]
-    print(_summary(manifest, output))
-    return 0
+        print(_summary(manifest, manifest["options"]["output"]))
+
+    return jobs.exit_code("build_shards", run_and_summarise)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,13 @@ import argparse
 import csv
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from pipeline import build_shards, verify
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "pipeline" / "data" / "demo_corpus.jsonl"
@@ -28,8 +31,6 @@ def _banner(text: str) -> None:
 
 
 def build_artifact(workdir: Path) -> Path:
-    from pipeline import build_shards, verify
-
     artifact = workdir / "artifact"
     _banner(f"1/3 building the artifact from {CORPUS.relative_to(REPO)} (tokenizer training, punkt, spaCy candidates, Arrow shards, report)")
     argv = [
@@ -70,8 +71,6 @@ def _launcher_command(artifact: Path, run_dir: Path, steps: int) -> tuple[list[s
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

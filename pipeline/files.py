@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
 
@@ -63,8 +64,6 @@ def read_bytes(path: str) -> bytes:
 
 def delete_tree(path: str) -> None:
     """Delete every file under ``path`` and, on filesystems that have them, the directories."""
-    from apache_beam.io.filesystem import BeamIOError
-
     matched = FileSystems.match([path.rstrip("/") + "/**"])[0].metadata_list
     if matched:
         FileSystems.delete([m.path for m in matched])

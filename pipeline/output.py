@@ -125,8 +125,11 @@ def read_lock(output: str) -> dict | None:
             return {"build_id": None}
 
 
-def prepare_output(output: str, overwrite: bool) -> str:
-    """Check and claim ``output`` for a new build; return the build id. Raises :class:`OutputError`."""
+def prepare_output(output: str, overwrite: bool, subdirs: tuple[str, ...] = (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR)) -> str:
+    """Check and claim ``output`` for a new build, creating its ``subdirs``; return the build id.
+
+    Raises :class:`OutputError`. The default ``subdirs`` are the artifact's; the n-gram dictionary has none.
+    """
     shown = redact_url(output)
     if is_local(output) and os.path.exists(output) and not os.path.isdir(output):
         raise OutputError(f"--output {shown}: exists and is not a directory")
@@ -149,7 +152,7 @@ def prepare_output(output: str, overwrite: bool) -> str:
     if not _create_exclusively(_lock_path(output), json.dumps(lock, sort_keys=True).encode("utf-8")):
         other = read_lock(output) or {}
         raise OutputError(f"--output {shown}: another build ({other.get('build_id')}) is writing there; wait for it or pass --overwrite")
-    for sub in (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR):
+    for sub in subdirs:
         path = f"{output.rstrip('/')}/{sub}"
         if not FileSystems.exists(path):
             FileSystems.mkdirs(path)

@@ -11,7 +11,6 @@ artifact cannot be opened at all (no manifest: incomplete; unknown format versio
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from dataclasses import dataclass, field
@@ -19,11 +18,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
+from tokenizers import Tokenizer
 
 from schemas import format as fmt
 from schemas.artifact import Artifact
-
-_HASH_CHUNK = 8 << 20
+from schemas.integrity import file_sha256
 
 
 @dataclass
@@ -42,21 +41,11 @@ class Report:
         return not self.problems
 
 
-def _sha256(art: Artifact, relative: str) -> tuple[int, str]:
-    h = hashlib.sha256()
-    n = 0
-    with art.fs.open_input_stream(art.path(relative)) as f:
-        while chunk := f.read(_HASH_CHUNK):
-            h.update(chunk)
-            n += len(chunk)
-    return n, h.hexdigest()
-
-
 def _check_file(art: Artifact, relative: str, expected_bytes: int | None, expected_sha: str, report: Report) -> bool:
     if art.fs.get_file_info(art.path(relative)).type != pafs.FileType.File:
         report.fail(f"{relative}: missing")
         return False
-    nbytes, sha = _sha256(art, relative)
+    nbytes, sha = file_sha256(art.fs, art.path(relative))
     report.count("files checksummed")
     if expected_bytes is not None and nbytes != expected_bytes:
         report.fail(f"{relative}: {nbytes:,} bytes, manifest says {expected_bytes:,} (truncated or appended to)")
@@ -216,8 +205,6 @@ def verify(uri: str, quick: bool = False) -> Report:
     report = Report()
     tok = m["tokenizer"]
     if _check_file(art, tok["file"], None, tok["sha256"], report):
-        from tokenizers import Tokenizer
-
         t = Tokenizer.from_str(art.tokenizer_json())
         if t.get_vocab_size(with_added_tokens=True) != tok["vocab_size"]:
             report.fail(f"{tok['file']}: vocabulary of {t.get_vocab_size()} differs from the manifest's {tok['vocab_size']}")

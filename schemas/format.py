@@ -122,7 +122,7 @@ _LABELED_SPAN = pa.struct(
 def shard_schema(vocab_size: int) -> pa.Schema:
     """The exact Arrow schema of every shard of an artifact whose tokenizer has ``vocab_size`` ids.
 
-    See ``schemas/FORMAT.md`` for what each column means; ``tests/test_schema.py`` pins this.
+    See ``schemas/FORMAT.md`` for what each column means; ``tests/schemas/test_schema.py`` pins this.
     """
     ids = token_id_type(vocab_size)
     fields = [

@@ -8,7 +8,7 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.ngrams.rules import decode_line
-from pipeline.wikitext import UNK, heading_level
+from pipeline.read.wikitext import UNK, heading_level
 
 
 CORPUS_FIELDS = (

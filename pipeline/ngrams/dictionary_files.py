@@ -14,7 +14,9 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline import __version__
 from pipeline.files import HashingSink
+from pipeline.output import check_lock, release_lock
 from pipeline.ngrams.rules import NgramRules
 from schemas.ngram_dictionary import (
     ARROW_FILE,
@@ -31,15 +33,6 @@ from schemas.ngram_dictionary import (
 _LOG = logging.getLogger("spanprep.build_ngram_dictionary")
 
 ARROW_BATCH_ROWS = 64 * 1024  # rows per record batch of ngrams.arrow (and lines per write of the text files)
-
-
-def package_version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("spanprep")
-    except metadata.PackageNotFoundError:
-        return "0.1.0"
 
 
 def _sorted_entries(ngram_to_count) -> list[tuple[str, int]]:
@@ -94,10 +87,11 @@ def _tsv_lines(entries: list[tuple[str, int]]):
 class _WriteDictionaryFiles(beam.DoFn):
     """The single list of surviving entries -> the dictionary files, manifest last; yields the manifest."""
 
-    def __init__(self, *, output: str, options: dict[str, Any], rules: NgramRules):
+    def __init__(self, *, output: str, options: dict[str, Any], rules: NgramRules, build_id: str | None = None):
         self._output = output
         self._options = options
         self._rules = rules
+        self._build_id = build_id
 
     def process(self, ngram_to_count, sources, corpus_summary, dead_letters):
         started = time.monotonic()
@@ -119,7 +113,7 @@ class _WriteDictionaryFiles(beam.DoFn):
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
-            "created_by": {"package": "spanprep", "version": package_version(),
+            "created_by": {"package": "spanprep", "version": __version__,
                            "job": "pipeline.build_ngram_dictionary"},
             "options": self._options,
             "rules": {
@@ -138,8 +132,12 @@ class _WriteDictionaryFiles(beam.DoFn):
             "total_entries": len(entries),
             "files": files,
         }
+        if self._build_id:
+            check_lock(self._output, self._build_id)  # another build took the output over: write no manifest
         with _create(FileSystems.join(self._output, MANIFEST_FILE), "application/json") as f:
             f.write((json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+        if self._build_id:
+            release_lock(self._output)
         _LOG.info("wrote %d entries to %s in %.1f s", len(entries), self._output, time.monotonic() - started)
         yield manifest
 
@@ -151,9 +149,9 @@ class WriteNgramDictionary(beam.PTransform):
     worker writes the single sorted file; returns a PCollection holding the manifest.
     """
 
-    def __init__(self, *, output: str, options: dict[str, Any], rules: NgramRules):
+    def __init__(self, *, output: str, options: dict[str, Any], rules: NgramRules, build_id: str | None = None):
         super().__init__()
-        self._write = _WriteDictionaryFiles(output=output, options=options, rules=rules)
+        self._write = _WriteDictionaryFiles(output=output, options=options, rules=rules, build_id=build_id)
 
     def expand(self, inputs):
         ngram_to_count, sources, corpus_summary, dead_letters = inputs

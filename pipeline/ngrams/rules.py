@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import unicodedata
 
-from pipeline.wikitext import UNK, heading_level
+from pipeline.read.wikitext import UNK, heading_level
 
 AT_MARKERS = ("@-@", "@,@", "@.@")
 PRUNING_MODES = ("apriori", "none")

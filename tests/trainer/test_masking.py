@@ -278,13 +278,14 @@ def test_candidate_schemes_take_half_the_budget_from_candidates(scheme):
 def candidate_artifacts(tmp_path_factory):
     """{column: artifact dir} built from the first 3 articles of WikiText-2 valid with real candidates:
     spaCy entities and noun phrases, and dictionary n-grams (dictionary built from the same text)."""
-    from pipeline import build_ngram_dictionary, candidates
+    from pipeline import build_ngram_dictionary
+    from pipeline.candidates import spacy_spans
     from tests.conftest import build, wikitext2_articles
 
     tmp = tmp_path_factory.mktemp("candidates")
     text = wikitext2_articles(3, tmp)
     common = ["--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "4000", "--num-shards", "2"]
-    build(text, tmp / "spacy", *common, "--mask-candidates", "entities,noun_phrases", "--spacy-model", candidates.default_spacy_model())
+    build(text, tmp / "spacy", *common, "--mask-candidates", "entities,noun_phrases", "--spacy-model", spacy_spans.default_spacy_model())
     build_ngram_dictionary.run(["--input", str(text), "--output", str(tmp / "dict"), "--min-count", "3", "--runner", "FnApiRunner"])
     build(text, tmp / "ngrams", *common, "--mask-candidates", "ngrams", "--ngram-dictionary", str(tmp / "dict"))
     return {"entity_spans": tmp / "spacy", "noun_phrase_spans": tmp / "spacy", "ngram_spans": tmp / "ngrams"}

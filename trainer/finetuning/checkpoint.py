@@ -9,7 +9,7 @@
 - a Hugging Face BERT directory (``config.json`` + ``model.safetensors``), such as ``python -m trainer.export``
   writes: Hugging Face names are mapped back to ours (the inverse of ``trainer.export.to_hf_state_dict``), the
   tokenizer is its ``tokenizer.json``, or, for a model without one, a WordPiece tokenizer from its
-  ``vocab.txt`` (``pipeline.tokenization.from_vocab``, lower-casing as its ``tokenizer_config.json`` says).
+  ``vocab.txt`` (``pipeline.tokenize.tokenizer.from_vocab``, lower-casing as its ``tokenizer_config.json`` says).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import os
 
 import torch
 
-from pipeline.tokenization import from_vocab
+from pipeline.tokenize.tokenizer import from_vocab
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ConfigError, ModelConfig
 from trainer.export import ExportError, load_model
 from trainer.model import SpanBert

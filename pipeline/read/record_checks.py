@@ -1,6 +1,6 @@
 """Checks on raw records that must never crash a worker: lone surrogates, JSON nesting, byte order marks.
 
-Pure functions, no state; ``pipeline.readers`` turns what they find into dead letters (FORMAT.md lists the
+Pure functions, no state; ``pipeline.read.records`` turns what they find into dead letters (FORMAT.md lists the
 reasons).
 """
 
@@ -16,15 +16,6 @@ UTF8_BOM = b"\xef\xbb\xbf"
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _JSON_BRACKET = re.compile(rb"[\[\]{}]")
-
-
-def encodable(text: str) -> str:
-    """``text`` with lone surrogates (which UTF-8 cannot encode) written as ``\\udXXX`` escapes."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
 
 
 def unencodable_at(text: str) -> int | None:

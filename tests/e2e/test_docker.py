@@ -22,7 +22,7 @@ from dockerfile_parse import DockerfileParser
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PIPELINE = REPO / "docker" / "pipeline.Dockerfile"
 TRAINER = REPO / "docker" / "trainer.Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"

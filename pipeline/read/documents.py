@@ -8,7 +8,8 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.metrics import Metrics
 
-from pipeline import readers
+from pipeline.elements import DeadLetter, Document
+from pipeline.read.records import ReaderOptions, read_file
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +21,7 @@ INPUT_SUMMARIES = "input_summaries"
 class _ReadFileFn(beam.DoFn):
     """Streams one file's records; a file is the unit of work (compressed files cannot be split)."""
 
-    def __init__(self, options: readers.ReaderOptions):
+    def __init__(self, options: ReaderOptions):
         self._options = options
         self._documents = Metrics.counter("read", "documents")
         self._dead = Metrics.counter("read", "dead_letters")
@@ -28,11 +29,11 @@ class _ReadFileFn(beam.DoFn):
 
     def process(self, path: str):
         log.info("reading %s", path)
-        for rec in readers.read_file(path, self._options):
-            if isinstance(rec, readers.Document):
+        for rec in read_file(path, self._options):
+            if isinstance(rec, Document):
                 self._documents.inc()
                 yield rec
-            elif isinstance(rec, readers.DeadLetter):
+            elif isinstance(rec, DeadLetter):
                 self._dead.inc()
                 yield beam.pvalue.TaggedOutput(DEAD_LETTERS, rec)
             else:
@@ -46,11 +47,11 @@ class _ReadFileFn(beam.DoFn):
 class ReadDocuments(beam.PTransform):
     """Match ``patterns``, read every file with ``options``, and spread the documents over workers.
 
-    Returns a dict of PCollections: ``documents`` (:class:`readers.Document`), ``dead_letters``
-    (:class:`readers.DeadLetter`) and ``input_summaries`` (:class:`readers.InputSummary`).
+    Returns a dict of PCollections: ``documents`` (:class:`Document`), ``dead_letters``
+    (:class:`DeadLetter`) and ``input_summaries`` (:class:`InputSummary`).
     """
 
-    def __init__(self, patterns: list[str], options: readers.ReaderOptions):
+    def __init__(self, patterns: list[str], options: ReaderOptions):
         super().__init__()
         self._patterns = list(patterns)
         self._options = options

@@ -13,12 +13,13 @@ import logging
 from dataclasses import dataclass
 from typing import Iterable
 
+from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from schemas.format import SPECIAL_TOKENS  # BERT's special tokens; every artifact's tokenizer must have all five
 
 log = logging.getLogger(__name__)
 
-# BERT's special tokens; every artifact's tokenizer must have all five.
-SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 # SpanBERT used a cased vocabulary of about 29k WordPieces (BERT-base-cased has 28,996).
 DEFAULT_VOCAB_SIZE = 28996
 
@@ -37,20 +38,17 @@ def _bert_pipeline(tok: Tokenizer, lowercase: bool) -> Tokenizer:
 
 
 def _add_post_processor(tok: Tokenizer) -> Tokenizer:
-    cls_id = tok.token_to_id(SPECIAL_TOKENS["cls"])
-    sep_id = tok.token_to_id(SPECIAL_TOKENS["sep"])
+    cls, sep = SPECIAL_TOKENS["cls"], SPECIAL_TOKENS["sep"]
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))],
     )
     return tok
 
 
 def from_vocab(path: str, lowercase: bool = False) -> Tokenizer:
     """A BERT WordPiece tokenizer from a ``vocab.txt`` (one token per line, id = line number)."""
-    from apache_beam.io.filesystems import FileSystems
-
     with FileSystems.open(path) as f:
         lines = f.read().decode("utf-8").splitlines()
     vocab: dict[str, int] = {}
@@ -70,8 +68,6 @@ def from_vocab(path: str, lowercase: bool = False) -> Tokenizer:
 
 def from_file(path: str) -> Tokenizer:
     """A tokenizer from a Hugging Face ``tokenizer.json`` (local or any Beam filesystem)."""
-    from apache_beam.io.filesystems import FileSystems
-
     with FileSystems.open(path) as f:
         raw = f.read().decode("utf-8")
     try:

@@ -17,12 +17,15 @@ import zstandard
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline import build_shards, readers, tokenization
-from pipeline.dead_letters import WriteDeadLetters
-from pipeline.documents import ReadDocuments
-from pipeline.readers import DeadLetter, Document, ReaderOptions, Source
-from pipeline.shards import ShardSpec, WriteShards
-from pipeline.tokenized import TokenizeDocuments
+from pipeline import build_shards
+from pipeline.elements import DeadLetter, Document, Source
+from pipeline.read import records
+from pipeline.read.documents import ReadDocuments
+from pipeline.read.records import ReaderOptions
+from pipeline.tokenize import tokenizer
+from pipeline.tokenize.tokenized_documents import TokenizeDocuments
+from pipeline.write.dead_letters import WriteDeadLetters
+from pipeline.write.shards import ShardSpec, WriteShards
 from pipeline.verify import verify
 from schemas import format as fmt
 from schemas.artifact import Artifact
@@ -41,7 +44,7 @@ def _create(items):
 @pytest.fixture(scope="module")
 def small_spec(tmp_path_factory):
     texts = ["The cat sat on the mat. It was warm.", "Dr. Smith went to Washington. He stayed for 3.5 days!"] * 20
-    return tokenization.make_spec(tokenization.train(texts, vocab_size=200), "trained")
+    return tokenizer.make_spec(tokenizer.train(texts, vocab_size=200), "trained")
 
 
 # -- composites ------------------------------------------------------------------------------
@@ -67,7 +70,7 @@ def test_tokenize_documents_finds_sentences_and_dead_letters_tokenless_text(smal
 
 
 def test_write_shards_writes_every_shard_even_empty_ones(tmp_path, small_spec):
-    from pipeline.packing import TokenizedDocument
+    from pipeline.elements import TokenizedDocument
 
     (tmp_path / "shards").mkdir()
     docs = [
@@ -115,7 +118,7 @@ def test_wikitext2_valid_rows_are_document_bounded_lossless_and_bounded(wikitext
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_str(art.tokenizer_json())
-    docs = [d for d in readers.read_file(str(wikitext2("valid")), ReaderOptions(input_format="wikitext", wikitext_unk="[UNK]")) if isinstance(d, Document)]
+    docs = [d for d in records.read_file(str(wikitext2("valid")), ReaderOptions(input_format="wikitext", wikitext_unk="[UNK]")) if isinstance(d, Document)]
     checked_rows = 0
     for d in docs:
         rows = by_doc[d.doc_id]
@@ -293,8 +296,8 @@ def test_refuses_to_overwrite_an_artifact_unless_asked(tmp_path, capsys):
 
 
 def test_write_manifest_writes_tokenizer_unigram_and_manifest_last_and_checks_accounting(tmp_path, small_spec):
-    from pipeline.manifest import WriteManifest
-    from pipeline.readers import InputSummary
+    from pipeline.elements import InputSummary
+    from pipeline.write.manifest import WriteManifest
 
     vocab = small_spec.describe()["vocab_size"]
     shard = {"index": 0, "path": fmt.shard_filename(0, 1), "rows": 1, "tokens": 5, "bytes": 10, "sha256": "x", "documents": 2,

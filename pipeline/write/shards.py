@@ -29,7 +29,8 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.files import HashingSink
-from pipeline.packing import Row, TokenizedDocument, pack_doc_sentences, pack_full_sentences
+from pipeline.elements import Row, TokenizedDocument
+from pipeline.write.packing import pack_doc_sentences, pack_full_sentences
 from schemas import format as fmt
 
 log = logging.getLogger(__name__)

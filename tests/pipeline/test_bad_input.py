@@ -20,25 +20,19 @@ import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline import build_shards, output, readers, tokenization
-from pipeline.readers import DeadLetter, Document, InputSummary, ReaderOptions, Source
-from pipeline.tokenized import TokenizeDocuments
+from pipeline import build_shards, output
+from pipeline.elements import DeadLetter, Document, InputSummary, Source
+from pipeline.tokenize import tokenizer
+from pipeline.tokenize.tokenized_documents import TokenizeDocuments
 from pipeline.verify import verify
-from tests.test_build_shards import _create
+from tests.pipeline.test_build_shards import _create
+from tests.pipeline.test_readers import read
 from tests.conftest import REPO, WIKIPEDIA_SAMPLE, build, wikitext2_articles
 
 LONE_SURROGATE = b'{"id":"s1","text":"lone \\ud800 surrogate"}'
 DEEP_ALONE = b"[" * 100_000
 DEEP_IN_RECORD = b'{"id":"deep","text":"fine text","meta":' + b"[" * 100_000 + b"}"
 SPECIALS = "The [MASK] sat on [SEP] the [CLS] mat [PAD] here."
-
-
-def read(data: bytes, name: str, **opts):
-    out = list(readers.read_stream(io.BytesIO(data), f"/data/{name}", ReaderOptions(**opts)))
-    summary = out.pop()
-    assert isinstance(summary, InputSummary)
-    assert summary.documents_read == len(out)
-    return out, summary
 
 
 def reasons(records) -> list[str]:
@@ -110,7 +104,7 @@ def test_utf8_bom_before_a_wikitext_title_keeps_the_title():
 @pytest.fixture(scope="module")
 def spec():
     texts = ["The cat sat on the mat here. A dog ran in the park."] * 20
-    return tokenization.make_spec(tokenization.train(texts, vocab_size=120), "trained", False)
+    return tokenizer.make_spec(tokenizer.train(texts, vocab_size=120), "trained", False)
 
 
 def test_text_the_tokenizer_cannot_take_is_a_dead_letter(spec):
@@ -282,10 +276,10 @@ def test_dataset_card_shows_the_vocab_size_and_tokenizer_path(tmp_path):
 
 def test_long_texts_encoded_in_pieces_give_the_tokens_of_the_whole_text(tmp_path):
     """A huge record is encoded piece by piece (bounded memory); on real text the result is the whole encoding's."""
-    from pipeline.tokenized import _Encoded, text_pieces
+    from pipeline.tokenize.tokenized_documents import _Encoded, text_pieces
 
     text = wikitext2_articles(3, tmp_path).read_text(encoding="utf-8")
-    spec = tokenization.make_spec(tokenization.train([text], vocab_size=1000), "trained", False)
+    spec = tokenizer.make_spec(tokenizer.train([text], vocab_size=1000), "trained", False)
     tok = spec.load_for_text()
     pieces = text_pieces(text, 5000)
     assert len(pieces) > 5 and pieces[0][0] == 0 and pieces[-1][1] == len(text)
@@ -300,7 +294,7 @@ def test_long_texts_encoded_in_pieces_give_the_tokens_of_the_whole_text(tmp_path
 
 def test_write_manifest_refuses_when_another_build_holds_the_lock(tmp_path, spec):
     """The loser of two concurrent builds: its lock was taken over, so it writes no manifest and fails."""
-    from pipeline.manifest import WriteManifest
+    from pipeline.write.manifest import WriteManifest
     from schemas import format as fmt
 
     out = tmp_path / "out"

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from pipeline.packing import TokenizedDocument, pack_doc_sentences, pack_full_sentences, pack_ranges
+from pipeline.elements import TokenizedDocument
+from pipeline.write.packing import pack_doc_sentences, pack_full_sentences, pack_ranges
 
 
 def doc(sentence_lengths, word_every=1, doc_id="d", spans=None, labels=None):

@@ -119,10 +119,7 @@ def test_ngram_dictionary_schema_and_files_are_pinned():
 
 
 def test_special_tokens_and_the_two_special_positions():
-    from pipeline import tokenization
-
     assert fmt.SPECIAL_TOKENS == {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
-    assert fmt.SPECIAL_TOKENS == tokenization.SPECIAL_TOKENS  # one set of names until the tokenizer imports these
     assert fmt.SPECIAL_POSITIONS == 2 and fmt.max_row_tokens(512) == 510
 
 

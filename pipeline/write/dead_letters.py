@@ -8,12 +8,12 @@ import json
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipeline import readers
+from pipeline.elements import DeadLetter
 from pipeline.files import atomic_write
 from schemas import format as fmt
 
 
-def _sort_key(d: readers.DeadLetter):
+def _sort_key(d: DeadLetter):
     return (d.source.path, d.source.byte_offset, d.source.line, d.reason, d.doc_id or "", d.detail)
 
 

@@ -16,32 +16,14 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline import readers
-from pipeline.packing import TokenizedDocument
-from pipeline.sentences import sentence_spans
-from pipeline.tokenization import TokenizerSpec
+from pipeline.elements import NO_TOKENS, TOKENIZER_ERROR, AnnotatedDocument, DeadLetter, Document, TokenizedDocument, preview
+from pipeline.segmenter import Segmenter
+from pipeline.tokenize.sentences import sentence_spans
+from pipeline.tokenize.tokenizer import TokenizerSpec
 
 log = logging.getLogger(__name__)
 
 DEAD_LETTERS = "dead_letters"
-
-
-@dataclass(frozen=True)
-class CharSpans:
-    """Candidate spans of one kind on a document's characters: [start, end) pairs and labels."""
-
-    kind: str
-    starts: tuple[int, ...]
-    ends: tuple[int, ...]
-    labels: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class AnnotatedDocument:
-    """A document with candidate spans found on its text (output of FindMaskCandidates)."""
-
-    document: readers.Document
-    spans: tuple[CharSpans, ...]
 
 
 def char_spans_to_tokens(starts: np.ndarray, ends: np.ndarray, token_starts: np.ndarray, token_ends: np.ndarray, word_start: np.ndarray):
@@ -141,8 +123,6 @@ class _TokenizeFn(beam.DoFn):
         sentence_spans("Warm up. Punkt.", self._language)
         self._segmenter = None
         if self._segmenter_path:
-            from pipeline.segmenter import Segmenter
-
             self._segmenter = Segmenter.from_dictionary(self._segmenter_path)
 
     def process(self, batch: list):
@@ -164,12 +144,12 @@ class _TokenizeFn(beam.DoFn):
         for doc, char_spans, enc in zip(docs, spans, encodings):
             if isinstance(enc, str):
                 yield beam.pvalue.TaggedOutput(
-                    DEAD_LETTERS, readers.DeadLetter(readers.TOKENIZER_ERROR, enc, doc.source, doc.doc_id, readers.preview(doc.text))
+                    DEAD_LETTERS, DeadLetter(TOKENIZER_ERROR, enc, doc.source, doc.doc_id, preview(doc.text))
                 )
                 continue
             yield from self._tokenize(doc, char_spans, enc)
 
-    def _encode_one(self, doc: readers.Document) -> "_Encoded | str":
+    def _encode_one(self, doc: Document) -> "_Encoded | str":
         """The document's encoding (long texts piece by piece), or the tokenizer's error message (a dead letter)."""
         try:
             parts = [
@@ -180,12 +160,12 @@ class _TokenizeFn(beam.DoFn):
             return f"the tokenizer cannot encode this text: {type(e).__name__}: {e}"
         return _Encoded.concatenate(parts)
 
-    def _tokenize(self, doc: readers.Document, char_spans, enc: "_Encoded"):
+    def _tokenize(self, doc: Document, char_spans, enc: "_Encoded"):
         n = len(enc.ids)
         if n == 0:
             yield beam.pvalue.TaggedOutput(
                 DEAD_LETTERS,
-                readers.DeadLetter(readers.NO_TOKENS, "the tokenizer produced no tokens for this text", doc.source, doc.doc_id, readers.preview(doc.text)),
+                DeadLetter(NO_TOKENS, "the tokenizer produced no tokens for this text", doc.source, doc.doc_id, preview(doc.text)),
             )
             return
         ids_arr = enc.ids.astype(self._dtype)

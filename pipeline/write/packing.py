@@ -1,8 +1,9 @@
-"""Tokenized documents and how they are packed into rows. Pure numpy, no Beam.
+"""How tokenized documents are packed into rows. Pure numpy, no Beam.
 
-A :class:`TokenizedDocument` holds one document's whole token sequence with its word and sentence
-starts and candidate spans (token ranges in document coordinates). The packers cut token
-sequences into rows of at most ``limit`` tokens (``max_seq_len - 2``):
+A :class:`~pipeline.elements.TokenizedDocument` holds one document's whole token sequence with its word
+and sentence starts and candidate spans (token ranges in document coordinates). The packers cut token
+sequences into :class:`~pipeline.elements.Row` s of at most ``limit`` tokens (``schemas.format.max_row_tokens``:
+``max_seq_len`` less the ``SPECIAL_POSITIONS`` of [CLS] and [SEP]):
 
 - :func:`pack_doc_sentences` (DOC-SENTENCES): whole sentences of one document while they fit;
   a sentence longer than ``limit`` starts a new row and is cut at word boundaries.
@@ -12,44 +13,9 @@ sequences into rows of at most ``limit`` tokens (``max_seq_len - 2``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
-
-@dataclass
-class TokenizedDocument:
-    doc_id: str
-    source_path: str
-    source_line: int
-    source_offset: int
-    ids: np.ndarray  # uint16 or int32, the whole document
-    word_start: np.ndarray  # bool, same length
-    sentence_start: np.ndarray  # bool, same length
-    cleaned: bool = False
-    # kind -> int32 array (k, 2) of [start, end) token ranges in document coordinates, sorted.
-    spans: dict[str, np.ndarray] = field(default_factory=dict)
-    # kind -> labels aligned with spans[kind] (entities only).
-    span_labels: dict[str, list[str]] = field(default_factory=dict)
-
-    @property
-    def sort_key(self) -> tuple:
-        return (self.doc_id, self.source_path, self.source_offset)
-
-    @property
-    def num_sentences(self) -> int:
-        return int(self.sentence_start.sum())
-
-
-@dataclass
-class Row:
-    doc_id: str
-    seq_index: int
-    ids: np.ndarray
-    word_start: np.ndarray
-    sentence_start: np.ndarray
-    spans: dict[str, np.ndarray]
-    span_labels: dict[str, list[str]]
+from pipeline.elements import Row, TokenizedDocument
 
 
 def _cut_long(start: int, end: int, word_start: np.ndarray, limit: int) -> list[tuple[int, int]]:

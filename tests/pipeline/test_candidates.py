@@ -13,13 +13,16 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline import candidates, readers
-from pipeline.readers import Document, ReaderOptions, Source
+from pipeline.candidates import spacy_spans
+from pipeline.candidates.mask_candidates import FindMaskCandidates
+from pipeline.elements import Document, Source
+from pipeline.read import records
+from pipeline.read.records import ReaderOptions
 from pipeline.verify import verify
 from schemas.artifact import Artifact
 from tests.conftest import build, wikitext2_articles
 
-MODEL = candidates.default_spacy_model()
+MODEL = spacy_spans.default_spacy_model()
 
 
 @pytest.fixture(scope="module")
@@ -73,13 +76,13 @@ def _check_against_spacy(artifact: Path, nlp, kind: str, column: str) -> int:
     art = Artifact.open(str(artifact))
     tok = Tokenizer.from_str(art.tokenizer_json())
     opts = ReaderOptions(input_format="wikitext", wikitext_unk="[UNK]")
-    docs = [d for d in readers.read_file(art.manifest["inputs"][0]["path"], opts) if isinstance(d, Document)]
+    docs = [d for d in records.read_file(art.manifest["inputs"][0]["path"], opts) if isinstance(d, Document)]
     by_doc = _doc_rows(artifact)
     checked = 0
     for d in docs:
         sp = nlp(d.text)
         if kind == "entities":
-            chars = [(e.start_char, e.end_char, e.label_) for e in sp.ents if e.label_ not in candidates.NUMERIC_ENTITY_LABELS]
+            chars = [(e.start_char, e.end_char, e.label_) for e in sp.ents if e.label_ not in spacy_spans.NUMERIC_ENTITY_LABELS]
         else:
             chars = [(c.start_char, c.end_char, None) for c in sp.noun_chunks]
         enc = tok.encode(d.text, add_special_tokens=False)
@@ -110,7 +113,7 @@ def test_noun_phrase_spans_equal_spacy_noun_chunks(candidates_artifact, nlp):
 def test_no_numerical_entity_labels_and_the_manifest_names_the_model(candidates_artifact):
     labels = [s["label"] for rows in _doc_rows(candidates_artifact).values() for r in rows for s in r["entity_spans"]]
     assert len(labels) > 100
-    assert not set(labels) & candidates.NUMERIC_ENTITY_LABELS
+    assert not set(labels) & spacy_spans.NUMERIC_ENTITY_LABELS
     assert {"PERSON", "GPE"} <= set(labels)
     m = Artifact.open(str(candidates_artifact)).manifest
     assert m["candidates"]["kinds"] == ["entities", "noun_phrases"]
@@ -127,10 +130,10 @@ def test_without_candidates_the_columns_are_empty_and_spacy_is_not_loaded(tmp_pa
 
     code = (
         "import sys; from tests.conftest import build; "
-        f"build({str(Path(__file__).parent.parent / 'pipeline/data/demo_corpus.jsonl')!r}, {str(tmp_path / 'a')!r}, '--vocab-size', '1000', '--num-shards', '1'); "
+        f"build({str(Path(__file__).parents[2] / 'pipeline/data/demo_corpus.jsonl')!r}, {str(tmp_path / 'a')!r}, '--vocab-size', '1000', '--num-shards', '1'); "
         "assert 'spacy' not in sys.modules, 'spaCy was imported'"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent, capture_output=True)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2], capture_output=True)
     rows = ipc.open_file(str(tmp_path / "a" / "shards" / "part-00000-of-00001.arrow")).read_all()
     assert rows.num_rows > 0
     for column in ("entity_spans", "noun_phrase_spans", "ngram_spans"):
@@ -140,13 +143,13 @@ def test_without_candidates_the_columns_are_empty_and_spacy_is_not_loaded(tmp_pa
 def test_long_documents_are_annotated_in_pieces_without_losing_text(nlp):
     paragraphs = ["Angela Merkel met Emmanuel Macron in Berlin.", "The Rhine flows through Germany and the Netherlands.", "Apple opened an office in Lisbon."]
     text = "\n\n".join(paragraphs)
-    starts = candidates.split_text(text, max_chars=60)
+    starts = spacy_spans.split_text(text, max_chars=60)
     assert starts[0] == 0 and len(starts) == 3
     assert "".join(text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])) == text
-    pieced = candidates.annotate(nlp, [text], ("entities",), "spacy", None, max_chars=60, batch_size=4)[0][0]
+    pieced = spacy_spans.annotate(nlp, [text], ("entities",), "spacy", None, max_chars=60, batch_size=4)[0][0]
     offset, expected = 0, []
     for p in paragraphs:
-        expected += [(offset + e.start_char, offset + e.end_char) for e in nlp(p).ents if e.label_ not in candidates.NUMERIC_ENTITY_LABELS]
+        expected += [(offset + e.start_char, offset + e.end_char) for e in nlp(p).ents if e.label_ not in spacy_spans.NUMERIC_ENTITY_LABELS]
         offset += len(p) + 2
     assert list(zip(pieced.starts, pieced.ends)) == expected and len(expected) >= 5
     assert [text[s:e] for s, e in expected][:2] == ["Angela Merkel", "Emmanuel Macron"]
@@ -154,13 +157,13 @@ def test_long_documents_are_annotated_in_pieces_without_losing_text(nlp):
 
 def test_split_text_cuts_at_whitespace_when_a_paragraph_is_too_long():
     text = "word " * 50
-    starts = candidates.split_text(text, max_chars=32)
+    starts = spacy_spans.split_text(text, max_chars=32)
     assert all(b - a <= 32 for a, b in zip(starts, starts[1:] + [len(text)]))
     assert all(text[s - 1] == " " for s in starts[1:])
 
 
 def test_nltk_chunker_over_spacy_tags(nlp):
-    chunker = candidates._Chunker(candidates.NLTK_NP_GRAMMAR)
+    chunker = spacy_spans.Chunker(spacy_spans.NLTK_NP_GRAMMAR)
     doc = nlp("The quick brown fox jumped over the lazy dog's old kennel near 3 large rivers.")
     chunks = [doc.text[s:e] for s, e in chunker.chunks(doc)]
     assert chunks == ["The quick brown fox", "the lazy dog's old kennel", "3 large rivers"]
@@ -169,7 +172,7 @@ def test_nltk_chunker_over_spacy_tags(nlp):
 def test_find_mask_candidates_composite(nlp):
     docs = [Document("a", "Barack Obama visited Paris in 2015.", Source("f", 1, 0)), Document("b", "No names here, only 42 cats.", Source("f", 2, 40))]
     with TestPipeline(runner="FnApiRunner") as p:
-        found = p | beam.Create([0, 1]) | beam.Map(lambda i: docs[i]) | candidates.FindMaskCandidates(None, ["entities"], batch_size=2)
+        found = p | beam.Create([0, 1]) | beam.Map(lambda i: docs[i]) | FindMaskCandidates(None, ["entities"], batch_size=2)
         out = found["documents"] | beam.Map(
             lambda a: (a.document.doc_id, [(a.document.text[s:e], lab) for cs in a.spans for s, e, lab in zip(cs.starts, cs.ends, cs.labels)])
         )

@@ -1,7 +1,7 @@
 """Stream documents out of raw corpus files, turning every bad record into a dead letter.
 
-Pure Python, no Beam: ``pipeline.documents.ReadDocuments`` runs these generators inside a DoFn, and
-tests call them directly. Every function here reads a file as a stream of bounded chunks: memory
+Plain generators (Beam only for :func:`read_file`'s FileSystems): ``pipeline.read.documents.ReadDocuments``
+runs them inside a DoFn, and tests call them directly. Every function here reads a file as a stream of bounded chunks: memory
 never depends on the size of the file, and a single enormous line costs one pass and at most
 ``max_record_bytes`` of memory.
 
@@ -12,120 +12,26 @@ with its byte count, sha256 and whether it was truncated.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import os
 import re
-import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator, Union
+from typing import BinaryIO, Callable, Iterator
 
-from pipeline import wikitext
-from pipeline.record_checks import MAX_JSON_DEPTH, UTF8_BOM, encodable, json_depth_exceeds, skip_bom, unencodable_at
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 
-CHUNK_BYTES = 1 << 20
-PREVIEW_CHARS = 1000
+from pipeline.elements import CORRUPT_INPUT, DOCUMENT_TOO_LONG, EMPTY_TEXT, INVALID_UNICODE, INVALID_UTF8, LINE_TOO_LONG, MALFORMED_JSON, MISSING_TEXT, NON_STRING_TEXT, TOO_DEEP, TRUNCATED_INPUT, DeadLetter, Document, InputSummary, Record, Source, preview
+from pipeline.read import wikitext
+from pipeline.read.record_checks import MAX_JSON_DEPTH, UTF8_BOM, json_depth_exceeds, skip_bom, unencodable_at
+from pipeline.read.streams import CorruptInputError, HashingReader, TruncatedInputError, compression_of, decompressed_chunks, iter_lines
+
 DEFAULT_MAX_RECORD_BYTES = 16 << 20
-
-# Reasons a record is rejected (FORMAT.md lists them; the manifest counts them).
-MALFORMED_JSON = "malformed_json"
-INVALID_UTF8 = "invalid_utf8"
-MISSING_TEXT = "missing_text"
-NON_STRING_TEXT = "non_string_text"
-EMPTY_TEXT = "empty_text"
-LINE_TOO_LONG = "line_too_long"
-DOCUMENT_TOO_LONG = "document_too_long"
-TRUNCATED_INPUT = "truncated_input"
-CORRUPT_INPUT = "corrupt_input"
-NO_TOKENS = "no_tokens"
-INVALID_UNICODE = "invalid_unicode"
-TOO_DEEP = "json_too_deep"
-TOKENIZER_ERROR = "tokenizer_error"
 
 
 # C0 and C1 control characters except tab and newline; carriage returns are normalised first.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a record starts: file, 1-based line, byte offset in the (decompressed) stream."""
-
-    path: str
-    line: int
-    byte_offset: int
-
-    def as_dict(self) -> dict:
-        return {"path": self.path, "line": self.line, "byte_offset": self.byte_offset}
-
-
-@dataclass(frozen=True)
-class Document:
-    doc_id: str
-    text: str
-    source: Source
-    cleaned: bool = False  # control characters were removed
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    reason: str
-    detail: str
-    source: Source
-    doc_id: str | None = None
-    preview: str = ""
-
-    def as_dict(self) -> dict:
-        """JSON-ready and always encodable as UTF-8 (lone surrogates are written as ``\\udXXX``)."""
-        return {
-            "reason": self.reason,
-            "detail": encodable(self.detail),
-            "source": self.source.as_dict(),
-            "doc_id": None if self.doc_id is None else encodable(self.doc_id),
-            "preview": encodable(self.preview),
-        }
-
-
-@dataclass
-class InputSummary:
-    """Emitted once per input file after its last record."""
-
-    path: str
-    bytes: int = 0
-    sha256: str = ""
-    documents_read: int = 0
-    truncated: bool = False
-    byte_order_mark: bool = False  # a UTF-8 BOM started the (decompressed) file and was skipped
-
-    def as_dict(self) -> dict:
-        return {
-            "path": self.path,
-            "bytes": self.bytes,
-            "sha256": self.sha256,
-            "documents_read": self.documents_read,
-            "truncated": self.truncated,
-            "byte_order_mark": self.byte_order_mark,
-        }
-
-
-Record = Union[Document, DeadLetter]
-
-
-class TruncatedInputError(Exception):
-    """A compressed stream ended before its end-of-stream marker."""
-
-    def __init__(self, compressed_bytes: int, decompressed_bytes: int, kind: str):
-        self.compressed_bytes = compressed_bytes
-        self.decompressed_bytes = decompressed_bytes
-        super().__init__(
-            f"{kind} stream is truncated: input ended after {compressed_bytes:,} compressed bytes "
-            f"({decompressed_bytes:,} bytes decompressed) before the end-of-stream marker"
-        )
-
-
-class CorruptInputError(Exception):
-    """A compressed stream could not be decoded at all."""
 
 
 def clean_text(text: str) -> tuple[str, bool]:
@@ -134,140 +40,6 @@ def clean_text(text: str) -> tuple[str, bool]:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     cleaned = _CONTROL.sub("", text)
     return cleaned, len(cleaned) != len(text)
-
-
-def preview(text: str | bytes) -> str:
-    if isinstance(text, bytes):
-        text = text[: PREVIEW_CHARS * 4].decode("utf-8", errors="replace")
-    return encodable(text[:PREVIEW_CHARS])
-
-
-# -- byte streams ----------------------------------------------------------------------------
-
-
-class _HashingReader:
-    """Counts and hashes every raw byte read from ``f``."""
-
-    def __init__(self, f: BinaryIO):
-        self._f = f
-        self.sha256 = hashlib.sha256()
-        self.bytes = 0
-
-    def read(self, n: int) -> bytes:
-        data = self._f.read(n)
-        if data:
-            self.sha256.update(data)
-            self.bytes += len(data)
-        return data
-
-    def drain(self) -> None:
-        while self.read(CHUNK_BYTES):
-            pass
-
-
-def compression_of(path: str) -> str:
-    name = path.lower()
-    if name.endswith(".gz") or name.endswith(".gzip"):
-        return "gzip"
-    if name.endswith(".zst") or name.endswith(".zstd"):
-        return "zstd"
-    return "none"
-
-
-def _decompressed_chunks(raw: _HashingReader, compression: str) -> Iterator[bytes]:
-    """Yield decompressed chunks; multi-member gzip and multi-frame zstd are supported.
-
-    Raises :class:`TruncatedInputError` when the input ends inside a member/frame: zstandard's
-    stream reader returns a silent partial result in that case, so frames are tracked here.
-    """
-    if compression == "none":
-        while chunk := raw.read(CHUNK_BYTES):
-            yield chunk
-        return
-    if compression == "gzip":
-        new = lambda: zlib.decompressobj(wbits=31)  # noqa: E731
-        errors: tuple[type[Exception], ...] = (zlib.error,)
-    else:
-        import zstandard
-
-        dctx = zstandard.ZstdDecompressor()
-        new = dctx.decompressobj
-        errors = (zstandard.ZstdError,)
-    out_bytes = 0
-    obj = new()
-    in_member = False  # bytes of the current member/frame have been fed
-    while True:
-        chunk = raw.read(CHUNK_BYTES)
-        if not chunk:
-            break
-        while chunk:
-            try:
-                data = obj.decompress(chunk)
-            except errors as e:
-                raise CorruptInputError(
-                    f"{compression} data is corrupt after {raw.bytes:,} compressed bytes: {e}"
-                ) from None
-            in_member = True
-            if data:
-                out_bytes += len(data)
-                yield data
-            if obj.eof:
-                chunk = obj.unused_data
-                obj = new()
-                in_member = False
-            else:
-                chunk = b""
-    if in_member:
-        raise TruncatedInputError(raw.bytes, out_bytes, compression)
-
-
-def iter_lines(chunks: Iterator[bytes], max_line_bytes: int, first_offset: int = 0) -> Iterator[tuple[int, int, bytes | None, int]]:
-    """Split a chunk stream into lines without holding more than ``max_line_bytes`` of one line.
-
-    Yields ``(line_number, byte_offset, line_or_None, line_length)`` with the newline stripped;
-    ``line`` is ``None`` when the line is longer than ``max_line_bytes`` (it is skipped, not stored).
-    A final line without a newline is yielded too.
-    """
-    line_no = 0
-    offset = first_offset  # byte offset where the pending line starts
-    pending: list[bytes] = []
-    pending_len = 0
-    overflow = False
-    for chunk in chunks:
-        start = 0
-        while True:
-            nl = chunk.find(b"\n", start)
-            if nl < 0:
-                piece = chunk[start:]
-                if piece:
-                    pending_len += len(piece)
-                    if not overflow:
-                        if pending_len > max_line_bytes:
-                            overflow = True
-                            pending = []
-                        else:
-                            pending.append(piece)
-                break
-            piece = chunk[start:nl]
-            length = pending_len + len(piece)
-            line_no += 1
-            if overflow or length > max_line_bytes:
-                yield line_no, offset, None, length
-            else:
-                line = b"".join(pending) + piece if pending else piece
-                yield line_no, offset, line, length
-            offset += length + 1
-            pending, pending_len, overflow = [], 0, False
-            start = nl + 1
-    if pending_len:
-        line_no += 1
-        if overflow:
-            yield line_no, offset, None, pending_len
-        else:
-            yield line_no, offset, b"".join(pending), pending_len
-
-
-# -- formats ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -470,14 +242,14 @@ def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record 
     yielded, then a ``truncated_input`` dead letter describes how far reading got, and the
     summary has ``truncated=True``.
     """
-    raw = _HashingReader(f)
+    raw = HashingReader(f)
     name = os.path.basename(path.rstrip("/"))
     summary = InputSummary(path)
     lines_seen = [0, 0]  # last line number, byte offset after it
     bom = [False]
 
     def tracked_lines():
-        chunks = skip_bom(iter(_decompressed_chunks(raw, compression_of(path))), bom)
+        chunks = skip_bom(iter(decompressed_chunks(raw, compression_of(path))), bom)
         first = next(chunks, b"")  # skip_bom has decided by the time it yields its first chunk
         for item in iter_lines(itertools.chain([first], chunks), opts.max_record_bytes, len(UTF8_BOM) if bom[0] else 0):
             lines_seen[0] = item[0]
@@ -509,8 +281,5 @@ def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record 
 
 def read_file(path: str, opts: ReaderOptions) -> Iterator[Record | InputSummary]:
     """Open ``path`` with Beam's FileSystems (local, gs://, s3://, ...) and :func:`read_stream` it."""
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         yield from read_stream(f, path, opts)

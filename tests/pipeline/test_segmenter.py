@@ -13,7 +13,7 @@ from pipeline import build_ngram_dictionary as job
 from schemas import ngram_dictionary as ngram_format
 from pipeline.segmenter import Segmenter
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = Path(__file__).resolve().parents[3] / "shared"
 WIKITEXT2 = SHARED / "data" / "wikitext-2"
 needs_wikitext2 = pytest.mark.skipif(
     not (WIKITEXT2 / "wiki.valid.tokens").exists(), reason="../shared/data/wikitext-2 is not available"

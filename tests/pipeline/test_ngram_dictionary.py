@@ -21,11 +21,15 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+import pipeline
 from pipeline import build_ngram_dictionary as job
+from pipeline import output
+from pipeline.jobs import UsageError
 from schemas import ngram_dictionary as ngram_format
 from pipeline.ngrams import dictionary_files, frequent_pairs
 from pipeline.ngrams.codes import encode_code
 from pipeline.ngrams.corpus_summary import CorpusSummary
+from pipeline.ngrams.dictionary_files import WriteNgramDictionary
 from pipeline.ngrams.counted_ngrams import CountNgrams, KeepFrequent
 from pipeline.ngrams.decoded_ngrams import DecodeNgrams
 from pipeline.ngrams.frequent_longer_ngrams import FrequentLongerNgrams
@@ -35,10 +39,10 @@ from pipeline.ngrams.frequent_words import FrequentWords
 from pipeline.ngrams.lines import ReadLines
 from pipeline.ngrams.rules import NgramRules, is_punctuation, line_runs
 from pipeline.ngrams.source_files import SourceFiles
-from pipeline.wikitext import heading_level
+from pipeline.read.wikitext import heading_level
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(__file__).resolve().parents[3] / "shared"
 WIKITEXT2 = SHARED / "data" / "wikitext-2"
 needs_wikitext2 = pytest.mark.skipif(
     not (WIKITEXT2 / "wiki.valid.tokens").exists(), reason="../shared/data/wikitext-2 is not available"
@@ -461,7 +465,7 @@ def test_manifest_describes_sources_options_and_entries(random_corpus, tmp_path)
     out = run_job(tmp_path, random_corpus, "d", "--min-count", "4")
     manifest = json.loads((out / ngram_format.MANIFEST_FILE).read_text())
     assert manifest["format"] == "spanprep-ngram-dictionary" and manifest["format_version"] == 1
-    assert manifest["created_by"]["version"] == dictionary_files.package_version()
+    assert manifest["created_by"]["version"] == pipeline.__version__
     assert manifest["options"] == {
         "input": [str(p) for p in random_corpus], "min_n": 2, "max_n": 5, "min_count": 4, "lowercase": False,
         "drop_punctuation": False, "pruning": "apriori", "split_mb": None, "max_keys_per_bundle": 1000000,
@@ -492,7 +496,7 @@ def test_manifest_describes_sources_options_and_entries(random_corpus, tmp_path)
     [
         (["--output", "OUT"], "error: --input is required"),
         (["--input", "MISSING"], "error: --output is required"),
-        (["--input", "MISSING", "--output", "OUT"], "error: --input MISSING: no such file"),
+        (["--input", "MISSING", "--output", "OUT"], "build_ngram_dictionary: error: --input MISSING: no file matches"),
         (["--input", "SNIPPET", "--output", "OUT", "--min-n", "0"], "error: --min-n must be >= 1"),
         (["--input", "SNIPPET", "--output", "OUT", "--min-n", "3", "--max-n", "2"],
          "error: --max-n (2) must be >= --min-n (3)"),
@@ -507,21 +511,40 @@ def test_bad_options_and_input_give_one_clear_error(snippet_file, tmp_path, caps
                "SNIPPET": str(snippet_file), "DIR": str(tmp_path)}
     argv = [replace.get(a, a) for a in argv]
     message = message.replace("MISSING", replace["MISSING"]).replace("DIR", replace["DIR"])
-    with pytest.raises(SystemExit) as exit_info:
-        job.run(argv)
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    assert job.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "build_ngram_dictionary: error: " in err and "Traceback" not in err
     assert not (tmp_path / "out" / ngram_format.MANIFEST_FILE).exists()
 
 
 def test_existing_dictionary_needs_overwrite(snippet_file, tmp_path, capsys):
     out = run_job(tmp_path, [snippet_file], "d", "--min-count", "2")
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="exists and is not empty .*pass --overwrite"):
         run_job(tmp_path, [snippet_file], "d", "--min-count", "3")
-    assert "a dictionary already exists there (pass --overwrite" in capsys.readouterr().err
     assert dictionary_rows(out)[-1][2] == 2  # untouched
     run_job(tmp_path, [snippet_file], "d", "--min-count", "3", "--overwrite")
     assert [c for _, _, c in dictionary_rows(out)] == [4, 3, 3, 3]
+
+
+def test_the_dictionary_job_shares_the_artifact_jobs_output_guard_and_build_lock(snippet_file, tmp_path):
+    """Any file in --output (not only a manifest) needs --overwrite; a finished build leaves no lock; a build whose
+    lock another build took over writes no manifest."""
+    out = tmp_path / "d"
+    out.mkdir()
+    (out / "stray.txt").write_text("x")
+    with pytest.raises(UsageError, match="exists and is not empty"):
+        run_job(tmp_path, [snippet_file], "d", "--min-count", "2")
+    run_job(tmp_path, [snippet_file], "d", "--min-count", "2", "--overwrite")
+    assert sorted(p.name for p in out.iterdir()) == ["dead_letter.jsonl", "manifest.json", "ngrams.arrow", "ngrams.tsv"]
+
+    mine = output.prepare_output(str(out), overwrite=True, subdirs=())
+    theirs = output.prepare_output(str(out), overwrite=True, subdirs=())
+    rules = NgramRules(min_n=2, max_n=2, min_count=1)
+    with pytest.raises(output.OutputError, match=f"belongs to build {theirs}"):
+        with TestPipeline(runner="FnApiRunner") as p:
+            _ = (p | "N" >> beam.Create([("a b", 1)]), p | "S" >> beam.Create([]), p | "C" >> beam.Create([{}]),
+                 p | "D" >> beam.Create([])) | WriteNgramDictionary(output=str(out), options={}, rules=rules, build_id=mine)
+    assert not (out / ngram_format.MANIFEST_FILE).exists()
 
 
 def test_command_line_error_has_no_traceback(tmp_path):
@@ -531,7 +554,7 @@ def test_command_line_error_has_no_traceback(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2
-    assert f"error: --input {tmp_path / 'nope.tokens'}: no such file" in proc.stderr
+    assert proc.stderr == f"build_ngram_dictionary: error: --input {tmp_path / 'nope.tokens'}: no file matches\n"
     assert "Traceback" not in proc.stderr
 
 

@@ -6,13 +6,14 @@ import io
 import pytest
 import zstandard
 
-from pipeline import readers, wikitext
-from pipeline.readers import DeadLetter, Document, InputSummary, ReaderOptions
+from pipeline.elements import DeadLetter, Document, InputSummary
+from pipeline.read import records, streams, wikitext
+from pipeline.read.records import ReaderOptions
 from tests.conftest import wikitext2
 
 
 def read(data: bytes, name: str, **opts):
-    out = list(readers.read_stream(io.BytesIO(data), f"/data/{name}", ReaderOptions(**opts)))
+    out = list(records.read_stream(io.BytesIO(data), f"/data/{name}", ReaderOptions(**opts)))
     summary = out.pop()
     assert isinstance(summary, InputSummary)
     assert summary.documents_read == len(out)
@@ -64,13 +65,13 @@ def test_jsonl_bad_records_get_reasons_and_positions():
 
 
 def test_enormous_line_is_never_held_in_memory():
-    lines = list(readers.iter_lines(iter([b"short\n", b"y" * 300, b"y" * 300, b"\nafter\n"]), max_line_bytes=100))
+    lines = list(streams.iter_lines(iter([b"short\n", b"y" * 300, b"y" * 300, b"\nafter\n"]), max_line_bytes=100))
     assert lines == [(1, 0, b"short", 5), (2, 6, None, 600), (3, 607, b"after", 5)]
 
 
 def test_lines_split_across_chunks_are_joined():
     chunks = [b"ab", b"c\nd", b"e", b"\n", b"fg"]
-    assert [(n, line) for n, _, line, _ in readers.iter_lines(iter(chunks), 100)] == [(1, b"abc"), (2, b"de"), (3, b"fg")]
+    assert [(n, line) for n, _, line, _ in streams.iter_lines(iter(chunks), 100)] == [(1, b"abc"), (2, b"de"), (3, b"fg")]
 
 
 @pytest.mark.parametrize("compress", [gzip.compress, lambda d: zstandard.ZstdCompressor().compress(d)])
@@ -167,7 +168,7 @@ def test_document_larger_than_the_limit_is_dead_lettered_whole():
 @pytest.mark.parametrize("split,expected", [("valid", 60), ("test", 62)])
 def test_real_wikitext2_article_counts(split, expected):
     path = wikitext2(split)
-    out = list(readers.read_file(str(path), ReaderOptions(input_format="wikitext")))
+    out = list(records.read_file(str(path), ReaderOptions(input_format="wikitext")))
     summary = out.pop()
     assert len(out) == expected == summary.documents_read
     assert all(isinstance(d, Document) and d.text.strip() for d in out)

@@ -1,0 +1,173 @@
+"""One convention for the two Beam jobs (``build_shards`` and ``build_ngram_dictionary``).
+
+Both jobs take their options the same way and fail the same way: a problem with the user's options or
+inputs is a :class:`UsageError`, which ``main()`` prints as one line ``<job>: error: <message>`` on stderr
+before it exits with status 2 (:func:`exit_code`); never a traceback. Both run on :data:`DEFAULT_RUNNER`
+unless ``--runner`` says otherwise, match ``--input`` with :func:`match_inputs`, claim ``--output`` with
+:func:`prepare_output` (the guard and build lock of ``pipeline.output``: a non-empty output needs
+``--overwrite``; the artifact's manifest records the lock's build id, the dictionary's manifest stays
+byte-identical from build to build), and log with :func:`configure_logging`.
+
+Importing ``pipeline`` does nothing; importing this module does one thing, on purpose: Beam logs "apitools
+not found ..." on the root logger *while it is imported* when its GCP extras are absent (not our users'
+concern), so the filter that hides it goes onto the root logger here, before this module imports Beam, and
+the job modules import this module before Beam.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from typing import Callable
+
+
+class _QuietBeamImportWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "apitools not found" not in str(record.msg)
+
+
+if not any(isinstance(f, _QuietBeamImportWarning) for f in logging.getLogger().filters):
+    logging.getLogger().addFilter(_QuietBeamImportWarning())
+
+import apache_beam as beam  # noqa: E402  (after the filter: see the docstring)
+from apache_beam.io.filesystem import BeamIOError  # noqa: E402
+from apache_beam.io.filesystems import FileSystems  # noqa: E402
+
+from pipeline import output  # noqa: E402
+from schemas import format as fmt  # noqa: E402
+
+DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner may try to download a runner binary
+# Runners whose workers run on this machine (with this machine's packages and files).
+LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PortableRunner")
+
+# Names of options whose values are secrets (Beam's --s3_secret_access_key, --s3_session_token,
+# --azure_connection_string, ...). Only these: --tokenizer or --vocab-size are not secrets.
+SECRET_OPTION = re.compile(
+    r"secret|password|passwd|session_token|access_token|auth_token|api_key|access_key|credential|connection_string", re.IGNORECASE
+)
+
+
+class UsageError(Exception):
+    """A problem with the user's options or inputs; reported as one line without a traceback (exit 2)."""
+
+
+def exit_code(job: str, run: Callable[[], object]) -> int:
+    """Call ``run()``; 0 when it returns, 2 after one ``<job>: error:`` line for a user error, 1 for a bad artifact."""
+    try:
+        run()
+    except (UsageError, fmt.FormatError) as e:
+        print(f"{job}: error: {e}", file=sys.stderr)
+        return 2 if isinstance(e, UsageError) else 1
+    return 0
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Looks ``sys.stderr`` up when it writes, so a job's ``main()`` called from a test (which swaps
+    sys.stderr) never leaves a handler pointing at a closed stream."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
+def configure_logging(level: int | None = None) -> None:
+    """INFO-level progress lines on stderr for the command-line jobs, Beam's own chatter at WARNING."""
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if level is None else level, handlers=[handler], force=True)
+    for noisy in ("apache_beam", "absl"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """The command line with the values of secret options and the credentials of URLs hidden."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("<redacted>")
+            hide_next = False
+        elif arg.startswith("--") and SECRET_OPTION.search(arg.split("=", 1)[0].replace("-", "_")):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=<redacted>")
+            else:
+                out.append(arg)
+                hide_next = True
+        else:
+            out.append(output.redact_url(arg))
+    return out
+
+
+def check_location(option: str, url: str) -> None:
+    """:func:`pipeline.output.check_location` as a :class:`UsageError`."""
+    try:
+        output.check_location(option, url)
+    except output.OutputError as e:
+        raise UsageError(str(e)) from None
+
+
+def _first_line(error: Exception) -> str:
+    return output.redact_url(str(error)).splitlines()[0][:300]
+
+
+def match_inputs(patterns: list[str], example: str = "*.jsonl") -> list[tuple[str, int]]:
+    """Every file the ``--input`` patterns match, sorted and de-duplicated, with its size in bytes.
+
+    :class:`UsageError` when a pattern matches no file, names a directory (``example`` shows the glob to
+    give instead), cannot be listed, or carries credentials.
+    """
+    for pattern in patterns:
+        check_location("--input", pattern)
+    found: dict[str, int] = {}
+    for pattern in patterns:
+        try:
+            result = FileSystems.match([pattern])[0]
+        except (BeamIOError, ValueError) as e:
+            raise UsageError(f"--input {pattern}: cannot list it ({_first_line(e)})") from None
+        files = {}
+        for m in result.metadata_list:
+            if "://" not in m.path and os.path.isdir(m.path):
+                if m.path.rstrip("/") == pattern.rstrip("/"):
+                    raise UsageError(f"--input {pattern}: is a directory; give its files, e.g. --input '{pattern.rstrip('/')}/{example}'")
+                continue  # a glob such as dir/* also matches sub-directories: they hold no records themselves
+            files[m.path] = m.size_in_bytes
+        if not files:
+            raise UsageError(f"--input {pattern}: no file matches")
+        found.update(files)
+    return sorted(found.items())
+
+
+def prepare_output(url: str, overwrite: bool, subdirs: tuple[str, ...] = ()) -> str:
+    """Claim ``url`` for this build (refusing any non-empty one without --overwrite); return the build id."""
+    check_location("--output", url)
+    try:
+        return output.prepare_output(url, overwrite, subdirs)
+    except output.OutputError as e:
+        raise UsageError(str(e)) from None
+    except (BeamIOError, ValueError, OSError) as e:
+        raise UsageError(f"--output {output.redact_url(url)}: cannot use it ({_first_line(e)})") from None
+
+
+def runner_name(runner) -> str:
+    """The runner's class name, whether ``--runner`` gave a name (also dotted) or a runner object."""
+    name = runner if isinstance(runner, str) else type(runner).__name__
+    return name.split(".")[-1]
+
+
+def run_pipeline(options, build: Callable[[beam.Pipeline], None]) -> None:
+    """Build the job's pipeline with ``build(p)`` and run it to the end.
+
+    The writer of the last file checks that the output's build lock is still this build's; when another
+    build has taken the output over (``--overwrite``), that is this job's :class:`UsageError`.
+    """
+    try:
+        with beam.Pipeline(options=options) as p:
+            build(p)
+    except output.OutputError as e:
+        raise UsageError(str(e).split(" [while running")[0]) from None

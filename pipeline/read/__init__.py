@@ -1,0 +1,8 @@
+"""1. Read: raw corpus files -> documents and dead letters.
+
+In: input paths (local, gs://, s3://; JSONL[.gz|.zst], WikiText, plain text). Out (``ReadDocuments`` in
+``documents.py``): :class:`~pipeline.elements.Document` s, one :class:`~pipeline.elements.DeadLetter` per
+rejected record, and one :class:`~pipeline.elements.InputSummary` per file. ``streams.py`` turns bytes into
+lines in bounded memory, ``records.py`` lines into records (jsonl / wikitext / text), ``wikitext.py`` knows
+WikiText's line format, ``record_checks.py`` the checks that keep a bad record from crashing a worker.
+"""

@@ -1,0 +1,25 @@
+"""pipeline/jobs.py: the one convention of the two Beam jobs; importing ``pipeline`` itself does nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def test_importing_the_package_has_no_side_effects():
+    code = ("import logging, sys; import pipeline; root = logging.getLogger(); "
+            "print(len(root.filters), len(root.handlers), 'apache_beam' in sys.modules, pipeline.__version__ != '')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+    assert proc.stdout.split() == ["0", "0", "False", "True"]
+    assert proc.stderr == ""
+
+
+def test_both_jobs_report_a_user_error_as_one_line_and_exit_2(tmp_path):
+    for job in ("build_shards", "build_ngram_dictionary"):
+        proc = subprocess.run([sys.executable, "-m", f"pipeline.{job}", "--input", str(tmp_path / "missing*"), "--output", str(tmp_path / "out")],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, job
+        assert proc.stderr == f"{job}: error: --input {tmp_path / 'missing*'}: no file matches\n", job  # Beam's import warning hidden
+        assert not (tmp_path / "out").exists(), job
