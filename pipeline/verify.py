@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 from tokenizers import Tokenizer
 
 from schemas import format as fmt
+from schemas import invariants as inv
 from schemas.artifact import Artifact
 from schemas.integrity import file_sha256
 
@@ -131,10 +132,12 @@ def _check_shard_rows(art: Artifact, index: int, entry: dict, report: Report, to
         rows += batch.num_rows
         tokens += int(lengths.sum())
         report.count("rows checked", batch.num_rows)
-        if (lengths < 1).any() or (lengths > limit).any():
-            report.fail(f"{where}: row lengths outside 1..{limit}: {sorted(set(lengths[(lengths < 1) | (lengths > limit)].tolist()))[:5]}")
-        if ids.size and int(ids.max()) >= vocab:
-            report.fail(f"{where}: token id {int(ids.max())} >= vocabulary size {vocab}")
+        bad_length = inv.empty_rows(lengths) | inv.rows_too_long(lengths, limit)
+        if bad_length.any():
+            report.fail(f"{where}: row lengths outside 1..{limit}: {sorted(set(lengths[bad_length].tolist()))[:5]}")
+        top = inv.token_id_beyond_vocab(ids, vocab)
+        if top is not None:
+            report.fail(f"{where}: token id {top} >= vocabulary size {vocab}")
         smuggled = np.isin(ids, forbidden)
         report.count("tokens checked for special ids", int(ids.size))
         if smuggled.any():
@@ -143,7 +146,7 @@ def _check_shard_rows(art: Artifact, index: int, entry: dict, report: Report, to
         unigram += np.bincount(ids.astype(np.int64), minlength=vocab)[:vocab]
         for col in ("word_start", "sentence_start"):
             o2, flags = _list_parts(batch, col)
-            if not np.array_equal(o2, offsets):
+            if not inv.flags_align(offsets, o2):
                 report.fail(f"{where}: {col} lengths differ from input_ids lengths")
                 continue
             firsts = flags[offsets[:-1][lengths > 0]]
@@ -159,7 +162,7 @@ def _check_shard_rows(art: Artifact, index: int, entry: dict, report: Report, to
                 continue
             report.count(f"{kind} spans checked", int(starts.size))
             row_of = np.repeat(np.arange(batch.num_rows), np.diff(span_offsets))
-            bad = (starts < 0) | (ends <= starts) | (ends > lengths[row_of])
+            bad = inv.spans_outside_rows(starts, ends, row_of, lengths)
             if bad.any():
                 report.fail(f"{where}: {int(bad.sum())} {kind} span(s) outside their row")
                 continue
