@@ -41,7 +41,7 @@ def opt(default: Any, help: str, **kwargs: Any) -> Any:
     return field(default=default, metadata={"help": help, **kwargs})
 
 
-def _require(condition: bool, message: str) -> None:
+def require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
 
@@ -73,23 +73,23 @@ class ModelConfig:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "max_position_embeddings", "sbo_max_span_positions"):
             value = getattr(self, name)
-            _require(isinstance(value, int) and not isinstance(value, bool) and value > 0,
+            require(isinstance(value, int) and not isinstance(value, bool) and value > 0,
                      f"model.{name} must be a positive integer, got {value!r}")
-        _require(isinstance(self.type_vocab_size, int) and self.type_vocab_size >= 0,
+        require(isinstance(self.type_vocab_size, int) and self.type_vocab_size >= 0,
                  f"model.type_vocab_size must be an integer >= 0, got {self.type_vocab_size!r}")
-        _require(self.hidden_size % self.num_heads == 0,
+        require(self.hidden_size % self.num_heads == 0,
                  f"model.hidden_size ({self.hidden_size}) must be a multiple of model.num_heads ({self.num_heads})")
         for name in ("hidden_dropout", "attention_dropout"):
             value = getattr(self, name)
-            _require(0.0 <= value < 1.0, f"model.{name} must be in [0, 1), got {value!r}")
-        _require(self.layer_norm_eps > 0, f"model.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
-        _require(self.initializer_range > 0, f"model.initializer_range must be > 0, got {self.initializer_range!r}")
-        _require(0 <= self.pad_token_id < self.vocab_size,
+            require(0.0 <= value < 1.0, f"model.{name} must be in [0, 1), got {value!r}")
+        require(self.layer_norm_eps > 0, f"model.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+        require(self.initializer_range > 0, f"model.initializer_range must be > 0, got {self.initializer_range!r}")
+        require(0 <= self.pad_token_id < self.vocab_size,
                  f"model.pad_token_id ({self.pad_token_id}) must be a token id below vocab_size ({self.vocab_size})")
-        _require(self.objective in OBJECTIVES,
+        require(self.objective in OBJECTIVES,
                  f"model.objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
-        _require(isinstance(self.nsp, bool), f"model.nsp must be true or false, got {self.nsp!r}")
-        _require(not self.nsp or self.type_vocab_size >= 2,
+        require(isinstance(self.nsp, bool), f"model.nsp must be true or false, got {self.nsp!r}")
+        require(not self.nsp or self.type_vocab_size >= 2,
                  f"model.nsp needs token types A and B: --type-vocab-size must be >= 2, got {self.type_vocab_size}")
 
     @property
@@ -139,16 +139,16 @@ class OptimConfig:
     grad_clip: float = opt(1.0, "clip the global gradient norm to this value; 0 disables (BERT 1.0)")
 
     def __post_init__(self) -> None:
-        _require(self.lr > 0, f"optim.lr must be > 0, got {self.lr!r}")
-        _require(self.warmup_steps is None or (isinstance(self.warmup_steps, int) and not isinstance(self.warmup_steps, bool)
+        require(self.lr > 0, f"optim.lr must be > 0, got {self.lr!r}")
+        require(self.warmup_steps is None or (isinstance(self.warmup_steps, int) and not isinstance(self.warmup_steps, bool)
                                                 and self.warmup_steps >= 0),
                  f"optim.warmup_steps must be an integer >= 0 (or not given: 1% of max_steps), got {self.warmup_steps!r}")
         for name in ("adam_beta1", "adam_beta2"):
             value = getattr(self, name)
-            _require(0.0 <= value < 1.0, f"optim.{name} must be in [0, 1), got {value!r}")
-        _require(self.adam_eps > 0, f"optim.adam_eps must be > 0, got {self.adam_eps!r}")
-        _require(self.weight_decay >= 0, f"optim.weight_decay must be >= 0, got {self.weight_decay!r}")
-        _require(self.grad_clip >= 0, f"optim.grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip!r}")
+            require(0.0 <= value < 1.0, f"optim.{name} must be in [0, 1), got {value!r}")
+        require(self.adam_eps > 0, f"optim.adam_eps must be > 0, got {self.adam_eps!r}")
+        require(self.weight_decay >= 0, f"optim.weight_decay must be >= 0, got {self.weight_decay!r}")
+        require(self.grad_clip >= 0, f"optim.grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip!r}")
 
 
 class WarmupLinearDecay:
@@ -194,19 +194,19 @@ class RunConfig:
     log_level: Literal["debug", "info", "warning", "error"] = opt("warning", "level of DeepSpeed's own log messages")
 
     def __post_init__(self) -> None:
-        _require(bool(self.data), "run.data: give the artifact with --data ARTIFACT")
-        _require(bool(self.output_dir), "run.output_dir: give a run directory with --output-dir RUN_DIR")
-        _require(isinstance(self.seed, int) and 0 <= self.seed < 2**32, f"run.seed must be an integer in [0, 2**32), got {self.seed!r}")
-        _require(isinstance(self.max_steps, int) and self.max_steps > 0,
+        require(bool(self.data), "run.data: give the artifact with --data ARTIFACT")
+        require(bool(self.output_dir), "run.output_dir: give a run directory with --output-dir RUN_DIR")
+        require(isinstance(self.seed, int) and 0 <= self.seed < 2**32, f"run.seed must be an integer in [0, 2**32), got {self.seed!r}")
+        require(isinstance(self.max_steps, int) and self.max_steps > 0,
                  f"run.max_steps must be a positive integer, got {self.max_steps!r}")
         for name in ("save_every", "keep_checkpoints", "eval_every"):
             value = getattr(self, name)
-            _require(isinstance(value, int) and value >= 0, f"run.{name} must be an integer >= 0, got {value!r}")
+            require(isinstance(value, int) and value >= 0, f"run.{name} must be an integer >= 0, got {value!r}")
         for name in ("eval_batches", "log_every"):
             value = getattr(self, name)
-            _require(isinstance(value, int) and value > 0, f"run.{name} must be a positive integer, got {value!r}")
-        _require(self.peak_tflops >= 0, f"run.peak_tflops must be >= 0, got {self.peak_tflops!r}")
-        _require(self.log_level in ("debug", "info", "warning", "error"),
+            require(isinstance(value, int) and value > 0, f"run.{name} must be a positive integer, got {value!r}")
+        require(self.peak_tflops >= 0, f"run.peak_tflops must be >= 0, got {self.peak_tflops!r}")
+        require(self.log_level in ("debug", "info", "warning", "error"),
                  f"run.log_level must be debug, info, warning or error, got {self.log_level!r}")
 
 
@@ -224,7 +224,7 @@ def resolve_schedule(optim: OptimConfig, run: RunConfig) -> OptimConfig:
 
 def check_schedule(optim: OptimConfig, run: RunConfig) -> None:
     """Cross-check the schedule against the run length (``optim.warmup_steps`` resolved)."""
-    _require(optim.warmup_steps is not None and optim.warmup_steps < run.max_steps,
+    require(optim.warmup_steps is not None and optim.warmup_steps < run.max_steps,
              f"--warmup-steps ({optim.warmup_steps}) must be smaller than --max-steps ({run.max_steps}); "
              f"BERT warms up for about 1% of training")
 

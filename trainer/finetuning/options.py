@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from trainer.config import _require, opt
+from trainer.config import require, opt
 from trainer.finetuning.heads import HEADS
 from trainer.finetuning.span_ft import SEGMENTATIONS
 from trainer.finetuning.tasks import TASKS, check_head, get_task
@@ -52,23 +52,23 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         for name in ("init", "output_dir"):
-            _require(bool(getattr(self, name)), f"--{name.replace('_', '-')} is required")
+            require(bool(getattr(self, name)), f"--{name.replace('_', '-')} is required")
         task = get_task(self.task)
         check_head(task, self.head)
         for name in ("max_train_examples", "max_eval_examples", "max_seq_len", "max_steps", "eval_batch_size"):
             value = getattr(self, name)
-            _require(isinstance(value, int) and value >= 0, f"--{name.replace('_', '-')} must be an integer >= 0, got {value!r}")
+            require(isinstance(value, int) and value >= 0, f"--{name.replace('_', '-')} must be an integer >= 0, got {value!r}")
         for name in ("epochs", "log_every", "max_spans", "max_span_len", "doc_stride", "max_query_len", "max_answer_len", "n_best"):
             value = getattr(self, name)
-            _require(isinstance(value, int) and value > 0, f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
-        _require(self.lr > 0, f"--lr must be > 0, got {self.lr!r}")
-        _require(0.0 <= self.warmup_ratio < 1.0, f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio!r}")
-        _require(0 <= self.seed < 2**32, f"--seed must be in [0, 2**32), got {self.seed!r}")
+            require(isinstance(value, int) and value > 0, f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        require(self.lr > 0, f"--lr must be > 0, got {self.lr!r}")
+        require(0.0 <= self.warmup_ratio < 1.0, f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio!r}")
+        require(0 <= self.seed < 2**32, f"--seed must be in [0, 2**32), got {self.seed!r}")
         if self.head == "span-ft" and self.segmentation == "ngram":
-            _require(bool(self.ngram_dictionary), "--head span-ft --segmentation ngram needs --ngram-dictionary DIR "
+            require(bool(self.ngram_dictionary), "--head span-ft --segmentation ngram needs --ngram-dictionary DIR "
                      "(python -m pipeline.build_ngram_dictionary; or --segmentation random|none for the ablations)")
         if self.task == "squad2" or self.null_threshold:
-            _require(self.task == "squad2", "--null-threshold applies to squad2 only")
+            require(self.task == "squad2", "--null-threshold applies to squad2 only")
 
     @property
     def resolved_max_seq_len(self) -> int:
