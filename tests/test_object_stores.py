@@ -174,3 +174,70 @@ def test_build_shards_from_bucket_to_bucket_matches_the_local_build(object_store
     assert len(compared) >= 6
     for rel in compared:
         assert remote.read_bytes(rel) == (demo_artifact / rel).read_bytes(), rel
+
+
+# -- writing into a bucket: the n-gram dictionary, publishing semantics ------------------------------------
+SNIPPET = " = Cats = \n the cat sat on the mat . the cat sat . \n the cat <unk> sat on the mat , the cat \n on the mat \n"
+
+
+def test_ngram_dictionary_built_into_the_bucket_equals_the_local_build(object_store, tmp_path):
+    """Input in the bucket, dictionary written to it: the same bytes as a local build. Its dead_letter.jsonl is
+    empty, which S3 refused through Beam's multipart upload (MalformedXML) before pipeline/files.py's create."""
+    from schemas import ngram_dictionary as nd
+
+    (tmp_path / "snippet.tokens").write_text(SNIPPET, encoding="utf-8")
+    prefix = _prefix("ngrams")
+    remote_in = object_store.upload_tree(tmp_path, f"{prefix}/in") + "/snippet.tokens"
+    options = ["--min-n", "2", "--max-n", "3", "--min-count", "2"]
+    local = tmp_path / "dictionary"
+    for source, out in ((str(tmp_path / "snippet.tokens"), str(local)), (remote_in, object_store.uri(prefix, "dictionary"))):
+        done = _run(object_store, "-m", "pipeline.build_ngram_dictionary", "--input", source, "--output", out, *options,
+                    *object_store.beam_args)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    remote = object_store.uri(prefix, "dictionary")
+    for name in (nd.ARROW_FILE, nd.TSV_FILE, nd.DEAD_LETTER_FILE):
+        assert _bucket_bytes(object_store, f"{remote}/{name}") == (local / name).read_bytes(), name
+    assert (local / nd.DEAD_LETTER_FILE).read_bytes() == b""
+    local_manifest = json.loads((local / nd.MANIFEST_FILE).read_text())
+    remote_manifest = json.loads(_bucket_bytes(object_store, f"{remote}/{nd.MANIFEST_FILE}"))
+    assert local_manifest["total_entries"] == 8
+    for key in ("files", "total_entries", "entries_per_n", "corpus", "rules"):
+        assert remote_manifest[key] == local_manifest[key], key
+
+
+def test_a_build_into_a_bucket_prefix_holding_files_refuses_without_overwrite(object_store):
+    prefix = _prefix("occupied")
+    with object_store.pyarrow_fs().open_output_stream(f"{object_store.bucket}/{prefix}/out/notes.txt") as out:
+        out.write(b"someone else's file\n")
+    with object_store.pyarrow_fs().open_output_stream(f"{object_store.bucket}/{prefix}/in/{DEMO_CORPUS.name}") as out:
+        out.write(DEMO_CORPUS.read_bytes())
+    done = _run(object_store, "-m", "pipeline.build_shards", "--input", object_store.uri(prefix, "in", DEMO_CORPUS.name),
+                "--output", object_store.uri(prefix, "out"), *DEMO_BUILD, *object_store.beam_args)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    # One error line, the last thing printed (the rest is logging: Beam's GCS credential retries, INFO lines).
+    errors = [line for line in done.stderr.splitlines() if line.startswith("build_shards: error:")]
+    assert len(errors) == 1 and done.stderr.strip().splitlines()[-1] == errors[0], done.stderr[-3000:]
+    assert "notes.txt" in errors[0] and "--overwrite" in errors[0], errors
+    assert _bucket_bytes(object_store, object_store.uri(prefix, "out", "notes.txt")) == b"someone else's file\n"
+    fs = object_store.pyarrow_fs()
+    names = [i.path for i in fs.get_file_info(FileSelector(f"{object_store.bucket}/{prefix}/out", recursive=True)) if i.size]
+    assert names == [f"{object_store.bucket}/{prefix}/out/notes.txt"], names
+
+
+def test_the_build_lock_in_a_bucket_is_created_exclusively(object_store, monkeypatch):
+    """Two builds that both found the prefix empty (the race check-then-create leaves) cannot both take the lock:
+    the upload carries the store's precondition (S3 If-None-Match: *, GCS ifGenerationMatch=0)."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import output
+
+    if object_store.scheme == "gs":
+        pytest.skip("gcp-storage-emulator ignores ifGenerationMatch=0 (a second upload replaces the object), so "
+                    "exclusive creation cannot be shown against it")
+    FileSystems.set_options(PipelineOptions(object_store.beam_args))
+    lock = object_store.uri(_prefix("lock"), "_build.lock")
+    monkeypatch.setattr(FileSystems, "exists", staticmethod(lambda path: False))  # both builds checked before either wrote
+    assert output._create_exclusively(lock, b'{"build_id": "first"}') is True
+    assert output._create_exclusively(lock, b'{"build_id": "second"}') is False
+    assert _bucket_bytes(object_store, lock) == b'{"build_id": "first"}'

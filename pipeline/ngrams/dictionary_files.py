@@ -11,10 +11,9 @@ from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.files import HashingSink
+from pipeline.files import HashingSink, create
 from pipeline.ngrams.rules import NgramRules
 from schemas.ngram_dictionary import (
     ARROW_FILE,
@@ -50,7 +49,7 @@ def _sorted_entries(ngram_to_count) -> list[tuple[str, int]]:
 
 
 def _create(path: str, mime_type: str):
-    return FileSystems.create(path, mime_type=mime_type, compression_type=CompressionTypes.UNCOMPRESSED)
+    return create(path, mime_type)
 
 
 def write_arrow(path: str, entries: list[tuple[str, int]]) -> dict[str, Any]:
