@@ -3,7 +3,8 @@ tiny preset) trains and resumes with the losses of the same runs on the local ar
 bucket is refused naming it; `python -m trainer.export --out s3://...` / `gs://...` writes the local export's bytes.
 
 The DeepSpeed runs use the S3 server only (moto_server; four 2-rank launches take minutes on 2 cores): the GCS
-reads they depend on are those of tests/test_object_stores.py's trainer-stream test, run against both stores.
+reads they depend on are those of tests/test_object_stores.py's trainer-stream test, run against both stores, and
+the damaged-shard refusal runs `trainer/pretrain.py` against both.
 """
 
 from __future__ import annotations
@@ -65,13 +66,13 @@ def test_training_from_the_bucket_and_resuming_gives_the_local_losses(runs):
     assert len(set(local.values())) > 1  # real, changing losses
 
 
-def test_pretrain_refuses_a_damaged_shard_in_the_bucket_naming_it(s3_store, demo_artifact, tmp_path):
+def test_pretrain_refuses_a_damaged_shard_in_the_bucket_naming_it(object_store, demo_artifact, tmp_path):
     damaged = tmp_path / "damaged"
     shutil.copytree(demo_artifact, damaged)
     rel = Artifact.open(str(damaged)).shard_paths[1]
     flip_byte_changing_input_ids(damaged / rel)
-    uri = s3_store.upload_tree(damaged, _prefix("damaged"))
-    done = _run(s3_store, str(PRETRAIN), "--data", uri, "--preset", "tiny", "--max-steps", "2", "--warmup-steps", "1",
+    uri = object_store.upload_tree(damaged, _prefix("damaged"))
+    done = _run(object_store, str(PRETRAIN), "--data", uri, "--preset", "tiny", "--max-steps", "2", "--warmup-steps", "1",
                 "--no-progress", "--num-workers", "0", "--output-dir", str(tmp_path / "run"))
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
