@@ -241,3 +241,29 @@ def test_the_build_lock_in_a_bucket_is_created_exclusively(object_store, monkeyp
     assert output._create_exclusively(lock, b'{"build_id": "first"}') is True
     assert output._create_exclusively(lock, b'{"build_id": "second"}') is False
     assert _bucket_bytes(object_store, lock) == b'{"build_id": "first"}'
+
+
+@pytest.mark.slow
+def test_two_concurrent_builds_into_one_s3_prefix_cannot_both_succeed(s3_store, demo_artifact, monkeypatch):
+    """Started together: one build writes the artifact, the other stops with one line and exit 2 (the prefix was
+    taken: its lock or its files), and what is left verifies. S3 only: on gcp-storage-emulator, which ignores
+    ifGenerationMatch, the lock is check-then-create, and each gs:// build spends ~30 s on Beam's credential retries."""
+    for key, value in s3_store.env.items():  # in-process readers find the store the standard way
+        monkeypatch.setenv(key, value)
+    prefix = _prefix("concurrent")
+    with s3_store.pyarrow_fs().open_output_stream(f"{s3_store.bucket}/{prefix}/in/{DEMO_CORPUS.name}") as out:
+        out.write(DEMO_CORPUS.read_bytes())
+    output = s3_store.uri(prefix, "out")
+    argv = [sys.executable, "-m", "pipeline.build_shards", "--input", s3_store.uri(prefix, "in", DEMO_CORPUS.name),
+            "--output", output, *DEMO_BUILD, *s3_store.beam_args]
+    env = {**s3_store.child_env(), "PYTHONPATH": str(REPO)}
+    builds = [subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(b.returncode, err) for b in builds for _, err in [b.communicate(timeout=600)]]
+    assert sorted(code for code, _ in results) == [0, 2], [err[-2000:] for _, err in results]
+    refused = next(err for code, err in results if code == 2)
+    last = refused.strip().splitlines()[-1]
+    assert last.startswith(f"build_shards: error: --output {output}") and "--overwrite" in last, refused[-2000:]
+    verify = _run(s3_store, "-m", "pipeline.verify", output)
+    rows = Artifact.open(str(demo_artifact)).manifest["counts"]["rows"]
+    assert verify.returncode == 0 and f"{rows} rows checked" in verify.stdout and rows > 0, verify.stdout + verify.stderr
+    assert Artifact.open(output).manifest["shards"] == Artifact.open(str(demo_artifact)).manifest["shards"]
