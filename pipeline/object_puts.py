@@ -32,6 +32,7 @@ def _bucket_key(path: str) -> tuple[str, str]:
 
 def _s3_put(path: str, data: bytes, mime_type: str, if_absent: bool) -> bool:
     from apache_beam.io.aws.clients.s3 import boto3_client
+    from botocore.exceptions import BotoCoreError
 
     # The options FileSystems.set_options gave (None when never set: boto3 then reads its environment).
     options = getattr(FileSystems.get_filesystem(path), "_options", None) or {}
@@ -44,11 +45,14 @@ def _s3_put(path: str, data: bytes, mime_type: str, if_absent: bool) -> bool:
         if if_absent and e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
             return False
         raise OSError(f"{path}: PutObject failed: {e}") from None
+    except BotoCoreError as e:  # no credentials, endpoint unreachable, ...
+        raise OSError(f"{path}: PutObject failed: {e}") from None
     return True
 
 
 def _gcs_put(path: str, data: bytes, mime_type: str, if_absent: bool) -> bool:
     from google.api_core import exceptions
+    from google.auth.exceptions import GoogleAuthError
     from google.cloud import storage
 
     bucket, key = _bucket_key(path)
@@ -57,7 +61,7 @@ def _gcs_put(path: str, data: bytes, mime_type: str, if_absent: bool) -> bool:
         blob.upload_from_string(data, content_type=mime_type, if_generation_match=0 if if_absent else None)
     except exceptions.PreconditionFailed:
         return False
-    except exceptions.GoogleAPICallError as e:
+    except (exceptions.GoogleAPIError, GoogleAuthError) as e:  # GoogleAPIError: HTTP errors and retries given up
         raise OSError(f"{path}: upload failed: {e}") from None
     return True
 
