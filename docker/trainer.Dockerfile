@@ -63,13 +63,14 @@ print('torch', torch.__version__, 'CUDA', built, '/ nvcc', '.'.join(nvcc))"
 RUN DS_ACCELERATOR=cuda DS_BUILD_FUSED_ADAM=${DS_BUILD_FUSED_ADAM} pip install -c requirements/constraints.txt --no-build-isolation deepspeed==0.19.8
 
 # 3. The language data exactly as `make setup` installs it (sha256-pinned), then spanprep with the trainer's
-#    extras: report (TensorBoard monitor) and hf (export to Hugging Face), every version from constraints.txt.
+#    extras: report (TensorBoard monitor), hf (export to Hugging Face) and cloud (artifacts in s3:// and gs://
+#    buckets for --data, trainer.export --out and datasets/fsspec), every version from constraints.txt.
 COPY pyproject.toml README.md ./
 COPY pipeline/ pipeline/
 COPY schemas/ schemas/
 COPY trainer/ trainer/
 RUN pip install --require-hashes --no-deps -r requirements/language-data.txt \
- && pip install -c requirements/constraints.txt ".[report,hf]" \
+ && pip install -c requirements/constraints.txt ".[report,hf,cloud]" \
  && pip check \
  && python -c "import torch, deepspeed; assert torch.__version__.split('+')[0] == '2.13.0', torch.__version__; assert deepspeed.__version__ == '0.19.8', deepspeed.__version__" \
  && python trainer/pretrain.py --help > /dev/null \

@@ -5,8 +5,44 @@ from __future__ import annotations
 import hashlib
 import uuid
 
-from apache_beam.io.filesystem import BeamIOError
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+
+from pipeline.object_puts import put_object
+
+
+class _S3File:
+    """A writable file on s3:// that opens Beam's upload at the first byte; closed with no bytes written, the
+    (empty) object is written with one PutObject, since S3 refuses Beam's multipart upload of zero parts."""
+
+    def __init__(self, path: str, mime_type: str):
+        self._path, self._mime_type, self._raw, self.closed = path, mime_type, None, False
+
+    def write(self, data) -> int:
+        if len(data) and self._raw is None:
+            self._raw = FileSystems.create(self._path, mime_type=self._mime_type, compression_type=CompressionTypes.UNCOMPRESSED)
+        return self._raw.write(data) if len(data) else 0
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self._raw is None:
+                put_object(self._path, b"", mime_type=self._mime_type)
+            else:
+                self._raw.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def create(path: str, mime_type: str = "application/octet-stream"):
+    """``FileSystems.create`` (uncompressed), for files that may end up empty on any filesystem."""
+    if path.startswith("s3://"):
+        return _S3File(path, mime_type)
+    return FileSystems.create(path, mime_type=mime_type, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 class HashingSink:
@@ -50,7 +86,7 @@ def atomic_write(path: str, data: bytes) -> None:
     """
     directory, name = path.rsplit("/", 1)
     tmp = f"{directory}/.{name}.tmp-{uuid.uuid4().hex}"
-    with FileSystems.create(tmp) as f:
+    with create(tmp) as f:
         f.write(data)
     if FileSystems.exists(path):
         FileSystems.delete([path])

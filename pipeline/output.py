@@ -9,10 +9,9 @@ instead of writing a manifest over the other's files); after it, ``release_lock`
 lock left behind means the build was killed: ``pipeline.verify`` reports it, and the next build
 needs ``--overwrite``.
 
-Exclusive creation is ``O_CREAT | O_EXCL`` on local disks. Beam's FileSystems have no
-create-if-absent, so on gs:// and s3:// the lock is check-then-create (a small race window) until
-the object-store writer uses the stores' preconditions (GCS ``ifGenerationMatch=0``, S3
-``If-None-Match: *``) for the same file.
+Exclusive creation is ``O_CREAT | O_EXCL`` on local disks, and on s3:// and gs:// a single upload with
+the stores' preconditions (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``; ``pipeline.object_puts``).
+Other Beam filesystems have no create-if-absent: there the lock is check-then-create (a small race window).
 
 Credentials in URLs (``scheme://user:password@host/...``) are never printed or written: every
 message here goes through :func:`redact_url`.
@@ -31,6 +30,7 @@ import uuid
 
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline import object_puts
 from pipeline.files import delete_tree
 from schemas import format as fmt
 
@@ -109,6 +109,10 @@ def _create_exclusively(path: str, data: bytes) -> bool:
         return True
     if FileSystems.exists(path):
         return False
+    if object_puts.supports(path):
+        # One request that fails if the object appeared since the check (S3 If-None-Match: *, GCS
+        # ifGenerationMatch=0), so two builds cannot both take the lock.
+        return object_puts.put_object(path, data, if_absent=True, mime_type="application/json")
     with FileSystems.create(path) as f:
         f.write(data)
     return True

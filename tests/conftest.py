@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # Fixtures s3_store / gcs_store / object_store: real S3 and GCS API servers on loopback.
-pytest_plugins = ["tests.object_stores"]
+pytest_plugins = ["tests.support.object_stores"]
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -1,6 +1,7 @@
 """Export a trainer checkpoint to Hugging Face format.
 
     python -m trainer.export RUN_DIR/checkpoints --out DIR [--tag global_step5000]
+    python -m trainer.export RUN_DIR/checkpoints --out s3://bucket/models/x   (or gs://: written locally, then uploaded)
 
 CHECKPOINT_DIR is the DeepSpeed checkpoint directory (the one holding ``latest``); any ZeRO stage works
 because the weights are consolidated with DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint``.
@@ -31,11 +32,14 @@ import io
 import json
 import os
 import sys
+import tempfile
 
+import pyarrow as pa
 import torch
 
 from trainer.engine.checkpoint_files import UntrustedCheckpointError, load_tensors
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ConfigError, ModelConfig
+from schemas.format import split_uri
 from trainer.model import SpanBert
 
 
@@ -185,8 +189,27 @@ def write_tokenizer_files(tokenizer_json: str, tokenizer_meta: dict, max_seq_len
         json.dump(tokenizer_config, f, indent=2, sort_keys=True)
 
 
+def upload_directory(local: str, uri: str) -> list[str]:
+    """Copy every file of the flat directory ``local`` to ``uri`` (gs://, s3://, ...); returns the names."""
+    fs, root = split_uri(uri)
+    names = sorted(n for n in os.listdir(local) if os.path.isfile(os.path.join(local, n)))
+    for name in names:
+        with open(os.path.join(local, name), "rb") as src, fs.open_output_stream(f"{root.rstrip('/')}/{name}") as dst:
+            while chunk := src.read(1 << 24):
+                dst.write(chunk)
+    return names
+
+
 def export(checkpoint_dir: str, out: str, tag: str | None = None) -> dict:
-    """Write the Hugging Face files for one checkpoint; returns a short summary."""
+    """Write the Hugging Face files for one checkpoint to a directory or a bucket URI; returns a short summary."""
+    if "://" in out:  # object stores have no directories to write into: export locally, then upload each file
+        with tempfile.TemporaryDirectory(prefix="spanprep-export-") as local:
+            summary = export(checkpoint_dir, local, tag)
+            try:
+                upload_directory(local, out)
+            except (OSError, pa.ArrowException) as e:
+                raise ExportError(f"{out}: cannot write the export there ({str(e).splitlines()[0]})") from None
+        return {**summary, "out": out}
     try:
         from safetensors.torch import save_file
     except ImportError:
@@ -212,7 +235,7 @@ def export(checkpoint_dir: str, out: str, tag: str | None = None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.export", description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint_dir", help="DeepSpeed checkpoint directory (holds 'latest'), e.g. RUN_DIR/checkpoints")
-    parser.add_argument("--out", required=True, help="output directory for the Hugging Face files")
+    parser.add_argument("--out", required=True, help="output directory (or gs:// / s3:// URI) for the Hugging Face files")
     parser.add_argument("--tag", default=None, help="checkpoint to export (default: the one 'latest' names)")
     args = parser.parse_args(argv)
     try:

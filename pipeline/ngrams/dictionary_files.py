@@ -11,11 +11,10 @@ from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline import __version__
-from pipeline.files import HashingSink
+from pipeline.files import HashingSink, create
 from pipeline.output import check_lock, release_lock
 from pipeline.ngrams.rules import NgramRules
 from schemas.ngram_dictionary import (
@@ -42,13 +41,9 @@ def _sorted_entries(ngram_to_count) -> list[tuple[str, int]]:
     return entries
 
 
-def _create(path: str, mime_type: str):
-    return FileSystems.create(path, mime_type=mime_type, compression_type=CompressionTypes.UNCOMPRESSED)
-
-
 def write_arrow(path: str, entries: list[tuple[str, int]]) -> dict[str, Any]:
     """Write ``ngrams.arrow`` (entries already in dictionary order) batch by batch; its size and sha256."""
-    with _create(path, "application/vnd.apache.arrow.file") as f:
+    with create(path, "application/vnd.apache.arrow.file") as f:
         out = HashingSink(f)
         with pa.ipc.new_file(pa.PythonFile(out, mode="w"), ARROW_SCHEMA) as writer:
             for start in range(0, len(entries), ARROW_BATCH_ROWS):
@@ -66,7 +61,7 @@ def write_arrow(path: str, entries: list[tuple[str, int]]) -> dict[str, Any]:
 
 def write_lines(path: str, lines, mime_type: str) -> dict[str, Any]:
     """Write text lines (each ending in a newline) as UTF-8, in blocks; the file's size and sha256."""
-    with _create(path, mime_type) as f:
+    with create(path, mime_type) as f:
         out = HashingSink(f)
         block: list[str] = []
         for line in lines:
@@ -134,7 +129,7 @@ class _WriteDictionaryFiles(beam.DoFn):
         }
         if self._build_id:
             check_lock(self._output, self._build_id)  # another build took the output over: write no manifest
-        with _create(FileSystems.join(self._output, MANIFEST_FILE), "application/json") as f:
+        with create(FileSystems.join(self._output, MANIFEST_FILE), "application/json") as f:
             f.write((json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
         if self._build_id:
             release_lock(self._output)

@@ -1,6 +1,6 @@
 """The artifact in a bucket: real S3 (moto_server) and GCS (gcp-storage-emulator) API servers on 127.0.0.1.
 
-Every test runs once per store (fixture ``object_store`` from tests/object_stores.py); the store's endpoint
+Every test runs once per store (fixture ``object_store`` from tests/support/object_stores.py); the store's endpoint
 reaches each component the standard way (``AWS_ENDPOINT_URL`` / Beam's ``--s3_*`` options,
 ``STORAGE_EMULATOR_HOST``, fsspec ``storage_options``). No traffic leaves the loopback interface.
 """
@@ -174,3 +174,96 @@ def test_build_shards_from_bucket_to_bucket_matches_the_local_build(object_store
     assert len(compared) >= 6
     for rel in compared:
         assert remote.read_bytes(rel) == (demo_artifact / rel).read_bytes(), rel
+
+
+# -- writing into a bucket: the n-gram dictionary, publishing semantics ------------------------------------
+SNIPPET = " = Cats = \n the cat sat on the mat . the cat sat . \n the cat <unk> sat on the mat , the cat \n on the mat \n"
+
+
+def test_ngram_dictionary_built_into_the_bucket_equals_the_local_build(object_store, tmp_path):
+    """Input in the bucket, dictionary written to it: the same bytes as a local build. Its dead_letter.jsonl is
+    empty, which S3 refused through Beam's multipart upload (MalformedXML) before pipeline/files.py's create."""
+    from schemas import ngram_dictionary as nd
+
+    (tmp_path / "snippet.tokens").write_text(SNIPPET, encoding="utf-8")
+    prefix = _prefix("ngrams")
+    remote_in = object_store.upload_tree(tmp_path, f"{prefix}/in") + "/snippet.tokens"
+    options = ["--min-n", "2", "--max-n", "3", "--min-count", "2"]
+    local = tmp_path / "dictionary"
+    for source, out in ((str(tmp_path / "snippet.tokens"), str(local)), (remote_in, object_store.uri(prefix, "dictionary"))):
+        done = _run(object_store, "-m", "pipeline.build_ngram_dictionary", "--input", source, "--output", out, *options,
+                    *object_store.beam_args)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    remote = object_store.uri(prefix, "dictionary")
+    for name in (nd.ARROW_FILE, nd.TSV_FILE, nd.DEAD_LETTER_FILE):
+        assert _bucket_bytes(object_store, f"{remote}/{name}") == (local / name).read_bytes(), name
+    assert (local / nd.DEAD_LETTER_FILE).read_bytes() == b""
+    local_manifest = json.loads((local / nd.MANIFEST_FILE).read_text())
+    remote_manifest = json.loads(_bucket_bytes(object_store, f"{remote}/{nd.MANIFEST_FILE}"))
+    assert local_manifest["total_entries"] == 8
+    for key in ("files", "total_entries", "entries_per_n", "corpus", "rules"):
+        assert remote_manifest[key] == local_manifest[key], key
+
+
+def test_a_build_into_a_bucket_prefix_holding_files_refuses_without_overwrite(object_store):
+    prefix = _prefix("occupied")
+    with object_store.pyarrow_fs().open_output_stream(f"{object_store.bucket}/{prefix}/out/notes.txt") as out:
+        out.write(b"someone else's file\n")
+    with object_store.pyarrow_fs().open_output_stream(f"{object_store.bucket}/{prefix}/in/{DEMO_CORPUS.name}") as out:
+        out.write(DEMO_CORPUS.read_bytes())
+    done = _run(object_store, "-m", "pipeline.build_shards", "--input", object_store.uri(prefix, "in", DEMO_CORPUS.name),
+                "--output", object_store.uri(prefix, "out"), *DEMO_BUILD, *object_store.beam_args)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    # One error line, the last thing printed (the rest is logging: Beam's GCS credential retries, INFO lines).
+    errors = [line for line in done.stderr.splitlines() if line.startswith("build_shards: error:")]
+    assert len(errors) == 1 and done.stderr.strip().splitlines()[-1] == errors[0], done.stderr[-3000:]
+    assert "notes.txt" in errors[0] and "--overwrite" in errors[0], errors
+    assert _bucket_bytes(object_store, object_store.uri(prefix, "out", "notes.txt")) == b"someone else's file\n"
+    fs = object_store.pyarrow_fs()
+    names = [i.path for i in fs.get_file_info(FileSelector(f"{object_store.bucket}/{prefix}/out", recursive=True)) if i.size]
+    assert names == [f"{object_store.bucket}/{prefix}/out/notes.txt"], names
+
+
+def test_the_build_lock_in_a_bucket_is_created_exclusively(object_store, monkeypatch):
+    """Two builds that both found the prefix empty (the race check-then-create leaves) cannot both take the lock:
+    the upload carries the store's precondition (S3 If-None-Match: *, GCS ifGenerationMatch=0)."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import output
+
+    if object_store.scheme == "gs":
+        pytest.skip("gcp-storage-emulator ignores ifGenerationMatch=0 (a second upload replaces the object), so "
+                    "exclusive creation cannot be shown against it")
+    FileSystems.set_options(PipelineOptions(object_store.beam_args))
+    lock = object_store.uri(_prefix("lock"), "_build.lock")
+    monkeypatch.setattr(FileSystems, "exists", staticmethod(lambda path: False))  # both builds checked before either wrote
+    assert output._create_exclusively(lock, b'{"build_id": "first"}') is True
+    assert output._create_exclusively(lock, b'{"build_id": "second"}') is False
+    assert _bucket_bytes(object_store, lock) == b'{"build_id": "first"}'
+
+
+@pytest.mark.slow
+def test_two_concurrent_builds_into_one_s3_prefix_cannot_both_succeed(s3_store, demo_artifact, monkeypatch):
+    """Started together: one build writes the artifact, the other stops with one line and exit 2 (the prefix was
+    taken: its lock or its files), and what is left verifies. S3 only: on gcp-storage-emulator, which ignores
+    ifGenerationMatch, the lock is check-then-create, and each gs:// build spends ~30 s on Beam's credential retries."""
+    for key, value in s3_store.env.items():  # in-process readers find the store the standard way
+        monkeypatch.setenv(key, value)
+    prefix = _prefix("concurrent")
+    with s3_store.pyarrow_fs().open_output_stream(f"{s3_store.bucket}/{prefix}/in/{DEMO_CORPUS.name}") as out:
+        out.write(DEMO_CORPUS.read_bytes())
+    output = s3_store.uri(prefix, "out")
+    argv = [sys.executable, "-m", "pipeline.build_shards", "--input", s3_store.uri(prefix, "in", DEMO_CORPUS.name),
+            "--output", output, *DEMO_BUILD, *s3_store.beam_args]
+    env = {**s3_store.child_env(), "PYTHONPATH": str(REPO)}
+    builds = [subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(b.returncode, err) for b in builds for _, err in [b.communicate(timeout=600)]]
+    assert sorted(code for code, _ in results) == [0, 2], [err[-2000:] for _, err in results]
+    refused = next(err for code, err in results if code == 2)
+    last = refused.strip().splitlines()[-1]
+    assert last.startswith(f"build_shards: error: --output {output}") and "--overwrite" in last, refused[-2000:]
+    verify = _run(s3_store, "-m", "pipeline.verify", output)
+    rows = Artifact.open(str(demo_artifact)).manifest["counts"]["rows"]
+    assert verify.returncode == 0 and f"{rows} rows checked" in verify.stdout and rows > 0, verify.stdout + verify.stderr
+    assert Artifact.open(output).manifest["shards"] == Artifact.open(str(demo_artifact)).manifest["shards"]

@@ -259,7 +259,7 @@ def _check_pyarrow_reaches(store: Store, timeout: float = 60) -> None:
     Google default credentials retries for many minutes. spanprep's URI -> filesystem function must pass the
     variable as endpoint_override; check that once, in a child process with a time limit."""
     code = "from schemas.artifact import Artifact\ntry:\n    Artifact.open(%r)\nexcept Exception as e:\n    print(e)\n"
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     env = {**store.child_env(), "PYTHONPATH": str(repo)}
     try:
         done = subprocess.run([sys.executable, "-c", code % store.uri("no-such-artifact")], env=env, capture_output=True, text=True, timeout=timeout)
