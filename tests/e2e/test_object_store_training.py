@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from schemas.artifact import Artifact
-from shard_damage import flip_byte_changing_input_ids
 from test_object_stores import _bucket_bytes, _prefix, _run
 from test_pretrain import COMMON, launcher
 
 from tests.support.pretrain_runs import DEEPSPEED, PRETRAIN, TIMEOUT, ds_config, metric, run_env
+from tests.support.shard_damage import flip_byte_changing_input_ids
 
 pytestmark = pytest.mark.slow
 
