@@ -8,6 +8,7 @@ The first DeepSpeed run compiles a C++ op into TORCH_EXTENSIONS_DIR (about 30 s,
 
 from __future__ import annotations
 
+import glob
 import json
 import shutil
 import signal
@@ -109,8 +110,13 @@ def test_python_single_process_trains(one_process_run):
 def test_zero_two_ranks_partition_optimizer_and_resume_exactly(stage, demo_artifact, one_process_run, tmp_path):
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     args = ["--deepspeed_config", str(ds_config(tmp_path, stage)), "--data", str(demo_artifact), *COMMON]
-    run([*launcher(2), *args, "--output-dir", str(full), "--save-every", str(RESUME_AT)])
+    cmd = [*launcher(2), *args, "--output-dir", str(full), "--save-every", str(RESUME_AT)]
+    proc = run(cmd)
     assert_loss_went_down(full)
+    # DeepSpeed's CPU shared-memory all-reduce was set up, and its /dev/shm buffers did not outlive the run.
+    assert "deepspeed_shm_comm_op built successfully" in proc.stdout
+    port = cmd[cmd.index("--master_port") + 1]
+    assert not glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{port}_*")
     assert json.loads((full / "config.json").read_text())["world_size"] == 2
 
     # ZeRO partitions the optimizer (fp32 master weights + Adam moments) over the two ranks.

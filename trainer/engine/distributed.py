@@ -102,6 +102,27 @@ def environment_ninja():
                 os.environ["PATH"] = saved
 
 
+def release_shared_memory_names(rank: int) -> None:
+    """Unlink the name of this rank's DeepSpeed CPU all-reduce buffer once every rank has mapped the others'.
+
+    On CPU with all ranks on one node, ``deepspeed.init_distributed`` creates
+    ``/dev/shm/deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>`` (69 MB each) and never
+    unlinks it: every run left 69 MB per rank in /dev/shm until the machine ran out of memory (21 GB after one
+    afternoon of test runs here). Each rank maps every other rank's buffer inside ``init_distributed``, so after a
+    barrier the names are no longer needed; the mappings stay valid until the processes exit, whatever way they do.
+    """
+    import torch.distributed as torch_dist
+
+    name = (f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{os.environ.get('MASTER_ADDR', '')}_"
+            f"{os.environ.get('MASTER_PORT', '')}_{rank}")
+    if torch_dist.get_world_size() > 1:
+        torch_dist.barrier()
+    try:
+        os.unlink(name)
+    except FileNotFoundError:  # no shared-memory op (ranks on several nodes, or not built)
+        pass
+
+
 def init_distributed() -> Dist:
     import deepspeed
     import torch.distributed as torch_dist
@@ -110,6 +131,8 @@ def init_distributed() -> Dist:
     with environment_ninja():  # the CPU backend JIT-builds its shared-memory op here
         deepspeed.init_distributed()  # backend: the accelerator's (nccl on GPUs, gloo on CPU)
     rank, world = torch_dist.get_rank(), torch_dist.get_world_size()
+    if accelerator.device_name() == "cpu":
+        release_shared_memory_names(rank)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if accelerator.device_name() == "cpu":
         device = torch.device("cpu")
