@@ -108,12 +108,13 @@ class Artifact:
             done[self.check_shard(relatives[(start + k) % n], mode)] += 1
         return done
 
-    def open_shard(self, relative: str) -> ipc.RecordBatchFileReader:
+    def open_shard(self, relative: str, local_copy: str | None = None) -> ipc.RecordBatchFileReader:
         """Open one shard for random access to its record batches, checking its size (against the manifest),
-        version and schema. Its sha256 is :meth:`check_shard`'s job (it reads the whole file)."""
+        version and schema. Its sha256 is :meth:`check_shard`'s job (it reads the whole file). ``local_copy``:
+        read a checked local copy of the shard (memory-mapped) instead (``trainer/data/shard_cache.py``)."""
         where = self.display(relative)
         try:
-            source = self.fs.open_input_file(self.path(relative))
+            source = pa.memory_map(local_copy) if local_copy else self.fs.open_input_file(self.path(relative))
             integrity.check_size(self.shard_entry(relative), source.size(), where)
             reader = ipc.open_file(source)
         except FileNotFoundError:

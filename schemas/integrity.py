@@ -98,11 +98,18 @@ def _marker_name(fingerprint: str, location: str, entry: Mapping[str, Any], info
 
 
 @contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
+def locked(path: str, *, shared: bool = False, blocking: bool = True) -> Iterator[bool]:
+    """Hold a ``flock`` on ``path + ".lock"`` (exclusive, or shared) for the block; yields whether it is held
+    (always True when ``blocking``). Used for the verified-shard markers and trainer/data/shard_cache.py."""
     with open(path + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        flags = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if blocking else fcntl.LOCK_NB)
         try:
-            yield
+            fcntl.flock(lock, flags)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -129,7 +136,7 @@ def verify_file(fs: pafs.FileSystem, path: str, entry: Mapping[str, Any], where:
     directory = cache or cache_dir()
     os.makedirs(directory, exist_ok=True)
     marker = os.path.join(directory, _marker_name(fingerprint, location or path, entry, info))
-    with _locked(marker):
+    with locked(marker):
         if os.path.exists(marker):
             return "cached"
         check_sha256(fs, path, entry, where)

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from schemas import format as fmt
 from schemas import invariants as inv
 from schemas.artifact import Artifact
+from trainer.data.shard_cache import ShardCache
 from trainer.masking import Rows
 
 
@@ -93,7 +94,9 @@ class BlockReader:
     """Reads and decodes blocks (record batches) for one process, with an LRU cache of decoded blocks."""
 
     def __init__(self, artifact: Artifact, vocab_size: int, max_row_tokens: int, span_column: str | None, excluded_labels: tuple[str, ...], capacity: int,
-                 segments: bool = False):
+                 segments: bool = False, shard_cache: ShardCache | None = None, shard_order: tuple[str, ...] = ()):
+        self.shard_cache = shard_cache  # None: ranged reads from the artifact's filesystem
+        self.shard_order = shard_order  # the split's shards: opening shard k reads ahead the next ones (cyclic)
         self.segments = segments  # also read sentence_start and doc_id (trainer.data.segments)
         self.artifact = artifact
         self.vocab_size = vocab_size
@@ -108,10 +111,19 @@ class BlockReader:
     def _reader(self, rel: str):
         r = self._readers.get(rel)
         if r is None:
-            r = self.artifact.open_shard(rel)
+            cache = self.shard_cache
+            if cache is None:
+                r = self.artifact.open_shard(rel)
+            else:
+                if rel in self.shard_order:
+                    k, n = self.shard_order.index(rel), len(self.shard_order)
+                    cache.prefetch([self.shard_order[(k + j) % n] for j in range(1, min(cache.read_ahead, n - 1) + 1)])
+                r = self.artifact.open_shard(rel, local_copy=cache.acquire(rel))
             self._readers[rel] = r
             while len(self._readers) > 16:
-                self._readers.popitem(last=False)
+                old, _ = self._readers.popitem(last=False)
+                if cache is not None:
+                    cache.release(old)
         else:
             self._readers.move_to_end(rel)
         return r

@@ -26,6 +26,9 @@ class DataConfig:
     num_epochs: int | None = None  # None: the training stream never ends; else it stops after num_epochs epochs
     worker_chunk_batches: int | None = None  # micro-batches per worker chunk; None: one shuffle window, at most 256 rows
     verify_shards: Literal["once", "always", "off"] = "once"  # check each shard's sha256 against the manifest: once per node (cached), always, or off (sizes only)
+    cache_dir: str | None = None  # local directory caching whole shards (checked on fill, shared by the node's ranks); for gs:// / s3:// artifacts
+    cache_max_gb: float = 50.0  # cache_dir size bound: least recently used shards not in use are evicted
+    read_ahead: int = 2  # with cache_dir: shards filled ahead in a background thread (0: none)
     segments: int = 1  # 1: one segment per row (SpanBERT); 2: [CLS] A [SEP] B [SEP] pairs for NSP (BERT; trainer/data/segments.py)
     short_seq_prob: float = 0.1  # segments 2: share of pairs with a random shorter target length (BERT 0.1)
 
@@ -52,6 +55,13 @@ class DataConfig:
         integer("eval_shards", 0)
         integer("num_epochs", 1, optional=True)
         integer("worker_chunk_batches", 1, optional=True)
+        integer("read_ahead", 0)
+        if self.cache_dir is not None and (not isinstance(self.cache_dir, str) or not self.cache_dir.strip()):
+            bad(f"cache_dir must be a local directory or None; got {self.cache_dir!r}")
+        if self.cache_dir is not None and "://" in self.cache_dir:
+            bad(f"cache_dir must be a local directory (flock), not a URI; got {self.cache_dir!r}")
+        if isinstance(self.cache_max_gb, bool) or not isinstance(self.cache_max_gb, (int, float)) or self.cache_max_gb < 0:
+            bad(f"cache_max_gb must be a number >= 0; got {self.cache_max_gb!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < SEED_LIMIT:
             bad(f"seed must be an integer in [0, 2**32); got {self.seed!r}")
         if not isinstance(self.pin_memory, bool):

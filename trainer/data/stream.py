@@ -47,6 +47,7 @@ from schemas.artifact import Artifact
 from trainer.data.blocks import BlockReader, index_blocks, split_shards
 from trainer.data.config import DataConfig
 from trainer.data.order import EpochOrder
+from trainer.data.shard_cache import ShardCache
 from trainer.data.segments import add_pair_fields, build_pairs, other_positions, pair_draws
 from trainer.masking import Masker, MaskingConfig, Rows
 
@@ -101,7 +102,10 @@ class ArtifactStream(IterableDataset):
         train_idx, eval_idx = split_shards(artifact, data_cfg.eval_shards)
         self.shard_indices = train_idx if split == "train" else eval_idx
         paths = [manifest["shards"][i]["path"] for i in self.shard_indices]
-        self.shard_checks = artifact.check_shards(paths, data_cfg.verify_shards, start=rank)
+        # With a shard cache every shard's sha256 is checked when it is filled: here sizes only.
+        self.shard_checks = artifact.check_shards(paths, "off" if data_cfg.cache_dir else data_cfg.verify_shards, start=rank)
+        self.shard_cache = (ShardCache(artifact, data_cfg.cache_dir, int(data_cfg.cache_max_gb * 2**30), data_cfg.read_ahead)
+                            if data_cfg.cache_dir else None)
         self.blocks = index_blocks(artifact, self.shard_indices)
         self.micro_batch_size = data_cfg.micro_batch_size if split == "train" else (data_cfg.eval_micro_batch_size or data_cfg.micro_batch_size)
         self.global_batch_size = self.micro_batch_size * world_size
@@ -267,6 +271,8 @@ class ArtifactStream(IterableDataset):
                 self.mask_cfg.excluded_entity_labels,
                 capacity=2 * self.data_cfg.shuffle_window + 4,
                 segments=self.data_cfg.segments == 2,
+                shard_cache=self.shard_cache,
+                shard_order=self.blocks.shard_paths,
             )
         return self._reader
 
