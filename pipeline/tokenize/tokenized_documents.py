@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass
+import re
 
 import apache_beam as beam
 import numpy as np
@@ -72,24 +72,58 @@ def text_pieces(text: str, limit: int) -> list[tuple[int, int]]:
     return pieces
 
 
-@dataclass(frozen=True)
-class _Encoded:
-    """A tokenizer encoding as arrays: ids, word numbers (distinct per word) and character offsets (n, 2)."""
+_NON_SPACE = re.compile(r"\S")
 
-    ids: np.ndarray
-    words: np.ndarray
-    offsets: np.ndarray
+
+class _Encoded:
+    """A tokenizer encoding as arrays: ids, word numbers (distinct per word) and character offsets (n, 2).
+
+    Offsets are read back from the tokenizer only when asked for (they cost about a quarter of the
+    encoding itself); :meth:`first_tokens_at` answers sentence starts without them.
+    """
+
+    def __init__(self, ids: np.ndarray, words: np.ndarray, offsets: np.ndarray | None = None, encoding=None):
+        self.ids = ids
+        self.words = words
+        self._offsets = offsets
+        self._encoding = encoding
+
+    @property
+    def offsets(self) -> np.ndarray:
+        if self._offsets is None:
+            n = len(self.ids)
+            self._offsets = np.fromiter(itertools.chain.from_iterable(self._encoding.offsets), dtype=np.int64, count=2 * n).reshape(n, 2)
+        return self._offsets
+
+    def first_tokens_at(self, text: str, chars: np.ndarray) -> np.ndarray:
+        """For each character position of ``text``, the first token starting at or after it (``len(ids)``
+        if none), as ``searchsorted(token_starts, chars, side="left")`` gives it. Without the offsets when
+        it can be proved per position: the tokenizer names the token k holding the first non-space
+        character from there, and start(k) >= c > start(k - 1) makes k the answer; else the offsets decide."""
+        enc = self._encoding
+        if enc is not None and self._offsets is None:
+            out = []
+            for c in chars.tolist():
+                m = _NON_SPACE.search(text, c)
+                k = enc.char_to_token(m.start()) if m else None
+                if k is None or enc.token_to_chars(k)[0] < c or (k > 0 and enc.token_to_chars(k - 1)[0] >= c):
+                    break
+                out.append(k)
+            else:
+                return np.array(out, dtype=np.int64)
+        return np.searchsorted(self.offsets[:, 0], chars, side="left")
 
     @classmethod
     def of(cls, enc, char_base: int = 0) -> "_Encoded":
-        n = len(enc.ids)
         word_ids = enc.word_ids
         try:
             w = np.array(word_ids, dtype=np.int64)
         except TypeError:  # special tokens inside text have no word: each is its own word
             w = np.array([-1 - i if v is None else v for i, v in enumerate(word_ids)], dtype=np.int64)
-        offsets = np.fromiter(itertools.chain.from_iterable(enc.offsets), dtype=np.int64, count=2 * n).reshape(n, 2)
-        return cls(np.array(enc.ids, dtype=np.int64), w, offsets + char_base if char_base else offsets)
+        ids = np.array(enc.ids, dtype=np.int64)
+        if char_base:
+            return cls(ids, w, cls(ids, w, encoding=enc).offsets + char_base)
+        return cls(ids, w, encoding=enc)
 
     @classmethod
     def concatenate(cls, parts: list["_Encoded"]) -> "_Encoded":
@@ -173,14 +207,10 @@ class _TokenizeFn(beam.DoFn):
         word_start = np.empty(n, dtype=bool)
         word_start[0] = True
         np.not_equal(w[1:], w[:-1], out=word_start[1:])
-        offsets = enc.offsets
-        token_starts = offsets[:, 0]
-        token_ends = offsets[:, 1]
-
         sentence_start = np.zeros(n, dtype=bool)
         sent = sentence_spans(doc.text, self._language)
         if sent:
-            idx = np.searchsorted(token_starts, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent)), side="left")
+            idx = enc.first_tokens_at(doc.text, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent)))
             idx = idx[idx < n]
             sentence_start[idx] = True
         sentence_start[0] = True
@@ -189,6 +219,8 @@ class _TokenizeFn(beam.DoFn):
 
         spans: dict[str, np.ndarray] = {}
         labels: dict[str, list[str]] = {}
+        if char_spans or self._segmenter is not None:
+            token_starts, token_ends = enc.offsets[:, 0], enc.offsets[:, 1]
         for cs in char_spans:
             tok_spans, keep = char_spans_to_tokens(
                 np.asarray(cs.starts, np.int64), np.asarray(cs.ends, np.int64), token_starts, token_ends, word_start
