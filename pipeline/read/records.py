@@ -80,7 +80,7 @@ def _finish_text(doc_id: str, text: str, src: Source) -> Record:
     return Document(doc_id, text, src, cleaned)
 
 
-def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions) -> Iterator[Record]:
+def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions, first_ordinal: int = 0) -> Iterator[Record]:
     for line_no, offset, line, length in lines:
         src = Source(path, line_no, offset)
         fallback_id = f"{name}:{line_no}"
@@ -119,18 +119,65 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions) -> Iterator
         yield _finish_text(doc_id, text, src)
 
 
+BLANK, CONTENT, TITLE = 0, 1, 2  # kinds of line in a WikiText or text file
+
+
+def decoded(line: bytes | None) -> str | None:
+    """A line as text; None when it was too long (``iter_lines`` gave None) or is not UTF-8."""
+    if line is None:
+        return None
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+class DocumentStarts:
+    """Which lines of a WikiText or text file start a document: the one rule the readers here and the
+    byte-range planner (``pipeline.read.ranges``) share, so they cannot disagree.
+
+    Feed every line's :func:`decoded` text to :meth:`step`, in order. ``open`` says whether a document is
+    open before the first line (False at the start of a file). WikiText: a level-1 heading starts an
+    article, and so does any other non-blank line while none is open (content before the first title;
+    once open, an article stays open). Text: a non-blank line after a blank line (or at the start)
+    starts a document, a blank line closes it. A line that is too long or not UTF-8 counts as non-blank.
+    """
+
+    def __init__(self, input_format: str, open: bool = False):
+        self.wikitext = input_format == "wikitext"
+        self.open = open
+
+    def kind(self, text: str | None) -> int:
+        if text is None:
+            return CONTENT
+        if not text.strip():
+            return BLANK
+        return TITLE if self.wikitext and wikitext.heading_level(text) == 1 else CONTENT
+
+    def advance(self, kind: int) -> bool:
+        """Whether a line of this :meth:`kind` starts a document; then moves past it."""
+        starts = kind == TITLE or (kind == CONTENT and not self.open)
+        self.open = kind != BLANK or (self.wikitext and self.open)
+        return starts
+
+    def step(self, text: str | None) -> bool:
+        """Whether the line ``text`` starts a document; then moves past it."""
+        return self.advance(self.kind(text))
+
+
 class _DocBuilder:
     """Accumulates the lines of one multi-line document (WikiText, plain text) with a byte bound.
 
-    Documents are numbered in file order (``<file name>:<ordinal>``); a line that is too long or not
-    UTF-8 rejects the whole document it belongs to, with the line named in the reason.
+    Documents are numbered in file order (``<file name>:<ordinal>``, after ``first_ordinal`` earlier
+    ones); a line that is too long or not UTF-8 rejects the whole document it belongs to, with the
+    line named in the reason.
     """
 
-    def __init__(self, limit: int, name: str, joiner: str):
+    def __init__(self, limit: int, name: str, joiner: str, first_ordinal: int = 0):
         self.limit = limit
         self.name = name
         self.joiner = joiner
-        self.ordinal = 0
+        self.ordinal = first_ordinal
         self.reset(None)
 
     def reset(self, src: Source | None):
@@ -153,35 +200,37 @@ class _DocBuilder:
             return
         self.parts.append(text)
 
-    def fail(self, src: Source, reason: str, detail: str):
-        if self.src is None:
+    def next_line(self, src: Source, line: bytes | None, length: int, starts: DocumentStarts) -> tuple[list[Record], str | None]:
+        """Move to the next line: the document it closes (if it starts one) and its text, or None when
+        the line rejects its document (too long, or not UTF-8)."""
+        text = decoded(line)
+        closed: list[Record] = []
+        if starts.step(text):
+            closed = self.emit()
             self.start(src)
+        if text is None:
+            if line is None:
+                self.fail(LINE_TOO_LONG, f"line {src.line} of {length:,} bytes exceeds --max-record-bytes={self.limit:,}")
+            else:
+                self.fail(INVALID_UTF8, f"line {src.line}: {_decode(line, src)[1].detail}")
+        return closed, text
+
+    def fail(self, reason: str, detail: str):
         if not self.problem:
             self.problem = (reason, detail)
             self.parts = []
 
-    def decode(self, src: Source, line: bytes | None, length: int) -> str | None:
-        """The line as text, or None when it rejects the document (too long, or not UTF-8)."""
-        if line is None:
-            self.fail(src, LINE_TOO_LONG, f"line {src.line} of {length:,} bytes exceeds --max-record-bytes={self.limit:,}")
-            return None
-        text, bad = _decode(line, src)
-        if bad:
-            self.fail(src, INVALID_UTF8, f"line {src.line}: {bad.detail}")
-            return None
-        return text
-
-    def emit(self) -> Iterator[Record]:
+    def emit(self) -> list[Record]:
+        """The document being built, if any (a dead letter if it was rejected)."""
         if self.src is None:
-            return
+            return []
         doc_id = f"{self.name}:{self.ordinal}"
         if self.problem:
-            yield DeadLetter(self.problem[0], self.problem[1], self.src, doc_id, "")
-        else:
-            yield _finish_text(doc_id, self.joiner.join(self.parts), self.src)
+            return [DeadLetter(self.problem[0], self.problem[1], self.src, doc_id, "")]
+        return [_finish_text(doc_id, self.joiner.join(self.parts), self.src)]
 
 
-def _wikitext_records(lines, name: str, path: str, opts: ReaderOptions) -> Iterator[Record]:
+def _wikitext_records(lines, name: str, path: str, opts: ReaderOptions, first_ordinal: int = 0) -> Iterator[Record]:
     detok = opts.wikitext_detokenize == "yes" or (opts.wikitext_detokenize == "auto" and ".tokens" in name)
     unk = opts.wikitext_unk
 
@@ -193,18 +242,15 @@ def _wikitext_records(lines, name: str, path: str, opts: ReaderOptions) -> Itera
             return " ".join(s.replace(wikitext.UNK, " ").split())
         return s.replace(wikitext.UNK, unk) if unk != wikitext.UNK else s
 
-    doc = _DocBuilder(opts.max_record_bytes, name, "\n\n")
+    doc = _DocBuilder(opts.max_record_bytes, name, "\n\n", first_ordinal)
+    starts = DocumentStarts("wikitext")
     for line_no, offset, line, length in lines:
         src = Source(path, line_no, offset)
-        text = doc.decode(src, line, length)
+        closed, text = doc.next_line(src, line, length, starts)
+        yield from closed
         if text is None or wikitext.is_blank(text):
             continue
         level = wikitext.heading_level(text)
-        if level == 1:
-            yield from doc.emit()
-            doc.start(src)
-        elif doc.src is None:  # content before the first title still forms a document
-            doc.start(src)
         if level:
             if opts.wikitext_headings == "keep":
                 doc.add(convert(wikitext.heading_text(text)), length)
@@ -215,24 +261,30 @@ def _wikitext_records(lines, name: str, path: str, opts: ReaderOptions) -> Itera
     yield from doc.emit()
 
 
-def _text_records(lines, name: str, path: str, opts: ReaderOptions) -> Iterator[Record]:
-    doc = _DocBuilder(opts.max_record_bytes, name, "\n")
+def _text_records(lines, name: str, path: str, opts: ReaderOptions, first_ordinal: int = 0) -> Iterator[Record]:
+    doc = _DocBuilder(opts.max_record_bytes, name, "\n", first_ordinal)
+    starts = DocumentStarts("text")
     for line_no, offset, line, length in lines:
         src = Source(path, line_no, offset)
-        text = doc.decode(src, line, length)
+        closed, text = doc.next_line(src, line, length, starts)
+        yield from closed
         if text is None:
             continue
         if not text.strip():
             yield from doc.emit()
             doc.reset(None)
             continue
-        if doc.src is None:
-            doc.start(src)
         doc.add(text.rstrip("\r"), length)
     yield from doc.emit()
 
 
 _FORMATS: dict[str, Callable] = {"jsonl": _jsonl_records, "wikitext": _wikitext_records, "text": _text_records}
+
+
+def parse_lines(lines, path: str, opts: ReaderOptions, first_ordinal: int = 0) -> Iterator[Record]:
+    """The records of ``lines`` (``iter_lines`` items) of the file ``path`` in ``opts.input_format``;
+    WikiText and text documents are numbered from ``first_ordinal + 1``."""
+    return _FORMATS[opts.input_format](lines, os.path.basename(path.rstrip("/")), path, opts, first_ordinal)
 
 
 def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record | InputSummary]:
@@ -243,7 +295,6 @@ def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record 
     summary has ``truncated=True``.
     """
     raw = HashingReader(f)
-    name = os.path.basename(path.rstrip("/"))
     summary = InputSummary(path)
     lines_seen = [0, 0]  # last line number, byte offset after it
     bom = [False]
@@ -256,7 +307,7 @@ def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record 
             lines_seen[1] = item[1] + item[3] + 1
             yield item
 
-    records = _FORMATS[opts.input_format](tracked_lines(), name, path, opts)
+    records = parse_lines(tracked_lines(), path, opts)
     try:
         for rec in records:
             summary.documents_read += 1

@@ -112,14 +112,15 @@ def decompressed_chunks(raw: HashingReader, compression: str) -> Iterator[bytes]
         raise TruncatedInputError(raw.bytes, out_bytes, compression)
 
 
-def iter_lines(chunks: Iterator[bytes], max_line_bytes: int, first_offset: int = 0) -> Iterator[tuple[int, int, bytes | None, int]]:
+def iter_lines(chunks: Iterator[bytes], max_line_bytes: int, first_offset: int = 0, first_line: int = 1) -> Iterator[tuple[int, int, bytes | None, int]]:
     """Split a chunk stream into lines without holding more than ``max_line_bytes`` of one line.
 
-    Yields ``(line_number, byte_offset, line_or_None, line_length)`` with the newline stripped;
+    Yields ``(line_number, byte_offset, line_or_None, line_length)`` with the newline stripped, numbering
+    from ``first_line`` at ``first_offset``;
     ``line`` is ``None`` when the line is longer than ``max_line_bytes`` (it is skipped, not stored).
     A final line without a newline is yielded too.
     """
-    line_no = 0
+    line_no = first_line - 1
     offset = first_offset  # byte offset where the pending line starts
     pending: list[bytes] = []
     pending_len = 0
