@@ -33,6 +33,7 @@ from pipeline.candidates.mask_candidates import FindMaskCandidates
 from pipeline.elements import Document
 from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, UsageError, redact_argv
 from pipeline.read.documents import ReadDocuments
+from pipeline.read.ranges import DEFAULT_SPLIT_BYTES
 from pipeline.read.records import DEFAULT_MAX_RECORD_BYTES, ReaderOptions, read_file
 from pipeline.segmenter import Segmenter
 from pipeline.tokenize import tokenizer
@@ -45,6 +46,8 @@ from schemas.artifact import Artifact
 from schemas.ngram_dictionary import NgramDictionary
 
 log = logging.getLogger("pipeline.build_shards")
+
+MIN_SPLIT_BYTES = 4096  # a smaller --split-bytes is almost surely a unit mistake (it is bytes)
 
 
 class BuildShardsOptions(PipelineOptions):
@@ -59,6 +62,10 @@ class BuildShardsOptions(PipelineOptions):
         g.add_argument("--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int, default=DEFAULT_MAX_RECORD_BYTES,
                        help="larger records (lines/documents) are dead-lettered, never loaded (default 16 MiB); "
                        "the largest record costs about 20 MB of worker memory per MB")
+        g.add_argument("--split-bytes", "--split_bytes", dest="split_bytes", type=int, default=DEFAULT_SPLIT_BYTES,
+                       help="read an uncompressed input larger than this as byte ranges of about this size in parallel, "
+                       f"with the same output (default {DEFAULT_SPLIT_BYTES >> 20} MiB; 0: one worker per file). "
+                       ".gz/.zst files are not splittable: give many of them for parallelism")
         g.add_argument("--wikitext-headings", "--wikitext_headings", dest="wikitext_headings", default="keep", choices=["keep", "drop"],
                        help="keep the title and section headings as paragraphs of the document, or drop them")
         g.add_argument("--wikitext-unk", "--wikitext_unk", dest="wikitext_unk", default="keep", choices=["keep", "drop"],
@@ -148,6 +155,8 @@ def _validate(o: argparse.Namespace) -> None:
         raise UsageError(f"--num-shards must be at least 1, got {o.num_shards}")
     if o.max_record_bytes < 1:
         raise UsageError("--max-record-bytes must be positive")
+    if o.split_bytes != 0 and o.split_bytes < MIN_SPLIT_BYTES:
+        raise UsageError(f"--split-bytes must be 0 (never split) or at least {MIN_SPLIT_BYTES:,}, got {o.split_bytes:,}")
     if o.spill_buffer_mb < 1:
         raise UsageError("--spill-buffer-mb must be at least 1")
     sources = [s for s in ("tokenizer", "vocab") if getattr(o, s)] + (["train_tokenizer"] if o.train_tokenizer else [])
@@ -280,7 +289,7 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenizer.TokenizerSpec, static: d
     )
     ids_dtype = "uint16" if fmt.token_id_type(info["vocab_size"]) == fmt.token_id_type(1) else "int32"
 
-    read = p | "ReadDocuments" >> ReadDocuments(o.input, _reader_options(o, unk))
+    read = p | "ReadDocuments" >> ReadDocuments(o.input, _reader_options(o, unk), o.split_bytes)
     documents = read["documents"]
     kinds = static["candidates"]["kinds"]
     spacy_kinds = [k for k in kinds if k in ("entities", "noun_phrases")]

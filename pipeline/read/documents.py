@@ -9,6 +9,7 @@ from apache_beam.io import fileio
 from apache_beam.metrics import Metrics
 
 from pipeline.elements import DeadLetter, Document
+from pipeline.read.ranges import DEFAULT_SPLIT_BYTES, FileHash, Range, RangeRead, WholeFile, combine_summaries, hash_file, plan_file, plan_reads, read_range, scan_range
 from pipeline.read.records import ReaderOptions, read_file
 
 log = logging.getLogger(__name__)
@@ -16,20 +17,42 @@ log = logging.getLogger(__name__)
 DOCUMENTS = "documents"
 DEAD_LETTERS = "dead_letters"
 INPUT_SUMMARIES = "input_summaries"
+_HASHES = "hashes"
 
 
-class _ReadFileFn(beam.DoFn):
-    """Streams one file's records; a file is the unit of work (compressed files cannot be split)."""
+class _ScanFn(beam.DoFn):
+    """Scans one byte range (or hashes one split file); a whole-file read passes through."""
+
+    def __init__(self, options: ReaderOptions):
+        self._options = options
+
+    def process(self, item: WholeFile | FileHash | Range):
+        if isinstance(item, FileHash):
+            yield beam.pvalue.TaggedOutput(_HASHES, hash_file(item.path))
+        elif isinstance(item, Range):
+            yield item.path, scan_range(item, self._options)
+        else:
+            yield item.path, item
+
+
+class _ReadFn(beam.DoFn):
+    """Streams the records of one file, or of one byte range of a split file."""
 
     def __init__(self, options: ReaderOptions):
         self._options = options
         self._documents = Metrics.counter("read", "documents")
         self._dead = Metrics.counter("read", "dead_letters")
-        self._files = Metrics.counter("read", "files")
+        self._ranges = Metrics.counter("read", "ranges")
 
-    def process(self, path: str):
-        log.info("reading %s", path)
-        for rec in read_file(path, self._options):
+    def process(self, item: WholeFile | RangeRead):
+        if isinstance(item, RangeRead):
+            log.debug("reading %s from byte %d (range %d)", item.path, item.start, item.index)
+            self._ranges.inc()
+            records = read_range(item, self._options)
+        else:
+            log.info("reading %s", item.path)
+            records = read_file(item.path, self._options)
+        for rec in records:
             if isinstance(rec, Document):
                 self._documents.inc()
                 yield rec
@@ -37,41 +60,62 @@ class _ReadFileFn(beam.DoFn):
                 self._dead.inc()
                 yield beam.pvalue.TaggedOutput(DEAD_LETTERS, rec)
             else:
-                self._files.inc()
                 if rec.truncated:
-                    log.warning("%s is truncated or corrupt: see dead_letter/ for how far reading got", path)
-                log.info("read %s: %d records, %d bytes", path, rec.documents_read, rec.bytes)
+                    log.warning("%s is truncated or corrupt: see dead_letter/ for how far reading got", item.path)
                 yield beam.pvalue.TaggedOutput(INPUT_SUMMARIES, rec)
 
 
-class ReadDocuments(beam.PTransform):
-    """Match ``patterns``, read every file with ``options``, and spread the documents over workers.
+class _CombineSummariesFn(beam.DoFn):
+    def __init__(self):
+        self._files = Metrics.counter("read", "files")
 
-    Returns a dict of PCollections: ``documents`` (:class:`Document`), ``dead_letters``
-    (:class:`DeadLetter`) and ``input_summaries`` (:class:`InputSummary`).
+    def process(self, path_and_parts):
+        summary = combine_summaries(*path_and_parts)
+        self._files.inc()
+        log.info("read %s: %d records, %d bytes", summary.path, summary.documents_read, summary.bytes)
+        yield summary
+
+
+class ReadDocuments(beam.PTransform):
+    """Match ``patterns``, read every file with ``options``, and spread the work over workers.
+
+    A file is one piece of work, unless it is uncompressed and larger than ``split_bytes`` (> 0): then
+    it is read as byte ranges in parallel, with the same records, ids and positions
+    (``pipeline/read/ranges.py``). Returns a dict of PCollections: ``documents`` (:class:`Document`),
+    ``dead_letters`` (:class:`DeadLetter`) and ``input_summaries`` (one :class:`InputSummary` per file).
     """
 
-    def __init__(self, patterns: list[str], options: ReaderOptions):
+    def __init__(self, patterns: list[str], options: ReaderOptions, split_bytes: int = DEFAULT_SPLIT_BYTES):
         super().__init__()
         self._patterns = list(patterns)
         self._options = options
+        self._split_bytes = split_bytes
 
     def expand(self, pbegin):
-        paths = (
+        scanned = (
             pbegin
             | "Patterns" >> beam.Create(self._patterns)
             | "MatchFiles" >> fileio.MatchAll()
-            | "Paths" >> beam.Map(lambda metadata: metadata.path)
+            | "PathsAndSizes" >> beam.Map(lambda metadata: (metadata.path, metadata.size_in_bytes))
             | "OnePerFile" >> beam.Distinct()
-            | "SpreadFiles" >> beam.Reshuffle()
+            | "Plan" >> beam.FlatMap(lambda path_and_size, split: plan_file(*path_and_size, split), self._split_bytes)
+            | "SpreadScans" >> beam.Reshuffle()
+            | "Scan" >> beam.ParDo(_ScanFn(self._options)).with_outputs(_HASHES, main="scans")
         )
-        records = paths | "ReadFiles" >> beam.ParDo(_ReadFileFn(self._options)).with_outputs(
-            DEAD_LETTERS, INPUT_SUMMARIES, main=DOCUMENTS
+        records = (
+            scanned["scans"]
+            | "GroupByFile" >> beam.GroupByKey()
+            | "PlanReads" >> beam.FlatMapTuple(plan_reads)
+            | "SpreadReads" >> beam.Reshuffle()
+            | "Read" >> beam.ParDo(_ReadFn(self._options)).with_outputs(DEAD_LETTERS, INPUT_SUMMARIES, main=DOCUMENTS)
+        )
+        summaries = (
+            (records[INPUT_SUMMARIES], scanned[_HASHES])
+            | "SummaryParts" >> beam.Flatten()
+            | "KeyByFile" >> beam.Map(lambda part: (part.path, part))
+            | "GroupParts" >> beam.GroupByKey()
+            | "CombineParts" >> beam.ParDo(_CombineSummariesFn())
         )
         # No reshuffle of the documents: reading fuses with tokenizing and spilling, so texts are
-        # never materialised; parallelism comes from the files (split big corpora into many).
-        return {
-            DOCUMENTS: records[DOCUMENTS],
-            DEAD_LETTERS: records[DEAD_LETTERS],
-            INPUT_SUMMARIES: records[INPUT_SUMMARIES],
-        }
+        # never materialised; parallelism comes from the files and the byte ranges of big plain files.
+        return {DOCUMENTS: records[DOCUMENTS], DEAD_LETTERS: records[DEAD_LETTERS], INPUT_SUMMARIES: summaries}
