@@ -34,7 +34,8 @@ from pipeline.read.record_checks import UTF8_BOM, skip_bom
 from pipeline.read.records import DocumentStarts, ReaderOptions, decoded, parse_lines
 from pipeline.read.streams import CHUNK_BYTES, HashingReader, compression_of, iter_lines
 
-DEFAULT_SPLIT_BYTES = 8 << 20
+DEFAULT_SPLIT_BYTES = 4 << 20
+_LOOKAHEAD_BYTES = 64 << 10  # read this much at a time to find where the next line starts
 
 
 @dataclass(frozen=True)
@@ -106,12 +107,12 @@ def _open(path: str) -> BinaryIO:
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-def _chunks(f: BinaryIO, start: int, stop: int | None = None) -> Iterator[bytes]:
-    """Raw bytes from ``start`` to ``stop`` (or the end of the file)."""
+def _chunks(f: BinaryIO, start: int, stop: int | None = None, size: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """Raw bytes from ``start`` to ``stop`` (or the end of the file), ``size`` at a time."""
     f.seek(start)
     pos = start
     while stop is None or pos < stop:
-        chunk = f.read(CHUNK_BYTES if stop is None else min(CHUNK_BYTES, stop - pos))
+        chunk = f.read(size if stop is None else min(size, stop - pos))
         if not chunk:
             return
         pos += len(chunk)
@@ -123,7 +124,7 @@ def line_start(f: BinaryIO, pos: int) -> int:
     if pos <= 0:
         return 0
     at = pos - 1
-    for chunk in _chunks(f, at):
+    for chunk in _chunks(f, at, size=_LOOKAHEAD_BYTES):
         newline = chunk.find(b"\n")
         if newline >= 0:
             return at + newline + 1
