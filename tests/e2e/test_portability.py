@@ -247,8 +247,9 @@ def test_build_shards_with_candidates_on_wikitext_is_identical_on_the_portable_r
 def test_build_shards_on_the_demo_corpus_with_bad_records_is_identical_on_the_portable_runner(bad_records, environments, tmp_path):
     from pipeline import build_shards
 
+    # --split-bytes: the demo corpus (151 kB) is read as 10 byte ranges, the bad records as one file
     argv = ["--input", str(DEMO_CORPUS), "--input", str(bad_records), "--input-format", "jsonl", "--train-tokenizer",
-            "--vocab-size", "3000", "--num-shards", "4", "--mask-candidates", "entities,noun_phrases"]
+            "--vocab-size", "3000", "--num-shards", "4", "--mask-candidates", "entities,noun_phrases", "--split-bytes", "16384"]
     results = run_everywhere(build_shards, argv, tmp_path / "artifact", environments)
     manifest = assert_identical(results, _build_shards_options())
     c = manifest["counts"]
