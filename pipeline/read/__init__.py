@@ -4,5 +4,7 @@ In: input paths (local, gs://, s3://; JSONL[.gz|.zst], WikiText, plain text). Ou
 ``documents.py``): :class:`~pipeline.elements.Document` s, one :class:`~pipeline.elements.DeadLetter` per
 rejected record, and one :class:`~pipeline.elements.InputSummary` per file. ``streams.py`` turns bytes into
 lines in bounded memory, ``records.py`` lines into records (jsonl / wikitext / text), ``wikitext.py`` knows
-WikiText's line format, ``record_checks.py`` the checks that keep a bad record from crashing a worker.
+WikiText's line format, ``record_checks.py`` the checks that keep a bad record from crashing a worker,
+``ranges.py`` the byte ranges that let several workers read one big uncompressed file with the records of a
+whole-file read.
 """
