@@ -129,7 +129,7 @@ def test_byte_ranges_read_exactly_the_records_of_a_whole_file_read(tmp_path, inp
     reasons = {r.reason for r in whole if isinstance(r, DeadLetter)}
     assert {"invalid_utf8", "line_too_long"} <= reasons and sum(isinstance(r, Document) for r in whole) > 20
     checked = 0
-    for split_bytes in (1, 2, 3, 5, 17, 64, 333, 1000, len(data) // 2, len(data) - 1):
+    for split_bytes in (1, 5, 17, 64, 333, 1000, len(data) // 2, len(data) - 1):
         got, count = split_read(str(path), opts, split_bytes)
         assert count == -(-len(data) // split_bytes) > 1
         assert got == whole, f"split every {split_bytes} bytes"
