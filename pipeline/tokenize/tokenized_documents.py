@@ -18,6 +18,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline.elements import NO_TOKENS, TOKENIZER_ERROR, AnnotatedDocument, DeadLetter, Document, TokenizedDocument, preview
 from pipeline.segmenter import Segmenter
+from pipeline.tokenize.sentence_encoding import SentenceEncoder
 from pipeline.tokenize.sentences import sentence_spans
 from pipeline.tokenize.tokenizer import TokenizerSpec
 
@@ -158,9 +159,13 @@ class _TokenizeFn(beam.DoFn):
         self._segmenter = None
         if self._segmenter_path:
             self._segmenter = Segmenter.from_dictionary(self._segmenter_path)
+        # Without character spans to align (no n-gram dictionary, no spaCy candidates) documents are encoded
+        # sentence by sentence without offsets where that provably gives the same tokens (sentence_encoding).
+        self._sentences = None if self._segmenter is not None else SentenceEncoder.for_tokenizer(self._tok)
 
     def process(self, batch: list):
-        """A batch of documents is encoded with one ``encode_batch`` call (Rust threads, GIL released)."""
+        """A batch of documents is encoded with one Rust call (``encode_batch`` or, per sentence,
+        ``encode_batch_fast``: Rust threads, GIL released)."""
         docs, spans = [], []
         for element in batch:
             if isinstance(element, AnnotatedDocument):
@@ -169,19 +174,35 @@ class _TokenizeFn(beam.DoFn):
             else:
                 docs.append(element)
                 spans.append(())
-        short = [d.text for d in docs if len(d.text) <= ENCODE_PIECE_CHARS]
+        sentences = [sentence_spans(d.text, self._language) for d in docs]
+        results: list = [None] * len(docs)
+        if self._sentences is not None:
+            fast = [i for i, (d, cs, sent) in enumerate(zip(docs, spans, sentences))
+                    if not cs and len(d.text) <= ENCODE_PIECE_CHARS and self._sentences.applies(d.text, sent)]
+            try:
+                encoded = self._sentences.encode([docs[i].text for i in fast], [sentences[i] for i in fast])
+            except Exception:  # noqa: BLE001 - the whole-document path below finds the failing document
+                encoded = []
+            for i, (ids, word_start, sentence_firsts) in zip(fast, encoded):
+                results[i] = (ids, word_start, sentence_firsts, None)
+        rest = [i for i in range(len(docs)) if results[i] is None]
+        short = [i for i in rest if len(docs[i].text) <= ENCODE_PIECE_CHARS]
         try:
-            batch_encodings = iter(self._tok.encode_batch(short, add_special_tokens=False))
-            encodings = [_Encoded.of(next(batch_encodings)) if len(d.text) <= ENCODE_PIECE_CHARS else self._encode_one(d) for d in docs]
+            batch_encodings = self._tok.encode_batch([docs[i].text for i in short], add_special_tokens=False)
+            for i, enc in zip(short, batch_encodings):
+                results[i] = _Encoded.of(enc)
         except Exception:  # noqa: BLE001 - tokenizers raises TypeError/bare Exception from Rust; find the document
-            encodings = [self._encode_one(d) for d in docs]
-        for doc, char_spans, enc in zip(docs, spans, encodings):
+            pass
+        for i in rest:
+            if results[i] is None:
+                results[i] = self._encode_one(docs[i])
+        for doc, char_spans, sent, enc in zip(docs, spans, sentences, results):
             if isinstance(enc, str):
                 yield beam.pvalue.TaggedOutput(
                     DEAD_LETTERS, DeadLetter(TOKENIZER_ERROR, enc, doc.source, doc.doc_id, preview(doc.text))
                 )
                 continue
-            yield from self._tokenize(doc, char_spans, enc)
+            yield from self._tokenize(doc, char_spans, sent, enc)
 
     def _encode_one(self, doc: Document) -> "_Encoded | str":
         """The document's encoding (long texts piece by piece), or the tokenizer's error message (a dead letter)."""
@@ -194,23 +215,30 @@ class _TokenizeFn(beam.DoFn):
             return f"the tokenizer cannot encode this text: {type(e).__name__}: {e}"
         return _Encoded.concatenate(parts)
 
-    def _tokenize(self, doc: Document, char_spans, enc: "_Encoded"):
-        n = len(enc.ids)
+    def _tokenize(self, doc: Document, char_spans, sent: list[tuple[int, int]], enc: "_Encoded | tuple"):
+        if isinstance(enc, tuple):  # sentence by sentence: ids, word starts, sentence starts (no offsets)
+            ids, word_start, sentence_firsts, enc = enc
+        else:
+            ids, word_start, sentence_firsts = enc.ids, None, None
+        n = len(ids)
         if n == 0:
             yield beam.pvalue.TaggedOutput(
                 DEAD_LETTERS,
                 DeadLetter(NO_TOKENS, "the tokenizer produced no tokens for this text", doc.source, doc.doc_id, preview(doc.text)),
             )
             return
-        ids_arr = enc.ids.astype(self._dtype)
-        w = enc.words
-        word_start = np.empty(n, dtype=bool)
+        ids_arr = ids.astype(self._dtype)
+        if word_start is None:
+            w = enc.words
+            word_start = np.empty(n, dtype=bool)
+            np.not_equal(w[1:], w[:-1], out=word_start[1:])
         word_start[0] = True
-        np.not_equal(w[1:], w[:-1], out=word_start[1:])
         sentence_start = np.zeros(n, dtype=bool)
-        sent = sentence_spans(doc.text, self._language)
         if sent:
-            idx = enc.first_tokens_at(doc.text, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent)))
+            if sentence_firsts is not None:
+                idx = sentence_firsts
+            else:
+                idx = enc.first_tokens_at(doc.text, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent)))
             idx = idx[idx < n]
             sentence_start[idx] = True
         sentence_start[0] = True
