@@ -11,10 +11,14 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.elements import NO_TOKENS, TOKENIZER_ERROR, AnnotatedDocument, DeadLetter, Document, TokenizedDocument, preview
 from pipeline.segmenter import Segmenter
@@ -162,10 +166,34 @@ class _TokenizeFn(beam.DoFn):
         # Without character spans to align (no n-gram dictionary, no spaCy candidates) documents are encoded
         # sentence by sentence without offsets where that provably gives the same tokens (sentence_encoding).
         self._sentences = None if self._segmenter is not None else SentenceEncoder.for_tokenizer(self._tok)
+        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
+        self._pending = None
 
     def process(self, batch: list):
-        """A batch of documents is encoded with one Rust call (``encode_batch`` or, per sentence,
-        ``encode_batch_fast``: Rust threads, GIL released)."""
+        """Batches are pipelined: while the encoder thread runs the Rust call for this batch (GIL released),
+        this thread emits the previous batch (and the stages fused after it run) and then splits the next
+        batch into sentences, so Python and Rust work overlap even with a single worker."""
+        job = self._start(batch)
+        previous, self._pending = self._pending, job
+        if previous is not None:
+            yield from self._finish(*previous)
+
+    def finish_bundle(self):
+        previous, self._pending = self._pending, None
+        if previous is None:
+            return
+        for out in self._finish(*previous):
+            if isinstance(out, beam.pvalue.TaggedOutput):
+                yield beam.pvalue.TaggedOutput(out.tag, WindowedValue(out.value, MIN_TIMESTAMP, (GlobalWindow(),)))
+            else:
+                yield WindowedValue(out, MIN_TIMESTAMP, (GlobalWindow(),))
+
+    def teardown(self):
+        if getattr(self, "_encoder", None) is not None:
+            self._encoder.shutdown(wait=True)
+
+    def _start(self, batch: list):
+        """Split the batch into sentences, choose each document's path, and hand the Rust calls to the encoder thread."""
         docs, spans = [], []
         for element in batch:
             if isinstance(element, AnnotatedDocument):
@@ -175,28 +203,41 @@ class _TokenizeFn(beam.DoFn):
                 docs.append(element)
                 spans.append(())
         sentences = [sentence_spans(d.text, self._language) for d in docs]
-        results: list = [None] * len(docs)
+        fast = []
         if self._sentences is not None:
             fast = [i for i, (d, cs, sent) in enumerate(zip(docs, spans, sentences))
                     if not cs and len(d.text) <= ENCODE_PIECE_CHARS and self._sentences.applies(d.text, sent)]
+        future = self._encoder.submit(self._encode_batch, docs, fast, sentences)
+        return docs, spans, sentences, future
+
+    def _encode_batch(self, docs: list[Document], fast: list[int], sentences: list):
+        """On the encoder thread: only the Rust calls. Failures are returned, not raised: the
+        whole-document path, one document at a time, then finds the document that fails."""
+        encoded = None
+        if fast:
             try:
                 encoded = self._sentences.encode([docs[i].text for i in fast], [sentences[i] for i in fast])
-            except Exception:  # noqa: BLE001 - the whole-document path below finds the failing document
-                encoded = []
-            for i, (ids, word_start, sentence_firsts) in zip(fast, encoded):
-                results[i] = (ids, word_start, sentence_firsts, None)
-        rest = [i for i in range(len(docs)) if results[i] is None]
-        short = [i for i in rest if len(docs[i].text) <= ENCODE_PIECE_CHARS]
+            except Exception:  # noqa: BLE001
+                encoded = None
+        done = set(fast) if encoded is not None else set()
+        short = [i for i, d in enumerate(docs) if i not in done and len(d.text) <= ENCODE_PIECE_CHARS]
+        whole = None
         try:
-            batch_encodings = self._tok.encode_batch([docs[i].text for i in short], add_special_tokens=False)
-            for i, enc in zip(short, batch_encodings):
-                results[i] = _Encoded.of(enc)
-        except Exception:  # noqa: BLE001 - tokenizers raises TypeError/bare Exception from Rust; find the document
-            pass
-        for i in rest:
-            if results[i] is None:
-                results[i] = self._encode_one(docs[i])
+            whole = self._tok.encode_batch([docs[i].text for i in short], add_special_tokens=False) if short else []
+        except Exception:  # noqa: BLE001 - tokenizers raises TypeError/bare Exception from Rust
+            whole = None
+        return fast if encoded is not None else [], encoded or [], short if whole is not None else [], whole or []
+
+    def _finish(self, docs, spans, sentences, future):
+        fast, encoded, short, whole = future.result()
+        results: list = [None] * len(docs)
+        for i, (ids, word_start, sentence_firsts) in zip(fast, encoded):
+            results[i] = (ids, word_start, sentence_firsts, None)
+        for i, enc in zip(short, whole):
+            results[i] = _Encoded.of(enc)
         for doc, char_spans, sent, enc in zip(docs, spans, sentences, results):
+            if enc is None:
+                enc = self._encode_one(doc)
             if isinstance(enc, str):
                 yield beam.pvalue.TaggedOutput(
                     DEAD_LETTERS, DeadLetter(TOKENIZER_ERROR, enc, doc.source, doc.doc_id, preview(doc.text))

@@ -51,6 +51,8 @@ def _outputs(spec, docs: list[Document], sentence_path: bool) -> list:
     out = []
     for i in range(0, len(docs), 32):
         out.extend(fn.process(docs[i : i + 32]))
+    out.extend(o.value for o in fn.finish_bundle())  # the last batch is emitted when the bundle ends
+    fn.teardown()
     return out
 
 
