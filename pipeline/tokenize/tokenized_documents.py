@@ -11,13 +11,18 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.elements import NO_TOKENS, TOKENIZER_ERROR, AnnotatedDocument, DeadLetter, Document, TokenizedDocument, preview
 from pipeline.segmenter import Segmenter
+from pipeline.tokenize.sentence_encoding import SentenceEncoder
 from pipeline.tokenize.sentences import sentence_spans
 from pipeline.tokenize.tokenizer import TokenizerSpec
 
@@ -158,9 +163,37 @@ class _TokenizeFn(beam.DoFn):
         self._segmenter = None
         if self._segmenter_path:
             self._segmenter = Segmenter.from_dictionary(self._segmenter_path)
+        # Without character spans to align (no n-gram dictionary, no spaCy candidates) documents are encoded
+        # sentence by sentence without offsets where that provably gives the same tokens (sentence_encoding).
+        self._sentences = None if self._segmenter is not None else SentenceEncoder.for_tokenizer(self._tok)
+        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
+        self._pending = None
 
     def process(self, batch: list):
-        """A batch of documents is encoded with one ``encode_batch`` call (Rust threads, GIL released)."""
+        """Batches are pipelined: while the encoder thread runs the Rust call for this batch (GIL released),
+        this thread emits the previous batch (and the stages fused after it run) and then splits the next
+        batch into sentences, so Python and Rust work overlap even with a single worker."""
+        job = self._start(batch)
+        previous, self._pending = self._pending, job
+        if previous is not None:
+            yield from self._finish(*previous)
+
+    def finish_bundle(self):
+        previous, self._pending = self._pending, None
+        if previous is None:
+            return
+        for out in self._finish(*previous):
+            if isinstance(out, beam.pvalue.TaggedOutput):
+                yield beam.pvalue.TaggedOutput(out.tag, WindowedValue(out.value, MIN_TIMESTAMP, (GlobalWindow(),)))
+            else:
+                yield WindowedValue(out, MIN_TIMESTAMP, (GlobalWindow(),))
+
+    def teardown(self):
+        if getattr(self, "_encoder", None) is not None:
+            self._encoder.shutdown(wait=True)
+
+    def _start(self, batch: list):
+        """Split the batch into sentences, choose each document's path, and hand the Rust calls to the encoder thread."""
         docs, spans = [], []
         for element in batch:
             if isinstance(element, AnnotatedDocument):
@@ -169,19 +202,48 @@ class _TokenizeFn(beam.DoFn):
             else:
                 docs.append(element)
                 spans.append(())
-        short = [d.text for d in docs if len(d.text) <= ENCODE_PIECE_CHARS]
+        sentences = [sentence_spans(d.text, self._language) for d in docs]
+        fast = []
+        if self._sentences is not None:
+            fast = [i for i, (d, cs, sent) in enumerate(zip(docs, spans, sentences))
+                    if not cs and len(d.text) <= ENCODE_PIECE_CHARS and self._sentences.applies(d.text, sent)]
+        future = self._encoder.submit(self._encode_batch, docs, fast, sentences)
+        return docs, spans, sentences, future
+
+    def _encode_batch(self, docs: list[Document], fast: list[int], sentences: list):
+        """On the encoder thread: only the Rust calls. Failures are returned, not raised: the
+        whole-document path, one document at a time, then finds the document that fails."""
+        encoded = None
+        if fast:
+            try:
+                encoded = self._sentences.encode([docs[i].text for i in fast], [sentences[i] for i in fast])
+            except Exception:  # noqa: BLE001
+                encoded = None
+        done = set(fast) if encoded is not None else set()
+        short = [i for i, d in enumerate(docs) if i not in done and len(d.text) <= ENCODE_PIECE_CHARS]
+        whole = None
         try:
-            batch_encodings = iter(self._tok.encode_batch(short, add_special_tokens=False))
-            encodings = [_Encoded.of(next(batch_encodings)) if len(d.text) <= ENCODE_PIECE_CHARS else self._encode_one(d) for d in docs]
-        except Exception:  # noqa: BLE001 - tokenizers raises TypeError/bare Exception from Rust; find the document
-            encodings = [self._encode_one(d) for d in docs]
-        for doc, char_spans, enc in zip(docs, spans, encodings):
+            whole = self._tok.encode_batch([docs[i].text for i in short], add_special_tokens=False) if short else []
+        except Exception:  # noqa: BLE001 - tokenizers raises TypeError/bare Exception from Rust
+            whole = None
+        return fast if encoded is not None else [], encoded or [], short if whole is not None else [], whole or []
+
+    def _finish(self, docs, spans, sentences, future):
+        fast, encoded, short, whole = future.result()
+        results: list = [None] * len(docs)
+        for i, (ids, word_start, sentence_firsts) in zip(fast, encoded):
+            results[i] = (ids, word_start, sentence_firsts, None)
+        for i, enc in zip(short, whole):
+            results[i] = _Encoded.of(enc)
+        for doc, char_spans, sent, enc in zip(docs, spans, sentences, results):
+            if enc is None:
+                enc = self._encode_one(doc)
             if isinstance(enc, str):
                 yield beam.pvalue.TaggedOutput(
                     DEAD_LETTERS, DeadLetter(TOKENIZER_ERROR, enc, doc.source, doc.doc_id, preview(doc.text))
                 )
                 continue
-            yield from self._tokenize(doc, char_spans, enc)
+            yield from self._tokenize(doc, char_spans, sent, enc)
 
     def _encode_one(self, doc: Document) -> "_Encoded | str":
         """The document's encoding (long texts piece by piece), or the tokenizer's error message (a dead letter)."""
@@ -194,23 +256,30 @@ class _TokenizeFn(beam.DoFn):
             return f"the tokenizer cannot encode this text: {type(e).__name__}: {e}"
         return _Encoded.concatenate(parts)
 
-    def _tokenize(self, doc: Document, char_spans, enc: "_Encoded"):
-        n = len(enc.ids)
+    def _tokenize(self, doc: Document, char_spans, sent: list[tuple[int, int]], enc: "_Encoded | tuple"):
+        if isinstance(enc, tuple):  # sentence by sentence: ids, word starts, sentence starts (no offsets)
+            ids, word_start, sentence_firsts, enc = enc
+        else:
+            ids, word_start, sentence_firsts = enc.ids, None, None
+        n = len(ids)
         if n == 0:
             yield beam.pvalue.TaggedOutput(
                 DEAD_LETTERS,
                 DeadLetter(NO_TOKENS, "the tokenizer produced no tokens for this text", doc.source, doc.doc_id, preview(doc.text)),
             )
             return
-        ids_arr = enc.ids.astype(self._dtype)
-        w = enc.words
-        word_start = np.empty(n, dtype=bool)
+        ids_arr = ids.astype(self._dtype)
+        if word_start is None:
+            w = enc.words
+            word_start = np.empty(n, dtype=bool)
+            np.not_equal(w[1:], w[:-1], out=word_start[1:])
         word_start[0] = True
-        np.not_equal(w[1:], w[:-1], out=word_start[1:])
         sentence_start = np.zeros(n, dtype=bool)
-        sent = sentence_spans(doc.text, self._language)
         if sent:
-            idx = enc.first_tokens_at(doc.text, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent)))
+            if sentence_firsts is not None:
+                idx = sentence_firsts
+            else:
+                idx = enc.first_tokens_at(doc.text, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent)))
             idx = idx[idx < n]
             sentence_start[idx] = True
         sentence_start[0] = True
