@@ -80,6 +80,26 @@ def test_cached_batches_equal_local_and_the_second_pass_reads_only_the_cache(s3,
     assert second.shard_cache.fills == 0
 
 
+def test_a_warm_cache_needs_only_the_manifest_from_the_bucket(s3, demo_artifact, tmp_path):
+    """Shard footers (the index), record batches and unigram counts come from the cache once it is warm: with every
+    object but manifest.json deleted from the bucket, a new stream opens and gives the local batches."""
+    uri = _upload(s3, demo_artifact)
+    local, _ = _batches(str(demo_artifact), None)
+    first, stream = _batches(uri, tmp_path / "cache")
+    _same(local, first)
+    assert stream.shard_cache.fills == 3
+    fs, root = s3.pyarrow_fs(), uri.split("://", 1)[1]
+    removed = [rel for rel in (p.relative_to(demo_artifact).as_posix() for p in demo_artifact.rglob("*") if p.is_file())
+               if rel != "manifest.json"]
+    for rel in removed:
+        fs.delete_file(f"{root}/{rel}")
+    manifest = json.loads((demo_artifact / "manifest.json").read_text())
+    assert "shards/part-00000-of-00004.arrow" in removed and manifest["unigram"]["file"] in removed
+    again, warm = _batches(uri, tmp_path / "cache")
+    _same(local, again)
+    assert warm.shard_cache.fills == 0 and warm.shard_checks == {"size": 0, "hashed": 0, "cached": 0}
+
+
 def test_a_corrupted_object_is_refused_naming_the_shard_and_never_cached(s3, demo_artifact, tmp_path):
     damaged = tmp_path / "artifact"
     shutil.copytree(demo_artifact, damaged)

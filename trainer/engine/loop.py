@@ -58,7 +58,8 @@ class Trainer:
         self.ckpt_dir = checkpoint_dir(self.run_dir)
         self.micro = setup.deepspeed["train_micro_batch_size_per_gpu"]
         self.accum = setup.deepspeed["gradient_accumulation_steps"]
-        self.tokenizer_json = setup.artifact.tokenizer_json()
+        cache, tok = setup.train_loader.dataset.shard_cache, setup.artifact.manifest["tokenizer"]
+        self.tokenizer_json = setup.artifact.tokenizer_json(cache.read_file(tok["file"], tok) if cache else None)
         self.step = 0
 
     # -- set-up --------------------------------------------------------------------------------
