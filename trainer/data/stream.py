@@ -58,6 +58,15 @@ STATE_VERSION = 1
 MAX_CHUNK_ROWS = 256
 
 
+class WorkerDataError:
+    """What a DataLoader worker yields instead of raising a data error (a ``FormatError``): torch re-raises a
+    worker's exception in the parent with the worker's traceback in its message; the loader raises ``error``
+    itself (one line, naming the file)."""
+
+    def __init__(self, error: fmt.FormatError):
+        self.error = error
+
+
 class ArtifactStream(IterableDataset):
     """One rank's stream of masked micro-batches over a split of an artifact (module docstring).
 
@@ -319,4 +328,11 @@ class ArtifactStream(IterableDataset):
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
         for m, (epoch, firsts) in enumerate(self._chunks()):
             if m % nw == wid:
-                yield self.make_chunk(epoch, firsts)
+                try:
+                    chunk = self.make_chunk(epoch, firsts)
+                except fmt.FormatError as e:
+                    if info is None:
+                        raise
+                    yield WorkerDataError(e)
+                    return
+                yield chunk
