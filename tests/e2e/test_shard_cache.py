@@ -117,6 +117,23 @@ def test_a_corrupted_object_is_refused_naming_the_shard_and_never_cached(s3, dem
     assert not any(n.startswith(".fill-") for n in names)
 
 
+def test_an_object_gone_from_the_bucket_before_its_fill_is_a_format_error_naming_it(s3, demo_artifact, tmp_path):
+    from trainer.data import ArtifactStream, DataConfig, open_artifact
+    from trainer.masking import MaskingConfig
+
+    uri = _upload(s3, demo_artifact)
+    cfg = DataConfig(artifact=uri, micro_batch_size=4, num_workers=0, eval_shards=1, num_epochs=1, seed=5,
+                     cache_dir=str(tmp_path / "cache"), read_ahead=0)
+    stream = ArtifactStream(open_artifact(uri), cfg, MaskingConfig(scheme="span", seed=3))  # checks sizes: all there
+    for rel in stream.blocks.shard_paths:
+        s3.pyarrow_fs().delete_file(f"{uri.split('://', 1)[1]}/{rel}")
+    with pytest.raises(fmt.FormatError) as err:
+        next(iter(stream))
+    message = str(err.value)
+    assert message.startswith(f"{uri}/shards/part-0000") and message.endswith(": file listed in the manifest is missing"), message
+    assert not _cached(tmp_path / "cache")
+
+
 def test_the_size_bound_evicts_unheld_shards_and_read_ahead_fills_the_next(s3, demo_artifact, tmp_path):
     from trainer.data import open_artifact
     from trainer.data.shard_cache import ShardCache
