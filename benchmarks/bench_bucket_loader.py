@@ -11,9 +11,10 @@ each ``trainer.data.build_train_loader`` end to end (open, shard checks, shuffle
 * ``local``: the artifact on local disk (baseline; ratios are against it);
 * ``s3, no cache``: ranged reads of record batches from the bucket;
 * ``s3, cold cache``: ``cache_dir`` empty: every shard downloaded, sha256-checked and read from the copy;
-* ``s3, warm cache``: the same ``cache_dir`` again (the bucket is still asked for the manifest and footers).
+* ``s3, warm cache``: the same ``cache_dir`` again (only the manifest comes from the bucket).
 
-Each row but the cold one is the median of ``--repeat`` timings. The loader keeps up to ``2 * shuffle_window + 4``
+The cold row is timed once; the others alternate in ``--repeat`` rounds (medians, and the median of the rounds'
+warm/local ratios). The loader keeps up to ``2 * shuffle_window + 4``
 decoded record batches per process: with an artifact smaller than that, only the first epoch reads blocks at all.
 
 moto_server is a Python process on the same cores, so "remote" costs here are CPU, not network latency.
@@ -70,7 +71,7 @@ def main(argv=None) -> None:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--micro-batch-size", type=int, default=8)
-    p.add_argument("--repeat", type=int, default=3, help="timings per row (median); the warm cache is warm from the cold run")
+    p.add_argument("--repeat", type=int, default=5, help="rounds of timings (medians); the warm cache is warm from the cold run")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -87,19 +88,33 @@ def main(argv=None) -> None:
                   f"{args.workers} workers, micro-batch {args.micro_batch_size}")
             print(f"# load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
             run_loader(str(data), args, None)  # page cache and sha256 markers of the local files
-            results = {}
-            for name, uri_, cache in (("local", str(data), None), ("s3, no cache", uri, None),
-                                      ("s3, cold cache", uri, str(tmp / "cache")), ("s3, warm cache", uri, str(tmp / "cache")),
-                                      ("local, again", str(data), None)):
-                print(f"  timing {name} ...", flush=True)
-                runs = [run_loader(uri_, args, cache) for _ in range(1 if name == "s3, cold cache" else args.repeat)]
-                results[name] = (runs[0][0], sorted(secs for _, secs in runs)[len(runs) // 2])
+            cache = str(tmp / "cache")
+            print("  timing s3, cold cache ...", flush=True)
+            cold = run_loader(uri, args, cache)
+            # The other rows alternate, round by round (rotating the order), so that changes of the machine's
+            # load hit them alike; each row is the median of its rounds, "warm / local" the median of the
+            # rounds' ratios.
+            rows = (("local", str(data), None), ("s3, no cache", uri, None), ("s3, warm cache", uri, cache))
+            times: dict[str, list[float]] = {name: [] for name, _, _ in rows}
+            counts = {}
+            for r in range(args.repeat):
+                print(f"  round {r + 1}/{args.repeat} ...", flush=True)
+                for name, uri_, cache_ in rows[r % len(rows):] + rows[:r % len(rows)]:
+                    counts[name], secs = run_loader(uri_, args, cache_)
+                    times[name].append(secs)
         finally:
             store.stop()
+        med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+        results = {name: (counts[name], med(times[name])) for name, _, _ in rows}
+        results["s3, cold cache"] = cold
         base = results["local"][0] / results["local"][1]
         print(f"{'reader':<18}{'rows':>8}{'seconds':>10}{'rows/s':>10}{'vs local':>10}")
-        for name, (rows, secs) in results.items():
-            print(f"{name:<18}{rows:>8}{secs:>10.2f}{rows / secs:>10,.0f}{rows / secs / base:>9.3f}x")
+        for name in ("local", "s3, no cache", "s3, cold cache", "s3, warm cache"):
+            rows_, secs = results[name]
+            print(f"{name:<18}{rows_:>8}{secs:>10.2f}{rows_ / secs:>10,.0f}{rows_ / secs / base:>9.3f}x")
+        ratios = [lo / wa for lo, wa in zip(times["local"], times["s3, warm cache"])]
+        print(f"# warm / local per round: {' '.join(f'{x:.3f}' for x in ratios)}; median {med(ratios):.3f}; "
+              f"local seconds per round: {' '.join(f'{x:.2f}' for x in times['local'])}")
         print(f"# load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

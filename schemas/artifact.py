@@ -32,10 +32,9 @@ class Artifact:
     @classmethod
     def open(cls, uri: str) -> "Artifact":
         fs, root = fmt.split_uri(uri.rstrip("/"))
-        info = fs.get_file_info(root)
-        if info.type == pafs.FileType.NotFound:
+        raw = fmt.read_if_present(fs, f"{root}/{fmt.MANIFEST_FILE}")  # first: one request when it is there
+        if raw is None and fs.get_file_info(root).type == pafs.FileType.NotFound:
             raise fmt.FormatError(f"{uri}: artifact directory does not exist")
-        raw = fmt.read_if_present(fs, f"{root}/{fmt.MANIFEST_FILE}")
         if raw is None:
             raise fmt.FormatError(
                 f"{uri}: incomplete artifact: no {fmt.MANIFEST_FILE} (it is written last; the job that builds "
@@ -127,16 +126,21 @@ class Artifact:
             raise fmt.FormatError(f"{where}: schema differs from the format's shard schema:\n{reader.schema}\nexpected:\n{expected}")
         return reader
 
-    def tokenizer_json(self) -> str:
-        return self.read_bytes(self.manifest["tokenizer"]["file"]).decode("utf-8")
+    def tokenizer_json(self, data: bytes | None = None) -> str:
+        """The tokenizer file's text; ``data``: its bytes, already read (e.g. a cached copy checked against the manifest)."""
+        return (self.read_bytes(self.manifest["tokenizer"]["file"]) if data is None else data).decode("utf-8")
 
-    def unigram_counts(self):
-        """numpy int64 array of length vocab_size: how often each token id occurs in the shards."""
+    def unigram_counts(self, data: bytes | None = None):
+        """numpy int64 array of length vocab_size: how often each token id occurs in the shards. ``data``: the
+        unigram file's bytes, already read (e.g. a cached copy checked against the manifest)."""
         import numpy as np
 
         rel = self.manifest["unigram"]["file"]
-        with self.fs.open_input_file(self.path(rel)) as f:
-            table = ipc.open_file(f).read_all()
+        if data is None:
+            with self.fs.open_input_file(self.path(rel)) as f:
+                table = ipc.open_file(f).read_all()
+        else:
+            table = ipc.open_file(pa.BufferReader(data)).read_all()
         fmt.check_schema_metadata(table.schema, self.display(rel))
         counts = np.zeros(self.vocab_size, dtype=np.int64)
         counts[table.column("token_id").to_numpy()] = table.column("count").to_numpy()

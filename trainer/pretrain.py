@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from schemas.format import FormatError
 from trainer import engine
 from trainer.config import (
     ModelConfig,
@@ -85,7 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         if local_rank == 0:  # every rank of a node fails the same way: say it once per node
             print(f"pretrain: error: {e}", file=sys.stderr)
         return 2
-    return engine.train(setup)
+    try:
+        return engine.train(setup)
+    except FormatError as e:  # a shard found damaged or missing while training (e.g. by a --cache-dir fill)
+        print(f"pretrain: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -84,6 +84,29 @@ def test_pretrain_refuses_a_damaged_shard_in_the_bucket_naming_it(object_store, 
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_damaged_shard_found_by_a_cache_fill_during_training_stops_with_one_line(s3_store, demo_artifact, tmp_path, workers):
+    """With --cache-dir the start-up check is by size only; the sha256 check of the fill, in the training loop (in
+    a DataLoader worker with --num-workers 1), must end the run with exit 2 and one line naming the shard."""
+    damaged = tmp_path / "damaged"
+    shutil.copytree(demo_artifact, damaged)
+    shards = Artifact.open(str(damaged)).shard_paths
+    for rel in shards[:-1]:  # every training shard (the last one is held out)
+        flip_byte_changing_input_ids(damaged / rel)
+    uri = s3_store.upload_tree(damaged, _prefix("damaged-fill"))
+    done = _run(s3_store, str(PRETRAIN), "--data", uri, "--preset", "tiny", "--max-steps", "2", "--warmup-steps", "1",
+                "--no-progress", "--num-workers", str(workers), "--cache-dir", str(tmp_path / "cache"), "--read-ahead", "0",
+                "--output-dir", str(tmp_path / "run"), timeout=300)  # it hung at exit with a worker before the fix
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, done.stderr[-3000:]
+    named = [rel for rel in shards[:-1] if errors[0].startswith(f"pretrain: error: {uri}/{rel}: sha256 ")]
+    assert len(named) == 1 and "differs from the manifest" in errors[0], errors
+    assert not list((tmp_path / "cache" / "shards").glob("*.arrow")), "a damaged shard is never cached"
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 def test_export_into_the_bucket_equals_the_local_export_and_loads_in_transformers(object_store, runs, tmp_path):
     transformers = pytest.importorskip("transformers")
     import torch

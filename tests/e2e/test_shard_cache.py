@@ -80,6 +80,26 @@ def test_cached_batches_equal_local_and_the_second_pass_reads_only_the_cache(s3,
     assert second.shard_cache.fills == 0
 
 
+def test_a_warm_cache_needs_only_the_manifest_from_the_bucket(s3, demo_artifact, tmp_path):
+    """Shard footers (the index), record batches and unigram counts come from the cache once it is warm: with every
+    object but manifest.json deleted from the bucket, a new stream opens and gives the local batches."""
+    uri = _upload(s3, demo_artifact)
+    local, _ = _batches(str(demo_artifact), None)
+    first, stream = _batches(uri, tmp_path / "cache")
+    _same(local, first)
+    assert stream.shard_cache.fills == 3
+    fs, root = s3.pyarrow_fs(), uri.split("://", 1)[1]
+    removed = [rel for rel in (p.relative_to(demo_artifact).as_posix() for p in demo_artifact.rglob("*") if p.is_file())
+               if rel != "manifest.json"]
+    for rel in removed:
+        fs.delete_file(f"{root}/{rel}")
+    manifest = json.loads((demo_artifact / "manifest.json").read_text())
+    assert "shards/part-00000-of-00004.arrow" in removed and manifest["unigram"]["file"] in removed
+    again, warm = _batches(uri, tmp_path / "cache")
+    _same(local, again)
+    assert warm.shard_cache.fills == 0 and warm.shard_checks == {"size": 0, "hashed": 0, "cached": 0}
+
+
 def test_a_corrupted_object_is_refused_naming_the_shard_and_never_cached(s3, demo_artifact, tmp_path):
     damaged = tmp_path / "artifact"
     shutil.copytree(demo_artifact, damaged)
@@ -95,6 +115,23 @@ def test_a_corrupted_object_is_refused_naming_the_shard_and_never_cached(s3, dem
     assert names, "the cache directory was used"
     assert not any(n.startswith(bad_sha) and n.endswith(".arrow") for n in names)
     assert not any(n.startswith(".fill-") for n in names)
+
+
+def test_an_object_gone_from_the_bucket_before_its_fill_is_a_format_error_naming_it(s3, demo_artifact, tmp_path):
+    from trainer.data import ArtifactStream, DataConfig, open_artifact
+    from trainer.masking import MaskingConfig
+
+    uri = _upload(s3, demo_artifact)
+    cfg = DataConfig(artifact=uri, micro_batch_size=4, num_workers=0, eval_shards=1, num_epochs=1, seed=5,
+                     cache_dir=str(tmp_path / "cache"), read_ahead=0)
+    stream = ArtifactStream(open_artifact(uri), cfg, MaskingConfig(scheme="span", seed=3))  # checks sizes: all there
+    for rel in stream.blocks.shard_paths:
+        s3.pyarrow_fs().delete_file(f"{uri.split('://', 1)[1]}/{rel}")
+    with pytest.raises(fmt.FormatError) as err:
+        next(iter(stream))
+    message = str(err.value)
+    assert message.startswith(f"{uri}/shards/part-0000") and message.endswith(": file listed in the manifest is missing"), message
+    assert not _cached(tmp_path / "cache")
 
 
 def test_the_size_bound_evicts_unheld_shards_and_read_ahead_fills_the_next(s3, demo_artifact, tmp_path):

@@ -64,7 +64,9 @@ class Blocks:
         return int(self.rows.sum())
 
 
-def index_blocks(artifact: Artifact, shard_indices: list[int]) -> Blocks:
+def index_blocks(artifact: Artifact, shard_indices: list[int], shard_cache: ShardCache | None = None) -> Blocks:
+    """The blocks of the shards ``shard_indices``, from each shard's footer (a cached copy's when ``shard_cache``
+    has one); checks each shard's batch count against its manifest row count."""
     manifest = artifact.manifest
     rpb = int(manifest.get("rows_per_batch", fmt.ROWS_PER_BATCH))
     shard_rows = [int(s["rows"]) for s in manifest["shards"]]
@@ -73,7 +75,7 @@ def index_blocks(artifact: Artifact, shard_indices: list[int]) -> Blocks:
     for k, si in enumerate(shard_indices):
         rel = manifest["shards"][si]["path"]
         paths.append(rel)
-        reader = artifact.open_shard(rel)
+        reader = shard_cache.open_shard(rel) if shard_cache is not None else artifact.open_shard(rel)
         nb = reader.num_record_batches
         expected = -(-shard_rows[si] // rpb)
         if nb != expected:

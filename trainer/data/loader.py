@@ -42,7 +42,7 @@ from torch.utils.data import DataLoader
 from schemas.artifact import Artifact
 from trainer.data.blocks import open_artifact
 from trainer.data.config import DataConfig
-from trainer.data.stream import ArtifactStream
+from trainer.data.stream import ArtifactStream, WorkerDataError
 from trainer.masking import MaskingConfig
 
 
@@ -109,13 +109,23 @@ class StreamLoader(DataLoader):
 
     @staticmethod
     def _flatten(chunks, ds: ArtifactStream, generation: int):
-        for chunk in chunks:
-            for batch in chunk:
-                if ds._generation != generation:
-                    raise RuntimeError("the loader's state was loaded or a new iterator was created: iterate the loader again")
-                if ds.split == "train":
-                    ds._advance()
-                yield batch
+        try:
+            for chunk in chunks:
+                if isinstance(chunk, WorkerDataError):
+                    raise chunk.error
+                for batch in chunk:
+                    if ds._generation != generation:
+                        raise RuntimeError("the loader's state was loaded or a new iterator was created: iterate the loader again")
+                    if ds.split == "train":
+                        ds._advance()
+                    yield batch
+        finally:
+            # Stop the workers now, on an error or close(), not when the iterator is collected: a raised error's
+            # traceback keeps it alive until interpreter exit, whose join of the workers (which ignore SIGTERM
+            # in training, trainer/engine/signals.py) then never returns.
+            shutdown = getattr(chunks, "_shutdown_workers", None)  # torch's multi-process iterator
+            if shutdown is not None:
+                shutdown()
 
     def __len__(self) -> int:
         n = self.dataset.num_batches

@@ -1,17 +1,24 @@
-"""A node-local cache of whole shards for artifacts on object stores (``DataConfig.cache_dir``), with read-ahead.
+"""A node-local cache of an artifact's files for artifacts on object stores (``DataConfig.cache_dir``), with read-ahead.
 
 The loader reads record batches with ranged reads; from a bucket every such read is a round trip. With a cache
-directory, a shard is copied whole into it on first use and read from the local copy (memory-mapped) afterwards:
+directory, a shard is copied whole into it on first use and read from the local copy (memory-mapped) afterwards;
+the small files the loader reads (unigram counts, tokenizer) are cached the same way:
 
+* **staleness**: the manifest is the source of truth and is always read from the artifact (one small GET per
+  loader). Cache files are named by the sha256 the manifest gives for the file, so a cached copy *is* the content
+  the manifest names: a rebuilt artifact lists other sha256s and never meets an old copy, and a warm cache serves
+  every listed file (shard footers for the index, record batches, unigram counts, tokenizer) without asking the
+  bucket for it. Files the manifest gives no sha256 are always read from the artifact.
 * **fill**: the object is streamed to a temporary file in the cache directory, its size and sha256 checked
   against the manifest (``schemas.integrity.check_sha256``, the one home of that check), then renamed into place
-  atomically. A shard that does not match is refused with the error naming it and is never cached.
-* **shared by ranks and workers of a node**: cache files are named by the shard's manifest sha256 (so copies of
-  one artifact share them); a fill holds an exclusive ``flock`` per shard (``schemas.integrity.locked``), so a
-  shard is downloaded once per node however many processes want it; a reader holds a shared lock on the shard
-  while it has it open, which keeps it from being evicted.
-* **bounded**: after a fill, the least recently used shards (by modification time, touched on every use) that no
-  process holds are deleted until the cache is at most ``max_bytes``. Shards in use are never deleted, so the
+  atomically. A file that does not match is refused with the error naming it and is never cached; a download
+  that fails is a ``FormatError`` naming the file too.
+* **shared by ranks and workers of a node**: cache files are named by the manifest's sha256 (so copies of
+  one artifact share them); a fill holds an exclusive ``flock`` per file (``schemas.integrity.locked``), so a
+  file is downloaded once per node however many processes want it; a reader holds a shared lock on a shard
+  while it has it open (and on any file while it opens or reads it), which keeps it from being evicted.
+* **bounded**: after a fill, the least recently used files (by modification time, touched on every use) that no
+  process holds are deleted until the cache is at most ``max_bytes``. Files in use are never deleted, so the
   bound can be exceeded by the shards open at one time.
 * **read-ahead**: :meth:`ShardCache.prefetch` fills the given shards in one background thread, at most
   ``read_ahead`` of them queued at a time; a failed prefetch is forgotten (the foreground fill raises the error).
@@ -29,10 +36,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow.fs as pafs
 
+from schemas import format as fmt
 from schemas import integrity
 from schemas.artifact import Artifact
 
 COPY_CHUNK = 8 << 20
+SUFFIXES = (".arrow", ".file")  # shards, other files (both named by sha256)
 
 
 class ShardCache:
@@ -65,6 +74,10 @@ class ShardCache:
         """Cache file of a shard (it may not exist yet)."""
         return os.path.join(self.directory, f"{self.artifact.shard_entry(relative)['sha256']}.arrow")
 
+    def has(self, relative: str) -> bool:
+        """Whether the shard is in the cache now (checked when it was filled)."""
+        return os.path.exists(self.local_path(relative))
+
     # -- use -----------------------------------------------------------------------------------
     def acquire(self, relative: str) -> str:
         """The local copy of a shard, filled if needed and held (not evictable) until :meth:`release`."""
@@ -81,6 +94,29 @@ class ShardCache:
         os.utime(path)  # least recently used = oldest mtime
         return path
 
+    def open_shard(self, relative: str):
+        """The shard's reader (``Artifact.open_shard``) from the cached copy if there is one, else from the artifact
+        (ranged reads; nothing is filled). For the index: a warm cache answers without the bucket."""
+        path = self.local_path(relative)
+        if os.path.exists(path):
+            with integrity.locked(path, shared=True):
+                if os.path.exists(path):  # not evicted meanwhile; once mapped, a later eviction does not matter
+                    return self.artifact.open_shard(relative, local_copy=path)
+        return self.artifact.open_shard(relative)
+
+    def read_file(self, relative: str, entry: dict) -> bytes:
+        """The bytes of a non-shard file of the artifact with manifest ``entry`` ({"sha256", "bytes"?, ...}), from
+        the cache (filled and checked first if needed); from the artifact when the entry has no sha256."""
+        sha = entry.get("sha256")
+        if not sha:
+            return self.artifact.read_bytes(relative)
+        path = os.path.join(self.directory, f"{sha}.file")
+        with integrity.locked(path, shared=True):
+            self._fill(relative, entry, path)
+            os.utime(path)
+            with open(path, "rb") as f:
+                return f.read()
+
     def release(self, relative: str) -> None:
         stack = self._held.pop(relative, None)
         if stack is not None:
@@ -96,34 +132,43 @@ class ShardCache:
     # -- fill and evict ------------------------------------------------------------------------
     def fill(self, relative: str) -> bool:
         """Download, check and install a shard unless it is cached; True if this call downloaded it."""
-        path = self.local_path(relative)
+        filled = self._fill(relative, self.artifact.shard_entry(relative), self.local_path(relative))
+        if filled:
+            with self._mutex:
+                self.fills += 1
+        return filled
+
+    def _fill(self, relative: str, entry: dict, path: str) -> bool:
         if os.path.exists(path):
             return False
         with integrity.locked(path + ".fill"):
             if os.path.exists(path):
                 return False
-            entry, where = self.artifact.shard_entry(relative), self.artifact.display(relative)
+            where = self.artifact.display(relative)
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".fill-")
             try:
-                with os.fdopen(fd, "wb") as out, self.artifact.fs.open_input_stream(self.artifact.path(relative)) as src:
-                    while chunk := src.read(COPY_CHUNK):
-                        out.write(chunk)
+                try:
+                    with os.fdopen(fd, "wb") as out, self.artifact.fs.open_input_stream(self.artifact.path(relative)) as src:
+                        while chunk := src.read(COPY_CHUNK):
+                            out.write(chunk)
+                except FileNotFoundError:
+                    raise fmt.FormatError(f"{where}: file listed in the manifest is missing") from None
+                except OSError as e:
+                    raise fmt.FormatError(f"{where}: download into the cache {self.directory} failed: {e}") from None
                 integrity.check_sha256(pafs.LocalFileSystem(), tmp, entry, where)
                 os.replace(tmp, path)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(tmp)
                 raise
-        with self._mutex:
-            self.fills += 1
         self.evict(keep=path)
         return True
 
     def evict(self, keep: str = "") -> list[str]:
-        """Delete least recently used, unheld shards until the cache is <= max_bytes; returns the deleted files."""
+        """Delete least recently used, unheld files until the cache is <= max_bytes; returns the deleted files."""
         files = []
         for name in os.listdir(self.directory):
-            if name.endswith(".arrow"):
+            if name.endswith(SUFFIXES) and not name.startswith("."):
                 p = os.path.join(self.directory, name)
                 with contextlib.suppress(FileNotFoundError):
                     st = os.stat(p)

@@ -58,6 +58,15 @@ STATE_VERSION = 1
 MAX_CHUNK_ROWS = 256
 
 
+class WorkerDataError:
+    """What a DataLoader worker yields instead of raising a data error (a ``FormatError``): torch re-raises a
+    worker's exception in the parent with the worker's traceback in its message; the loader raises ``error``
+    itself (one line, naming the file)."""
+
+    def __init__(self, error: fmt.FormatError):
+        self.error = error
+
+
 class ArtifactStream(IterableDataset):
     """One rank's stream of masked micro-batches over a split of an artifact (module docstring).
 
@@ -102,11 +111,14 @@ class ArtifactStream(IterableDataset):
         train_idx, eval_idx = split_shards(artifact, data_cfg.eval_shards)
         self.shard_indices = train_idx if split == "train" else eval_idx
         paths = [manifest["shards"][i]["path"] for i in self.shard_indices]
-        # With a shard cache every shard's sha256 is checked when it is filled: here sizes only.
-        self.shard_checks = artifact.check_shards(paths, "off" if data_cfg.cache_dir else data_cfg.verify_shards, start=rank)
         self.shard_cache = (ShardCache(artifact, data_cfg.cache_dir, int(data_cfg.cache_max_gb * 2**30), data_cfg.read_ahead)
                             if data_cfg.cache_dir else None)
-        self.blocks = index_blocks(artifact, self.shard_indices)
+        # With a shard cache every shard's sha256 is checked when it is filled: here sizes only, of the shards
+        # not in the cache (a cached copy is the manifest's content: it needs no look at the bucket).
+        if self.shard_cache is not None:
+            paths = [p for p in paths if not self.shard_cache.has(p)]
+        self.shard_checks = artifact.check_shards(paths, "off" if data_cfg.cache_dir else data_cfg.verify_shards, start=rank)
+        self.blocks = index_blocks(artifact, self.shard_indices, self.shard_cache)
         self.micro_batch_size = data_cfg.micro_batch_size if split == "train" else (data_cfg.eval_micro_batch_size or data_cfg.micro_batch_size)
         self.global_batch_size = self.micro_batch_size * world_size
         self.num_samples = self.blocks.num_samples
@@ -123,7 +135,11 @@ class ArtifactStream(IterableDataset):
             per_window = -(-data_cfg.shuffle_window * rpb // self.global_batch_size)
             self.chunk_batches = max(1, min(per_window, MAX_CHUNK_ROWS // self.micro_batch_size))
         self.fingerprint = self._fingerprint()
-        self.masker = Masker.from_artifact(mask_cfg, artifact, max_seq_len=data_cfg.max_seq_len)
+        unigram = None
+        if self.shard_cache is not None:
+            entry = manifest["unigram"]
+            unigram = artifact.unigram_counts(self.shard_cache.read_file(entry["file"], entry))
+        self.masker = Masker.from_artifact(mask_cfg, artifact, max_seq_len=data_cfg.max_seq_len, unigram_counts=unigram)
         self._max_row = room
         self._epoch = 0
         self._consumed = 0
@@ -312,4 +328,11 @@ class ArtifactStream(IterableDataset):
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
         for m, (epoch, firsts) in enumerate(self._chunks()):
             if m % nw == wid:
-                yield self.make_chunk(epoch, firsts)
+                try:
+                    chunk = self.make_chunk(epoch, firsts)
+                except fmt.FormatError as e:
+                    if info is None:
+                        raise
+                    yield WorkerDataError(e)
+                    return
+                yield chunk

@@ -8,6 +8,7 @@ monitor in ``RUN_DIR/monitor/*.csv`` (train_loss.csv, train_lr.csv, eval_mlm_acc
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
@@ -58,7 +59,8 @@ class Trainer:
         self.ckpt_dir = checkpoint_dir(self.run_dir)
         self.micro = setup.deepspeed["train_micro_batch_size_per_gpu"]
         self.accum = setup.deepspeed["gradient_accumulation_steps"]
-        self.tokenizer_json = setup.artifact.tokenizer_json()
+        cache, tok = setup.train_loader.dataset.shard_cache, setup.artifact.manifest["tokenizer"]
+        self.tokenizer_json = setup.artifact.tokenizer_json(cache.read_file(tok["file"], tok) if cache else None)
         self.step = 0
 
     # -- set-up --------------------------------------------------------------------------------
@@ -212,8 +214,9 @@ class Trainer:
         self.engine.train()
         window = _Window()
         data_state = self.train_loader.state_dict()
-        with StopRequested() as stop:
-            batches = iter(self.train_loader)  # forks the workers inside the signal context
+        # The workers fork inside the signal context. Closing the iterator on the way out, whatever the way, stops
+        # them: they ignore SIGTERM (signals.py), so a live iterator at interpreter exit hangs it in their join.
+        with StopRequested() as stop, contextlib.closing(iter(self.train_loader)) as batches:
             step_start = time.perf_counter()
             while self.step < run.max_steps:
                 if not self._data_left():

@@ -113,13 +113,14 @@ class Masker:
         self._len_cdf[-1] = 1.0
 
     @classmethod
-    def from_artifact(cls, cfg: MaskingConfig, artifact, *, max_seq_len: int = 512) -> "Masker":
-        """A masker for ``schemas.artifact.Artifact`` ``artifact`` (its tokenizer's ids and unigram counts)."""
+    def from_artifact(cls, cfg: MaskingConfig, artifact, *, max_seq_len: int = 512, unigram_counts=None) -> "Masker":
+        """A masker for ``schemas.artifact.Artifact`` ``artifact`` (its tokenizer's ids and unigram counts;
+        ``unigram_counts``: the artifact's, already read, e.g. from a cached copy)."""
         return cls(
             cfg,
             vocab_size=artifact.vocab_size,
             special_token_ids=artifact.special_token_ids,
-            unigram_counts=artifact.unigram_counts(),
+            unigram_counts=artifact.unigram_counts() if unigram_counts is None else unigram_counts,
             max_seq_len=max_seq_len,
         )
 
