@@ -10,7 +10,7 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.ngrams.codes import Progress
-from pipeline.ngrams.rules import NgramRules, decode_line, line_runs
+from pipeline.ngrams.rules import NgramRules, raw_line_runs
 
 
 class _CountAllPerBundle(beam.DoFn):
@@ -28,15 +28,8 @@ class _CountAllPerBundle(beam.DoFn):
         self._progress.start()
 
     def process(self, path_and_line: tuple[str, bytes]) -> Iterator[tuple[str, int]]:
-        raw = path_and_line[1]
-        self._progress.line(raw)
-        line = decode_line(raw)
-        if line is None:  # accounted for by CorpusSummary
-            return
-        rules = self._rules
         counts = self._counts
-        for run in line_runs(line, lowercase=rules.lowercase, drop_punctuation=rules.drop_punctuation):
-            self._progress.tokens += len(run)
+        for run in raw_line_runs(path_and_line[1], self._rules, self._progress):
             for n in self._lengths:
                 if len(run) >= n:
                     counts.update([" ".join(run[i : i + n]) for i in range(len(run) - n + 1)])

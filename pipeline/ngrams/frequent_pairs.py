@@ -12,7 +12,7 @@ from apache_beam.transforms.window import GlobalWindows
 from pipeline.ngrams.codes import I4, NO_ID, SHIFT, CodeCounts, Progress, sorted_words, tables_by_length
 from pipeline.ngrams.frequent_tables import MergePartialCounts
 from pipeline.ngrams.lines import ReadLines
-from pipeline.ngrams.rules import NgramRules, decode_line, line_runs
+from pipeline.ngrams.rules import NgramRules, raw_line_runs
 
 CHUNK_TOKENS = 1 << 18  # tokens per chunk of word ids (1 MB of int32)
 
@@ -43,15 +43,9 @@ class _EncodeAndCountPairsPerBundle(beam.DoFn):
             if len(words) >= 1 << 31:
                 raise ValueError("more than 2**31 frequent words")
             self._word_ids = {w: i for i, w in enumerate(words)}
-        self._progress.line(raw)
-        line = decode_line(raw)
-        if line is None:  # accounted for by CorpusSummary
-            return
-        rules = self._rules
         ids = self._ids
         get = self._word_ids.get
-        for run in line_runs(line, lowercase=rules.lowercase, drop_punctuation=rules.drop_punctuation):
-            self._progress.tokens += len(run)
+        for run in raw_line_runs(raw, self._rules, self._progress):
             ids.extend(map(get, run, itertools.repeat(NO_ID, len(run))))
             ids.append(NO_ID)  # barrier: no n-gram spans it
         if len(ids) >= CHUNK_TOKENS:

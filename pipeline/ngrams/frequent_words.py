@@ -9,7 +9,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.ngrams.codes import Progress, sharded_word_counts
 from pipeline.ngrams.frequent_tables import MergePartialCounts
-from pipeline.ngrams.rules import NgramRules, decode_line, line_runs
+from pipeline.ngrams.rules import NgramRules, raw_line_runs
 
 
 class _CountWordsPerBundle(beam.DoFn):
@@ -25,14 +25,7 @@ class _CountWordsPerBundle(beam.DoFn):
         self._progress.start()
 
     def process(self, path_and_line: tuple[str, bytes]):
-        raw = path_and_line[1]
-        self._progress.line(raw)
-        line = decode_line(raw)
-        if line is None:  # accounted for by CorpusSummary
-            return
-        rules = self._rules
-        for run in line_runs(line, lowercase=rules.lowercase, drop_punctuation=rules.drop_punctuation):
-            self._progress.tokens += len(run)
+        for run in raw_line_runs(path_and_line[1], self._rules, self._progress):
             self._counts.update(run)
         if len(self._counts) >= self._max_keys:
             yield from sharded_word_counts(self._counts)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import unicodedata
+from collections.abc import Iterator
 
 from pipeline.read.wikitext import UNK, heading_level
 
@@ -86,3 +87,15 @@ def decode_line(raw: bytes) -> str | None:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+def raw_line_runs(raw: bytes, rules: NgramRules, progress) -> Iterator[list[str]]:
+    """The runs of one raw corpus line under ``rules``, counted in ``progress`` (a ``codes.Progress``: lines, bytes,
+    tokens); none for a line that is not UTF-8 (``CorpusSummary`` accounts for it)."""
+    progress.line(raw)
+    line = decode_line(raw)
+    if line is None:
+        return
+    for run in line_runs(line, lowercase=rules.lowercase, drop_punctuation=rules.drop_punctuation):
+        progress.tokens += len(run)
+        yield run

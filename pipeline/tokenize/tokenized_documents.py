@@ -210,34 +210,32 @@ class _TokenizeFn(beam.DoFn):
         future = self._encoder.submit(self._encode_batch, docs, fast, sentences)
         return docs, spans, sentences, future
 
-    def _encode_batch(self, docs: list[Document], fast: list[int], sentences: list):
-        """On the encoder thread: only the Rust calls. Failures are returned, not raised: the
-        whole-document path, one document at a time, then finds the document that fails."""
-        encoded = None
+    def _encode_batch(self, docs: list[Document], fast: list[int], sentences: list) -> dict:
+        """On the encoder thread, only the Rust calls: document index -> its sentence-path arrays or its
+        Encoding. A call that fails leaves its documents out: the sentence path's go to the whole-document
+        call, and the whole-document path, one document at a time, then finds the document that fails."""
+        encoded: dict = {}
         if fast:
             try:
-                encoded = self._sentences.encode([docs[i].text for i in fast], [sentences[i] for i in fast])
+                encoded.update(zip(fast, self._sentences.encode([docs[i].text for i in fast], [sentences[i] for i in fast])))
             except Exception:  # noqa: BLE001
-                encoded = None
-        done = set(fast) if encoded is not None else set()
-        short = [i for i, d in enumerate(docs) if i not in done and len(d.text) <= ENCODE_PIECE_CHARS]
-        whole = None
-        try:
-            whole = self._tok.encode_batch([docs[i].text for i in short], add_special_tokens=False) if short else []
-        except Exception:  # noqa: BLE001 - tokenizers raises TypeError/bare Exception from Rust
-            whole = None
-        return fast if encoded is not None else [], encoded or [], short if whole is not None else [], whole or []
+                pass
+        short = [i for i, d in enumerate(docs) if i not in encoded and len(d.text) <= ENCODE_PIECE_CHARS]
+        if short:
+            try:
+                encoded.update(zip(short, self._tok.encode_batch([docs[i].text for i in short], add_special_tokens=False)))
+            except Exception:  # noqa: BLE001 - tokenizers raises TypeError/bare Exception from Rust
+                pass
+        return encoded
 
     def _finish(self, docs, spans, sentences, future):
-        fast, encoded, short, whole = future.result()
-        results: list = [None] * len(docs)
-        for i, (ids, word_start, sentence_firsts) in zip(fast, encoded):
-            results[i] = (ids, word_start, sentence_firsts, None)
-        for i, enc in zip(short, whole):
-            results[i] = _Encoded.of(enc)
-        for doc, char_spans, sent, enc in zip(docs, spans, sentences, results):
+        encoded = future.result()
+        for i, (doc, char_spans, sent) in enumerate(zip(docs, spans, sentences)):
+            enc = encoded.get(i)
             if enc is None:
                 enc = self._encode_one(doc)
+            elif not isinstance(enc, tuple):
+                enc = _Encoded.of(enc)
             if isinstance(enc, str):
                 yield beam.pvalue.TaggedOutput(
                     DEAD_LETTERS, DeadLetter(TOKENIZER_ERROR, enc, doc.source, doc.doc_id, preview(doc.text))
@@ -258,7 +256,7 @@ class _TokenizeFn(beam.DoFn):
 
     def _tokenize(self, doc: Document, char_spans, sent: list[tuple[int, int]], enc: "_Encoded | tuple"):
         if isinstance(enc, tuple):  # sentence by sentence: ids, word starts, sentence starts (no offsets)
-            ids, word_start, sentence_firsts, enc = enc
+            (ids, word_start, sentence_firsts), enc = enc, None
         else:
             ids, word_start, sentence_firsts = enc.ids, None, None
         n = len(ids)
