@@ -8,6 +8,10 @@ our text. No ``nltk.download()`` is ever needed.
 Paragraphs (text separated by a blank line) are split independently, so a heading or a caption
 without final punctuation never merges with the next paragraph; single newlines inside a
 paragraph are ordinary whitespace.
+
+For the configuration we use (the package's default rules, ``line_breaks="ignore"``) each paragraph goes
+through ``punkt_spans.FastSpans``, an exact adaptation of the package's span code at about a third of its
+CPU; any other configuration or package version uses the package's own ``span_tokenize``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from functools import lru_cache
 
 import punkt
 import punkt.rules.boundaries as _boundaries
+
+from pipeline.tokenize import punkt_spans
 
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
@@ -57,17 +63,24 @@ def _punkt(language: str):
     return punkt.tokenizer_for(language)
 
 
+@lru_cache(maxsize=None)
+def _paragraph_spans(language: str):
+    """``(paragraph, offset) -> spans`` for ``language``: the exact fast path when it applies, else Punkt's own."""
+    tok = _punkt(language)
+    if punkt_spans.supports(tok):
+        return punkt_spans.FastSpans(tok).spans
+    return lambda block, offset: [(offset + s, offset + e) for s, e in tok.span_tokenize(block)]
+
+
 def sentence_spans(text: str, language: str = "english") -> list[tuple[int, int]]:
     """Character spans ``[start, end)`` of the sentences of ``text``, in order, whitespace excluded."""
-    tok = _punkt(language)
+    paragraph_spans = _paragraph_spans(language)
     spans: list[tuple[int, int]] = []
     pos = 0
-    n = len(text)
-    while pos < n:
-        m = _BLANK_LINE.search(text, pos)
-        end = m.start() if m else n
-        if end > pos:
-            block = text[pos:end]
-            spans.extend((pos + s, pos + e) for s, e in tok.span_tokenize(block))
-        pos = m.end() if m else n
+    for m in _BLANK_LINE.finditer(text):
+        if m.start() > pos:
+            spans += paragraph_spans(text[pos : m.start()], pos)
+        pos = m.end()
+    if len(text) > pos:
+        spans += paragraph_spans(text[pos:], pos)
     return spans
