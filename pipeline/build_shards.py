@@ -111,6 +111,10 @@ class BuildShardsOptions(PipelineOptions):
         g = parser.add_argument_group("resources")
         g.add_argument("--spill-buffer-mb", "--spill_buffer_mb", dest="spill_buffer_mb", type=int, default=256,
                        help="per-worker memory for documents before they are spilled, sorted, to run files")
+        g.add_argument("--encoder-threads", "--encoder_threads", dest="encoder_threads", type=int, default=0,
+                       help="threads per worker that run the tokenizer (Rust, in parallel with the worker's Python); "
+                       "default 0: the machine's cores / --direct_num_workers on local runners, 1 elsewhere "
+                       "(Dataflow, Spark and Flink run one worker process per core)")
 
 
 def _job_parser() -> argparse.ArgumentParser:
@@ -159,6 +163,8 @@ def _validate(o: argparse.Namespace) -> None:
         raise UsageError(f"--split-bytes must be 0 (never split) or at least {MIN_SPLIT_BYTES:,}, got {o.split_bytes:,}")
     if o.spill_buffer_mb < 1:
         raise UsageError("--spill-buffer-mb must be at least 1")
+    if o.encoder_threads < 0:
+        raise UsageError(f"--encoder-threads must be 0 (automatic) or more, got {o.encoder_threads}")
     sources = [s for s in ("tokenizer", "vocab") if getattr(o, s)] + (["train_tokenizer"] if o.train_tokenizer else [])
     if len(sources) > 1:
         raise UsageError("give only one of --tokenizer, --vocab, --train-tokenizer")
@@ -301,7 +307,7 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenizer.TokenizerSpec, static: d
     else:
         spacy_models = p | "NoSpacy" >> beam.Create([])
     segmenter = o.ngram_dictionary if "ngrams" in kinds else None
-    tokenized = documents | "TokenizeDocuments" >> TokenizeDocuments(spec, ids_dtype, segmenter_path=segmenter)
+    tokenized = documents | "TokenizeDocuments" >> TokenizeDocuments(spec, ids_dtype, segmenter_path=segmenter, encoder_threads=o.encoder_threads)
     shards = tokenized["documents"] | "WriteShards" >> WriteShards(shard_spec, buffer_bytes=o.spill_buffer_mb << 20)
     dead_letters = (
         (read["dead_letters"], tokenized["dead_letters"])
@@ -339,6 +345,8 @@ def run(argv: list[str] | None = None) -> dict:
     kinds = _candidate_kinds(o)
     runner = jobs.runner_name(options.view_as(StandardOptions).runner)
     candidates = _candidates_manifest(o, kinds, local_runner=runner in LOCAL_RUNNERS)
+    if not o.encoder_threads:
+        o.encoder_threads = jobs.local_cores_per_worker(options) if runner in LOCAL_RUNNERS else 1
     spec = _load_tokenizer(o, paths)
     build_id = jobs.prepare_output(o.output, o.overwrite, (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR))
     static = _static_manifest_fields(o, argv, options, candidates, build_id)

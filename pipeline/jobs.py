@@ -160,6 +160,15 @@ def runner_name(runner) -> str:
     return name.split(".")[-1]
 
 
+def local_cores_per_worker(options) -> int:
+    """Cores of this machine (those the process may use) per local worker (``--direct_num_workers``; 0 = one per core)."""
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = options.view_as(DirectOptions).direct_num_workers or cores
+    return max(1, cores // workers)
+
+
 def run_pipeline(options, build: Callable[[beam.Pipeline], None]) -> None:
     """Build the job's pipeline with ``build(p)`` and run it to the end.
 

@@ -275,6 +275,7 @@ def test_shards_open_with_plain_pyarrow_and_hugging_face_datasets(wikitext2_arti
         (["--input", "IN", "--output", "OUT", "--tokenizer", "t.json", "--vocab", "v.txt"], "only one of"),
         (["--input", "IN", "--output", "OUT", "--tokenizer", "/nonexistent/tokenizer.json"], "cannot read the tokenizer"),
         (["--input", "IN", "--output", "OUT", "--max-seq-len", "4"], "--max-seq-len must be at least 8"),
+        (["--input", "IN", "--output", "OUT", "--encoder-threads", "-1"], "--encoder-threads must be 0 (automatic) or more"),
     ],
 )
 def test_usage_errors_are_one_clear_line(args, message, tmp_path, capsys):

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from pipeline.elements import Document, Source, TokenizedDocument
 from pipeline.read.records import ReaderOptions, clean_text, read_file
 from pipeline.tokenize import tokenizer
-from pipeline.tokenize.sentence_encoding import SentenceEncoder
+from pipeline.tokenize.sentence_encoding import CUT_MARKER, SentenceEncoder
 from pipeline.tokenize.sentences import sentence_spans
 from pipeline.tokenize.tokenized_documents import _Encoded, _TokenizeFn
 from tests.conftest import WIKIPEDIA_SAMPLE, wikitext2
@@ -167,3 +167,35 @@ def test_random_cuts_are_accepted_only_where_the_tokens_agree():
                 refused_and_different += 1
     # the rule accepted real cases, and what it refused includes cuts that really change the tokens
     assert accepted > 50 and refused_and_different > 50, (accepted, refused_and_different)
+
+
+def test_a_text_holding_the_cut_marker_takes_the_whole_document_path():
+    texts = ["First one. Second" + CUT_MARKER + " one. Third.", "Plain text. More of it here."]
+    spec = tokenizer.make_spec(tokenizer.train(texts * 5, vocab_size=100), "trained")
+    encoder = SentenceEncoder.for_tokenizer(spec.load_for_text())
+    sent = sentence_spans(texts[0])
+    assert len(sent) == 3 and not encoder.applies(texts[0], sent)
+    with pytest.raises(ValueError):  # its markers are not its cuts
+        encoder.encode([texts[0]], [sent])
+    assert _assert_same(spec, _docs(texts)) == 1  # only the second took the sentence path; both paths agree
+
+
+def test_more_encoder_threads_give_the_same_documents_in_the_same_order():
+    texts = generated_texts(300, seed=13)
+    spec = tokenizer.make_spec(tokenizer.train(texts, vocab_size=600), "trained")
+    docs = _docs(texts)
+
+    def run(threads: int) -> list:
+        fn = _TokenizeFn(spec, "int32", encoder_threads=threads)
+        fn.setup()
+        out = []
+        for i in range(0, len(docs), 16):
+            out.extend(fn.process(docs[i : i + 16]))
+        out.extend(o.value for o in fn.finish_bundle())
+        fn.teardown()
+        return out
+
+    one, three = run(1), run(3)
+    assert len(one) == len(three) == len(docs)
+    for a, b in zip(one, three):
+        assert a.doc_id == b.doc_id and a.ids.tobytes() == b.ids.tobytes() and a.sentence_start.tobytes() == b.sentence_start.tobytes()
