@@ -18,6 +18,10 @@ import numpy as np
 from pipeline.elements import Row, TokenizedDocument
 
 
+_NO_SPANS = np.empty((0, 2), np.int32)
+_NO_SPANS.flags.writeable = False
+
+
 def _cut_long(start: int, end: int, word_start: np.ndarray, limit: int) -> list[tuple[int, int]]:
     """Cut ``[start, end)`` into pieces of at most ``limit`` tokens, at word starts where possible."""
     pieces = []
@@ -37,6 +41,12 @@ def pack_ranges(sentence_starts: np.ndarray, n_tokens: int, word_start: np.ndarr
 
     ``sentence_starts``: sorted token indices where sentences begin. Returns the row ranges
     ``[start, end)`` covering ``[0, n_tokens)`` exactly, and how many sentences had to be cut.
+
+    The rule, sentence by sentence: a sentence longer than ``limit`` closes the open row and is cut
+    (:func:`_cut_long`), its last piece opening the next row; a sentence that does not fit in the open
+    row closes it and opens the next; else it joins the open row. Computed a row at a time: the run of
+    short sentences that joins the open row ends at the last sentence end within ``row start + limit``
+    (a binary search over the sentence ends), or before the next long sentence.
     """
     if n_tokens == 0:
         return [], 0
@@ -44,22 +54,34 @@ def pack_ranges(sentence_starts: np.ndarray, n_tokens: int, word_start: np.ndarr
     if bounds.size == 0 or bounds[0] != 0:
         bounds = np.concatenate(([0], bounds))
     ends = np.append(bounds[1:], n_tokens)
+    long_at = np.flatnonzero(ends - bounds > limit).tolist()  # the sentences that must be cut
+    starts_list, ends_list = bounds.tolist(), ends.tolist()
+    n = len(starts_list)
     rows: list[tuple[int, int]] = []
     cut = 0
     row_start = row_end = 0
-    for s, e in zip(bounds.tolist(), ends.tolist()):
-        if e - s > limit:
-            cut += 1
-            if row_end > row_start:
-                rows.append((row_start, row_end))
-            pieces = _cut_long(s, e, word_start, limit)
-            rows.extend(pieces[:-1])
-            row_start, row_end = pieces[-1]
-        elif e - row_start > limit:
+    i = 0  # the next sentence
+    k = 0  # the next long sentence: long_at[k] >= i
+    while i < n:
+        next_long = long_at[k] if k < len(long_at) else n
+        if i < next_long:
+            j = min(int(np.searchsorted(ends, row_start + limit, side="right")), next_long)
+            if j > i:  # sentences i .. j-1 join the open row
+                row_end = ends_list[j - 1]
+                i = j
+                continue
+            rows.append((row_start, row_end))  # sentence i does not fit: it opens the next row
+            row_start, row_end = starts_list[i], ends_list[i]
+            i += 1
+            continue
+        cut += 1  # sentence i is long
+        if row_end > row_start:
             rows.append((row_start, row_end))
-            row_start, row_end = s, e
-        else:
-            row_end = e
+        pieces = _cut_long(starts_list[i], ends_list[i], word_start, limit)
+        rows.extend(pieces[:-1])
+        row_start, row_end = pieces[-1]
+        i += 1
+        k += 1
     if row_end > row_start:
         rows.append((row_start, row_end))
     return rows, cut
@@ -90,7 +112,7 @@ def pack_doc_sentences(doc: TokenizedDocument, limit: int) -> tuple[list[Row], d
 
 
 def _dropped(doc: TokenizedDocument, ranges) -> dict:
-    return {"dropped": {kind: _spans_in_rows(spans, ranges)[1] for kind, spans in doc.spans.items()}}
+    return {"dropped": {kind: _spans_in_rows(spans, ranges)[1] if len(spans) else 0 for kind, spans in doc.spans.items()}}
 
 
 def _rows_from_ranges(docs: list[TokenizedDocument], doc_offsets: np.ndarray, ranges, doc_sequence: bool, stream=None) -> list[Row]:
@@ -98,11 +120,17 @@ def _rows_from_ranges(docs: list[TokenizedDocument], doc_offsets: np.ndarray, ra
     if doc_sequence:
         (doc,) = docs
         ids, ws, ss = doc.ids, doc.word_start, doc.sentence_start
-        span_rows = {kind: _spans_in_rows(spans, ranges)[0] for kind, spans in doc.spans.items()}
+        # kinds without spans in this document (None): the same empty array and label list in every row
+        span_rows = {kind: _spans_in_rows(spans, ranges)[0] if len(spans) else None for kind, spans in doc.spans.items()}
         for i, (s, e) in enumerate(ranges):
             spans = {}
             labels = {}
             for kind, per_row in span_rows.items():
+                if per_row is None:
+                    spans[kind] = _NO_SPANS
+                    if kind in doc.span_labels:
+                        labels[kind] = []
+                    continue
                 sel = per_row[i]
                 spans[kind] = (doc.spans[kind][sel] - s).astype(np.int32)
                 if kind in doc.span_labels:

@@ -80,7 +80,7 @@ def rows_to_record_batch(rows: list[Row], schema: pa.Schema) -> pa.RecordBatch:
         counts = np.fromiter((len(p) for p in per_row), dtype=np.int64, count=len(rows))
         span_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(counts, out=span_offsets[1:])
-        flat = np.concatenate(per_row).astype(np.int32) if per_row else np.empty((0, 2), np.int32)
+        flat = np.concatenate(per_row).astype(np.int32) if span_offsets[-1] else np.empty((0, 2), np.int32)
         children = [pa.array(flat[:, 0], pa.int32()), pa.array(flat[:, 1], pa.int32())]
         if struct_type.num_fields == 3:
             children.append(pa.array([lab for r in rows for lab in r.span_labels.get(kind, [])], pa.string()))
@@ -320,11 +320,14 @@ class _MergeAndWriteFn(beam.DoFn):
         stats = _ShardStats(spec)
         pending: list[Row] = []
 
+        def write(rows: list[Row]) -> None:
+            stats.add_rows(rows)  # per record batch: numpy over many rows at once
+            writer.write(rows_to_record_batch(rows, self._schema))
+
         def emit(rows: list[Row]) -> None:
             pending.extend(rows)
-            stats.add_rows(rows)
             while len(pending) >= fmt.ROWS_PER_BATCH:
-                writer.write(rows_to_record_batch(pending[: fmt.ROWS_PER_BATCH], self._schema))
+                write(pending[: fmt.ROWS_PER_BATCH])
                 del pending[: fmt.ROWS_PER_BATCH]
 
         if spec.pack == "doc-sentences":
@@ -341,7 +344,7 @@ class _MergeAndWriteFn(beam.DoFn):
             stats.add_info(info)
             emit(rows)
         if pending:
-            writer.write(rows_to_record_batch(pending, self._schema))
+            write(pending)
         nbytes, sha = writer.close()
         self._rows.inc(stats.rows)
         self._tokens.inc(stats.tokens)

@@ -67,3 +67,50 @@ def test_full_sentences_cross_documents_with_a_separator_never_at_a_row_edge():
     assert flat[1] == docs[1].ids.tolist() + [3] + docs[2].ids.tolist()
     assert all(r.ids[0] != 3 and r.ids[-1] != 3 for r in rows)
     assert [r.seq_index for r in rows] == [0, 1]
+
+
+def _reference_pack_ranges(sentence_starts, n_tokens, word_start, limit):
+    """The packing rule one sentence at a time (the loop pack_ranges replaced), for comparison."""
+    from pipeline.write.packing import _cut_long
+
+    if n_tokens == 0:
+        return [], 0
+    bounds = np.asarray(sentence_starts, dtype=np.int64)
+    if bounds.size == 0 or bounds[0] != 0:
+        bounds = np.concatenate(([0], bounds))
+    ends = np.append(bounds[1:], n_tokens)
+    rows, cut, row_start, row_end = [], 0, 0, 0
+    for s, e in zip(bounds.tolist(), ends.tolist()):
+        if e - s > limit:
+            cut += 1
+            if row_end > row_start:
+                rows.append((row_start, row_end))
+            pieces = _cut_long(s, e, word_start, limit)
+            rows.extend(pieces[:-1])
+            row_start, row_end = pieces[-1]
+        elif e - row_start > limit:
+            rows.append((row_start, row_end))
+            row_start, row_end = s, e
+        else:
+            row_end = e
+    if row_end > row_start:
+        rows.append((row_start, row_end))
+    return rows, cut
+
+
+def test_pack_ranges_equals_the_sentence_by_sentence_rule_on_random_documents():
+    rng = np.random.default_rng(0)
+    compared = long_cases = 0
+    for _ in range(3000):
+        limit = int(rng.integers(1, 40))
+        lengths = rng.integers(1, 3 * limit + 2, size=int(rng.integers(0, 30)))
+        n = int(lengths.sum())
+        starts = np.cumsum(np.concatenate(([0], lengths[:-1]))) if len(lengths) else np.zeros(0, np.int64)
+        if len(starts) and rng.random() < 0.3:
+            starts = starts[1:]  # the first sentence start may be missing
+        ws = rng.random(n) < rng.random()
+        expected = _reference_pack_ranges(starts, n, ws, limit)
+        assert pack_ranges(starts, n, ws, limit) == expected, (limit, lengths.tolist())
+        compared += 1
+        long_cases += expected[1] > 0
+    assert compared == 3000 and long_cases > 500
