@@ -7,11 +7,13 @@ Input: ../shared/data/wikipedia-en-sample/pages.jsonl.zst (4,576 articles, ~5 M 
 tokenizer is trained once beforehand (not timed) and passed with --tokenizer. Printed:
 
 - baseline: ``Tokenizer.encode_batch`` over the same texts (Rust, all cores): the practical limit;
-- the job: ``python -m pipeline.build_shards`` as a user runs it (a subprocess, FnApiRunner with
-  ``--direct_running_mode multi_processing --direct_num_workers N``), wall time from start to
-  manifest, so it includes reading, decompression, sentence splitting, packing and writing;
-- ratio = job tokens/s / baseline tokens/s; and the peak RSS of the job's whole process tree at
-  two corpus sizes (half and all), to show memory does not grow with the corpus.
+- the job: ``python -m pipeline.build_shards`` as a user runs it (a subprocess, FnApiRunner with one
+  in-process worker, then with ``--direct_running_mode multi_processing --direct_num_workers N``),
+  wall time from start to manifest, so it includes reading, decompression, sentence splitting, packing and writing;
+- ratio = job tokens/s / baseline tokens/s, from the medians of ``--rounds`` rounds (each round runs the
+  baseline, then each job; the ratio against the fastest baseline run is printed too); and the peak RSS
+  of the job's whole process tree at two corpus sizes (half and all), to show memory does not grow with
+  the corpus.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import io
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -107,6 +110,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=None, help="use the first N articles (default: all 4,576)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes of the second run (the first has one in-process worker)")
     ap.add_argument("--files", type=int, default=8, help="split the corpus into this many .jsonl.zst files")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of (baseline, each job); medians are reported (machines are noisy)")
     args = ap.parse_args()
     if not SAMPLE.exists():
         raise SystemExit(f"{SAMPLE} not found: this benchmark needs ../shared/data")
@@ -130,28 +134,37 @@ def main() -> None:
             base_tokens = sum(len(e.ids) for e in encodings)
             return base_tokens, time.perf_counter() - t
 
-        base_tokens, base_s = baseline()
-        print(f"baseline  encode_batch: {base_tokens:,} tokens in {base_s:.2f} s = {base_tokens / base_s:,.0f} tokens/s ({os.cpu_count()} threads)")
-
         half = rows[: len(rows) // 2]
         write_corpus(half, tmp / "half", args.files)
         write_corpus(rows, tmp / "all", args.files)
-        jobs = []
-        for workers in (1, args.workers):
-            label = "1 in-process worker" if workers == 1 else f"{workers} worker processes"
-            _, m_half, peak_half = run_job(tmp / "half", tmp / "tokenizer.json", tmp / "out-half", workers)
-            elapsed, m, peak = run_job(tmp / "all", tmp / "tokenizer.json", tmp / "out-all", workers)
-            tokens = m["counts"]["tokens"]
-            assert tokens == base_tokens, (tokens, base_tokens)  # the job tokenized exactly the baseline's texts
-            print(f"job ({label}): {tokens:,} tokens in {elapsed:.2f} s = {tokens / elapsed:,.0f} tokens/s, {mb / elapsed:.2f} MB/s of text "
-                  f"({m['counts']['rows']:,} rows, {m['counts']['documents_written']:,} documents)")
-            print(f"  peak RSS of the job's process tree: {peak_half / 2**20:,.0f} MiB on half the corpus, {peak / 2**20:,.0f} MiB on all of it")
-            jobs.append((label, tokens / elapsed))
-        again_tokens, again_s = baseline()
-        print(f"baseline again: {again_s:.2f} s = {again_tokens / again_s:,.0f} tokens/s")
-        base_rate = max(base_tokens / base_s, again_tokens / again_s)  # the faster baseline run: the stricter ratio
-        for label, rate in jobs:
-            print(f"ratio job / encode_batch, {label}: {rate / base_rate:.2f}  (target >= 0.6)")
+        modes = [(1, "1 in-process worker"), (args.workers, f"{args.workers} worker processes")]
+        peak_half = {w: run_job(tmp / "half", tmp / "tokenizer.json", tmp / "out-half", w)[2] for w, _ in modes}
+        base_times, job_times, peaks = [], {w: [] for w, _ in modes}, {w: 0 for w, _ in modes}
+        manifest = None
+        for r in range(args.rounds):
+            base_tokens, base_s = baseline()
+            base_times.append(base_s)
+            line = [f"round {r + 1}: baseline {base_s:.2f} s"]
+            for workers, label in modes:
+                elapsed, manifest, peak = run_job(tmp / "all", tmp / "tokenizer.json", tmp / "out-all", workers)
+                assert manifest["counts"]["tokens"] == base_tokens, (manifest["counts"]["tokens"], base_tokens)  # exactly the baseline's texts
+                job_times[workers].append(elapsed)
+                peaks[workers] = max(peaks[workers], peak)
+                line.append(f"{label} {elapsed:.2f} s")
+            print(", ".join(line), flush=True)
+        tokens = manifest["counts"]["tokens"]
+        base_med, base_best = statistics.median(base_times), min(base_times)
+        print(f"baseline  encode_batch ({os.cpu_count()} threads): {tokens:,} tokens, median {base_med:.2f} s = {tokens / base_med:,.0f} tokens/s "
+              f"(fastest {base_best:.2f} s)")
+        for workers, label in modes:
+            med = statistics.median(job_times[workers])
+            print(f"job ({label}): median {med:.2f} s = {tokens / med:,.0f} tokens/s, {mb / med:.2f} MB/s of text "
+                  f"({manifest['counts']['rows']:,} rows, {manifest['counts']['documents_written']:,} documents; fastest {min(job_times[workers]):.2f} s)")
+            print(f"  peak RSS of the job's process tree: {peak_half[workers] / 2**20:,.0f} MiB on half the corpus, {peaks[workers] / 2**20:,.0f} MiB on all of it")
+        for workers, label in modes:
+            med = statistics.median(job_times[workers])
+            print(f"ratio job / encode_batch, {label}: {base_med / med:.2f} (medians; against the fastest baseline run "
+                  f"{base_best / med:.2f})  (target >= 0.6)")
         print(f"load average before: {load_before}, after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
 

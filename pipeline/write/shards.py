@@ -13,6 +13,7 @@ by the spill buffer and one record batch per run, whatever the corpus size.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import uuid
@@ -57,6 +58,20 @@ def _list_array(offsets: np.ndarray, values: pa.Array, item_type: pa.DataType) -
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, type=pa.list_(pa.field("item", item_type, nullable=False)))
 
 
+_NO_SPANS = np.empty((0, 2), np.int32)
+
+
+@functools.lru_cache(maxsize=64)
+def _empty_span_column(struct_type: pa.DataType, n_rows: int) -> pa.ListArray:
+    """A span column of ``n_rows`` empty lists, built as :func:`rows_to_record_batch` builds any span column
+    (Arrow arrays are immutable, so one serves every batch of that many rows)."""
+    children = [pa.array(np.empty(0, np.int32), pa.int32()), pa.array(np.empty(0, np.int32), pa.int32())]
+    if struct_type.num_fields == 3:
+        children.append(pa.array([], pa.string()))
+    structs = pa.StructArray.from_arrays(children, fields=list(struct_type))
+    return _list_array(np.zeros(n_rows + 1, dtype=np.int64), structs, struct_type)
+
+
 def rows_to_record_batch(rows: list[Row], schema: pa.Schema) -> pa.RecordBatch:
     """Columnar conversion of up to a batch of rows (numpy concatenation, no per-token Python)."""
     ids_type = schema.field("input_ids").type.value_type
@@ -76,8 +91,11 @@ def rows_to_record_batch(rows: list[Row], schema: pa.Schema) -> pa.RecordBatch:
     ]
     for kind, column in fmt.CANDIDATE_KINDS.items():
         struct_type = schema.field(column).type.value_type
-        per_row = [r.spans.get(kind, np.empty((0, 2), np.int32)).reshape(-1, 2) for r in rows]
+        per_row = [r.spans.get(kind, _NO_SPANS).reshape(-1, 2) for r in rows]
         counts = np.fromiter((len(p) for p in per_row), dtype=np.int64, count=len(rows))
+        if not counts.any() and not any(r.span_labels.get(kind) for r in rows):
+            columns.append(_empty_span_column(struct_type, len(rows)))  # the common case: no spans of this kind
+            continue
         span_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(counts, out=span_offsets[1:])
         flat = np.concatenate(per_row).astype(np.int32) if span_offsets[-1] else np.empty((0, 2), np.int32)
