@@ -283,8 +283,8 @@ def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candid
 
 def build_pipeline(p: beam.Pipeline, o, spec: tokenizer.TokenizerSpec, static: dict) -> None:
     """The job, as a sentence: read documents, tokenize them, write shards; dead letters and the manifest beside."""
-    unk = spec.describe()["special_tokens"]["unk"] if o.wikitext_unk == "keep" else None
     info = spec.describe()
+    unk = info["special_tokens"]["unk"] if o.wikitext_unk == "keep" else None
     shard_spec = ShardSpec(
         output=o.output,
         num_shards=o.num_shards,

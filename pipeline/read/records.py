@@ -70,8 +70,11 @@ def _decode(line: bytes, src: Source) -> tuple[str | None, DeadLetter | None]:
         return None, DeadLetter(INVALID_UTF8, f"invalid UTF-8 at byte {e.start} of the record: {e.reason}", src, f"{os.path.basename(src.path)}:{src.line}", preview(line))
 
 
-def _finish_text(doc_id: str, text: str, src: Source) -> Record:
-    bad = unencodable_at(text)
+def _finish_text(doc_id: str, text: str, src: Source, may_hold_surrogates: bool = True) -> Record:
+    """The document, or its dead letter. Lone surrogates can only come from JSON ``\\uD800``-``\\uDFFF``
+    escapes (strict UTF-8 decoding refuses them), so the scan for them runs only when the caller says
+    the record may hold one."""
+    bad = unencodable_at(text) if may_hold_surrogates else None
     if bad is not None:
         return DeadLetter(INVALID_UNICODE, f"text holds a lone surrogate (U+{ord(text[bad]):04X}) at character {bad}: not valid Unicode, no tokenizer can take it", src, doc_id, preview(text))
     text, cleaned = clean_text(text)
@@ -116,7 +119,7 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions, first_ordin
         if not isinstance(text, str):
             yield DeadLetter(NON_STRING_TEXT, f"field {opts.text_field!r} is {type(text).__name__}, not a string", src, doc_id, preview(raw))
             continue
-        yield _finish_text(doc_id, text, src)
+        yield _finish_text(doc_id, text, src, may_hold_surrogates=b"\\ud" in line or b"\\uD" in line)
 
 
 BLANK, CONTENT, TITLE = 0, 1, 2  # kinds of line in a WikiText or text file
@@ -227,7 +230,7 @@ class _DocBuilder:
         doc_id = f"{self.name}:{self.ordinal}"
         if self.problem:
             return [DeadLetter(self.problem[0], self.problem[1], self.src, doc_id, "")]
-        return [_finish_text(doc_id, self.joiner.join(self.parts), self.src)]
+        return [_finish_text(doc_id, self.joiner.join(self.parts), self.src, may_hold_surrogates=False)]
 
 
 def _wikitext_records(lines, name: str, path: str, opts: ReaderOptions, first_ordinal: int = 0) -> Iterator[Record]:

@@ -52,9 +52,10 @@ def wikipedia_lines(n: int) -> list[bytes]:
 
 
 def test_lone_surrogate_in_text_or_id_is_a_dead_letter_that_can_be_written():
-    data = b"\n".join([LONE_SURROGATE, b'{"id":"\\udc00","text":"fine"}', b'{"id":"pair","text":"ok \\ud83d\\ude00 emoji"}']) + b"\n"
+    data = b"\n".join([LONE_SURROGATE, b'{"id":"\\udc00","text":"fine"}', b'{"id":"pair","text":"ok \\ud83d\\ude00 emoji"}',
+                       b'{"id":"upper","text":"lone \\uDBFF escape written in capitals"}']) + b"\n"
     out, _ = read(data, "s.jsonl")
-    assert reasons(out) == ["invalid_unicode", "invalid_unicode", "doc"]
+    assert reasons(out) == ["invalid_unicode", "invalid_unicode", "doc", "invalid_unicode"]
     assert out[2].text == "ok \U0001F600 emoji"  # a valid surrogate pair is one character, kept
     for letter in out[:2]:
         line = json.dumps(letter.as_dict(), ensure_ascii=False).encode("utf-8")  # what WriteDeadLetters does
