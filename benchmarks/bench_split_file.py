@@ -9,12 +9,16 @@ beforehand (not timed) and passed with ``--tokenizer``. Then ``python -m pipelin
 user runs it, in alternating rounds (other work on the machine changes between runs; the load average is
 printed before each):
 
-- 1 worker: ``--direct_running_mode multi_processing --direct_num_workers 1``;
-- 2 workers: the same with ``--direct_num_workers 2`` (the file is read as byte ranges, ``--split-bytes``);
-- 2 workers, ``--split-bytes 0`` (``--no-split-run`` to skip): the file as one piece of work, as before.
+- 1 worker: ``--direct_running_mode multi_processing --direct_num_workers 1`` (its default
+  ``--encoder-threads`` is cores / workers = all cores);
+- 2 workers: the same with ``--direct_num_workers 2`` (the file is read as byte ranges, ``--split-bytes``;
+  one encoder thread each);
+- 2 workers, ``--split-bytes 0`` (``--no-split-run`` to skip): the file as one piece of work, as before;
+- 1 worker with ``--encoder-threads 1``: one worker limited to about one core, the case splitting is for.
 
-Printed per run: wall time, and CPU seconds of every process of the job's tree (sampled with psutil), so
-one can see whether both workers worked; then the ratio of 2-worker to 1-worker time from this process,
+Printed per run: wall time, the average number of busy cores (CPU seconds of the job's process tree / wall
+time) and CPU seconds of every process of the tree (sampled with psutil), so one can see whether both
+workers worked; then the ratios of the medians,
 and whether every output (shards, unigram.arrow, dead letters, the manifest apart from build id, time,
 command and output path) is byte-identical between the runs.
 """
@@ -99,12 +103,14 @@ class CpuSampler:
         return sorted(out, key=lambda r: -r[2])
 
 
-def run_job(corpus: Path, tokenizer: Path, out: Path, workers: int, split_bytes: int | None) -> tuple[float, list]:
+def run_job(corpus: Path, tokenizer: Path, out: Path, workers: int, split_bytes: int | None, threads: int | None = None) -> tuple[float, list]:
     cmd = [sys.executable, "-m", "pipeline.build_shards", "--input", str(corpus), "--input-format", "jsonl", "--output", str(out),
            "--tokenizer", str(tokenizer), "--num-shards", "8", "--overwrite",
            "--direct_running_mode", "multi_processing", "--direct_num_workers", str(workers)]
     if split_bytes is not None:
         cmd += ["--split-bytes", str(split_bytes)]
+    if threads is not None:
+        cmd += ["--encoder-threads", str(threads)]
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     sampler = CpuSampler(proc.pid)
@@ -144,30 +150,36 @@ def main() -> None:
         print(f"input: one plain JSONL file of {size / 1e6:.1f} MB ({args.copies} cop{'y' if args.copies == 1 else 'ies'} of the Wikipedia sample)")
         spec = tokenizer.make_spec(tokenizer.train(texts, vocab_size=28996), "trained")
         (tmp / "tokenizer.json").write_text(spec.json)
-        runs = [("1 worker", 1, args.split_bytes), ("2 workers", 2, args.split_bytes)]
+        # (name, workers, --split-bytes, --encoder-threads); by default a worker gets cores / workers encoder threads
+        runs = [("1 worker", 1, args.split_bytes, None), ("2 workers", 2, args.split_bytes, None)]
         if not args.no_split_run:
-            runs.append(("2 workers, --split-bytes 0", 2, 0))
-        times: dict[str, list[float]] = {name: [] for name, _, _ in runs}
+            runs.append(("2 workers, --split-bytes 0", 2, 0, None))
+        runs.append(("1 worker, 1 encoder thread", 1, args.split_bytes, 1))
+        times: dict[str, list[float]] = {name: [] for name, *_ in runs}
         outputs: dict[str, dict[str, bytes]] = {}
         for rnd in range(args.rounds):
-            for name, workers, split in runs:
+            for name, workers, split, threads in runs:
                 load = open("/proc/loadavg").read().split()[:3]
-                out = tmp / f"out-{workers}-{split}"
-                elapsed, procs = run_job(corpus, tmp / "tokenizer.json", out, workers, split)
+                out = tmp / f"out-{workers}-{split}-{threads}"
+                elapsed, procs = run_job(corpus, tmp / "tokenizer.json", out, workers, split, threads)
                 times[name].append(elapsed)
                 busy = ", ".join(f"{label} {cpu:.1f} CPU-s ({share:.0%} of samples >50% busy)" for label, _, cpu, share in procs[:4] if cpu > 0.5)
-                print(f"round {rnd + 1} {name:27s} load {' '.join(load)}: {elapsed:6.1f} s; {busy}")
+                cores = sum(cpu for *_, cpu, _ in procs) / elapsed
+                print(f"round {rnd + 1} {name:27s} load {' '.join(load)}: {elapsed:6.1f} s, {cores:.2f} cores busy on average; {busy}")
                 got = artifact_bytes(out)
                 first = outputs.setdefault("first", got)
                 same = got == first
                 if not same:
                     print("   OUTPUT DIFFERS from the first run:", [k for k in set(first) | set(got) if first.get(k) != got.get(k)])
         one, two = statistics.median(times["1 worker"]), statistics.median(times["2 workers"])
-        print(f"median: 1 worker {one:.1f} s, 2 workers {two:.1f} s: ratio 2 workers / 1 worker = {two / one:.2f} (ideal 0.50)")
+        single = statistics.median(times["1 worker, 1 encoder thread"])
+        print(f"median: 1 worker {one:.1f} s, 2 workers {two:.1f} s: ratio 2 workers / 1 worker = {two / one:.2f} "
+              f"(ideal 1.0: one worker's encoder threads already fill the cores)")
+        print(f"        1 worker with 1 encoder thread {single:.1f} s: 2 workers take {two / single:.2f} of its time (ideal 0.50)")
         if not args.no_split_run:
             whole = statistics.median(times["2 workers, --split-bytes 0"])
             print(f"        2 workers without splitting {whole:.1f} s: ratio {whole / one:.2f}")
-        identical = all(artifact_bytes(tmp / f"out-{w}-{s}") == outputs["first"] for _, w, s in runs)
+        identical = all(artifact_bytes(tmp / f"out-{w}-{s}-{t}") == outputs["first"] for _, w, s, t in runs)
         print(f"outputs byte-identical across all runs ({len(outputs['first'])} files compared): {identical}")
         print(f"machine: {os.cpu_count()} cores")
 
