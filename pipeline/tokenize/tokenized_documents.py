@@ -200,7 +200,7 @@ class _TokenizeFn(beam.DoFn):
             self._encoder.shutdown(wait=True)
 
     def _start(self, batch: list):
-        """Split the batch into sentences, choose each document's path, and hand the Rust calls to the encoder thread."""
+        """Split the batch into sentences, choose each document's path, and hand the Rust calls to an encoder thread."""
         docs, spans = [], []
         for element in batch:
             if isinstance(element, AnnotatedDocument):
@@ -218,7 +218,7 @@ class _TokenizeFn(beam.DoFn):
         return docs, spans, sentences, future
 
     def _encode_batch(self, docs: list[Document], fast: list[int], sentences: list) -> dict:
-        """On the encoder thread, only the Rust calls: document index -> its sentence-path arrays or its
+        """On an encoder thread, only the Rust calls: document index -> its sentence-path arrays or its
         Encoding. A call that fails leaves its documents out: the sentence path's go to the whole-document
         call, and the whole-document path, one document at a time, then finds the document that fails."""
         encoded: dict = {}
