@@ -110,7 +110,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=None, help="use the first N articles (default: all 4,576)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes of the second run (the first has one in-process worker)")
     ap.add_argument("--files", type=int, default=8, help="split the corpus into this many .jsonl.zst files")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of (baseline, each job); medians are reported (machines are noisy)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of (baseline, each job); medians are reported (machines are noisy)")
     args = ap.parse_args()
     if not SAMPLE.exists():
         raise SystemExit(f"{SAMPLE} not found: this benchmark needs ../shared/data")
