@@ -18,8 +18,9 @@ import numpy as np
 from pipeline.elements import Row, TokenizedDocument
 
 
-_NO_SPANS = np.empty((0, 2), np.int32)
-_NO_SPANS.flags.writeable = False
+# The spans of a row or document without any of a kind (read-only: one array serves them all).
+NO_SPANS = np.empty((0, 2), np.int32)
+NO_SPANS.flags.writeable = False
 
 
 def _cut_long(start: int, end: int, word_start: np.ndarray, limit: int) -> list[tuple[int, int]]:
@@ -127,7 +128,7 @@ def _rows_from_ranges(docs: list[TokenizedDocument], doc_offsets: np.ndarray, ra
             labels = {}
             for kind, per_row in span_rows.items():
                 if per_row is None:
-                    spans[kind] = _NO_SPANS
+                    spans[kind] = NO_SPANS
                     if kind in doc.span_labels:
                         labels[kind] = []
                     continue

@@ -31,7 +31,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.files import HashingSink
 from pipeline.elements import Row, TokenizedDocument
-from pipeline.write.packing import pack_doc_sentences, pack_full_sentences
+from pipeline.write.packing import NO_SPANS, pack_doc_sentences, pack_full_sentences
 from schemas import format as fmt
 
 log = logging.getLogger(__name__)
@@ -56,9 +56,6 @@ class ShardSpec:
 
 def _list_array(offsets: np.ndarray, values: pa.Array, item_type: pa.DataType) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, type=pa.list_(pa.field("item", item_type, nullable=False)))
-
-
-_NO_SPANS = np.empty((0, 2), np.int32)
 
 
 @functools.lru_cache(maxsize=64)
@@ -91,14 +88,14 @@ def rows_to_record_batch(rows: list[Row], schema: pa.Schema) -> pa.RecordBatch:
     ]
     for kind, column in fmt.CANDIDATE_KINDS.items():
         struct_type = schema.field(column).type.value_type
-        per_row = [r.spans.get(kind, _NO_SPANS).reshape(-1, 2) for r in rows]
+        per_row = [r.spans.get(kind, NO_SPANS).reshape(-1, 2) for r in rows]
         counts = np.fromiter((len(p) for p in per_row), dtype=np.int64, count=len(rows))
-        if not counts.any() and not any(r.span_labels.get(kind) for r in rows):
+        if not counts.any():
             columns.append(_empty_span_column(struct_type, len(rows)))  # the common case: no spans of this kind
             continue
         span_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(counts, out=span_offsets[1:])
-        flat = np.concatenate(per_row).astype(np.int32) if span_offsets[-1] else np.empty((0, 2), np.int32)
+        flat = np.concatenate(per_row).astype(np.int32)
         children = [pa.array(flat[:, 0], pa.int32()), pa.array(flat[:, 1], pa.int32())]
         if struct_type.num_fields == 3:
             children.append(pa.array([lab for r in rows for lab in r.span_labels.get(kind, [])], pa.string()))
