@@ -251,4 +251,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pipeline.quick_exit import quick_exit
+
+    quick_exit(main())

@@ -1,7 +1,6 @@
 """``python -m pipeline.report``: see :mod:`pipeline.report.cli`."""
 
-import sys
-
+from pipeline.quick_exit import quick_exit
 from pipeline.report.cli import main
 
-sys.exit(main())
+quick_exit(main())

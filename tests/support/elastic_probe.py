@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+from pipeline.quick_exit import quick_exit  # noqa: E402
 from trainer import engine, pretrain  # noqa: E402
 
 OUT = Path(os.environ["SPANPREP_PROBE_DIR"])
@@ -85,4 +86,4 @@ if __name__ == "__main__":
     OUT.mkdir(parents=True, exist_ok=True)
     _record_samples()
     _dump_resumed_state()
-    sys.exit(pretrain.main(sys.argv[1:]))
+    quick_exit(pretrain.main(sys.argv[1:]))  # as trainer/pretrain.py exits
