@@ -8,14 +8,16 @@ unless ``--runner`` says otherwise, match ``--input`` with :func:`match_inputs`,
 ``--overwrite``; the artifact's manifest records the lock's build id, the dictionary's manifest stays
 byte-identical from build to build), and log with :func:`configure_logging`.
 
-Importing ``pipeline`` does nothing; importing this module does one thing, on purpose: Beam logs "apitools
+Importing ``pipeline`` does nothing; importing this module does two things, on purpose. Beam logs "apitools
 not found ..." on the root logger *while it is imported* when its GCP extras are absent (not our users'
 concern), so the filter that hides it goes onto the root logger here, before this module imports Beam, and
-the job modules import this module before Beam.
+the job modules import this module before Beam. And it imports Beam as if pandas were not installed (see
+below), for the same reason of import order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -31,9 +33,42 @@ class _QuietBeamImportWarning(logging.Filter):
 if not any(isinstance(f, _QuietBeamImportWarning) for f in logging.getLogger().filters):
     logging.getLogger().addFilter(_QuietBeamImportWarning())
 
-import apache_beam as beam  # noqa: E402  (after the filter: see the docstring)
-from apache_beam.io.filesystem import BeamIOError  # noqa: E402
-from apache_beam.io.filesystems import FileSystems  # noqa: E402
+
+class _NoPandas:
+    """An import finder that refuses pandas (a finder, not ``sys.modules["pandas"] = None``: Cython's imports,
+    pyarrow's among them, take a None found there for the module)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "pandas":
+            raise ModuleNotFoundError("spanprep's job runs without pandas (pipeline.jobs.without_pandas)", name="pandas")
+        return None
+
+
+@contextlib.contextmanager
+def without_pandas():
+    """Inside the block ``import pandas`` raises ImportError, as on an install without pandas (unless pandas is
+    imported already). See below for why the jobs want that."""
+    hide = "pandas" not in sys.modules
+    if hide:
+        sys.meta_path.insert(0, _NoPandas)
+    try:
+        yield
+    finally:
+        if hide:
+            sys.meta_path.remove(_NoPandas)
+
+
+# pandas is not a dependency of the jobs (it comes with the `hf` extra's `datasets`) and they never handle pandas
+# objects, yet when it is installed two libraries import it (0.45 s) in every job process: Beam while it is
+# imported, to register pandas type conversions, and pyarrow's C++ conversions (the first ``to_numpy`` or untyped
+# ``pa.array``), to recognise pandas values. So Beam is imported here, and the jobs' ``main()`` runs
+# (:func:`exit_code`), as on an install without pandas. Beam's runners (Dataflow, Flink, Spark, portable) do not import it; pandas stays
+# importable outside the block (Beam's DataFrame API imports it when used).
+with without_pandas():
+    import apache_beam as beam  # noqa: E402  (after the filter: see the docstring)
+    from apache_beam.io.filesystem import BeamIOError  # noqa: E402
+    from apache_beam.io.filesystems import FileSystems  # noqa: E402
 
 from pipeline import output  # noqa: E402
 from schemas import format as fmt  # noqa: E402
@@ -54,9 +89,11 @@ class UsageError(Exception):
 
 
 def exit_code(job: str, run: Callable[[], object]) -> int:
-    """Call ``run()``; 0 when it returns, 2 after one ``<job>: error:`` line for a user error, 1 for a bad artifact."""
+    """Call ``run()`` (without pandas, see above); 0 when it returns, 2 after one ``<job>: error:`` line for a user
+    error, 1 for a bad artifact."""
     try:
-        run()
+        with without_pandas():
+            run()
     except (UsageError, fmt.FormatError) as e:
         print(f"{job}: error: {e}", file=sys.stderr)
         return 2 if isinstance(e, UsageError) else 1

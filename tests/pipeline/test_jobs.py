@@ -16,6 +16,19 @@ def test_importing_the_package_has_no_side_effects():
     assert proc.stderr == ""
 
 
+def test_jobs_run_without_pandas_and_pandas_still_imports_after(tmp_path):
+    # pandas is installed here (Hugging Face datasets); the jobs neither import it (Beam and pyarrow would) nor need it
+    code = ("import sys; from pipeline import build_shards; from tests.conftest import DEMO_CORPUS; "
+            "print('pandas' in sys.modules, 'apache_beam.typehints.pandas_type_compatibility' in sys.modules); "
+            f"code = build_shards.main(['--input', str(DEMO_CORPUS), '--output', {str(tmp_path / 'out')!r}, "
+            "'--train-tokenizer', '--vocab-size', '500', '--num-shards', '2']); "
+            "print(code, 'pandas' in sys.modules); "
+            "import pandas; print(pandas.DataFrame({'a': [1, 2]})['a'].sum())")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300, check=True)
+    assert proc.stdout.splitlines()[0] == "False False"
+    assert proc.stdout.splitlines()[-2:] == ["0 False", "3"]
+    assert (tmp_path / "out" / "manifest.json").exists()
+
 def test_both_jobs_report_a_user_error_as_one_line_and_exit_2(tmp_path):
     for job in ("build_shards", "build_ngram_dictionary"):
         proc = subprocess.run([sys.executable, "-m", f"pipeline.{job}", "--input", str(tmp_path / "missing*"), "--output", str(tmp_path / "out")],
