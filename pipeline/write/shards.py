@@ -13,10 +13,12 @@ by the spill buffer and one record batch per run, whatever the corpus size.
 
 from __future__ import annotations
 
+import collections
 import functools
 import heapq
 import logging
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -109,9 +111,16 @@ class ArrowFileWriter:
 
     ``close()`` renames it into place and returns ``(bytes, sha256)``: readers never see a
     partial file, and memory holds one record batch at a time whatever the file size.
+
+    With ``background=True`` the batches are compressed and written on a thread of their own (pyarrow
+    releases the GIL while it compresses) while the caller builds the next ones; at most
+    ``BACKGROUND_DEPTH`` batches wait, and a failed write is raised by the next ``write`` or by ``close``.
     """
 
-    def __init__(self, path: str, schema: pa.Schema, compression: str | None = fmt.SHARD_COMPRESSION, file_format: bool = True):
+    BACKGROUND_DEPTH = 2
+
+    def __init__(self, path: str, schema: pa.Schema, compression: str | None = fmt.SHARD_COMPRESSION, file_format: bool = True,
+                 background: bool = False):
         directory, name = path.rsplit("/", 1)
         self._path = path
         self._tmp = f"{directory}/.{name}.tmp-{uuid.uuid4().hex}"
@@ -120,11 +129,24 @@ class ArrowFileWriter:
         options = pa.ipc.IpcWriteOptions(compression=compression)
         out = pa.PythonFile(self._sink, mode="w")
         self._writer = pa.ipc.new_file(out, schema, options=options) if file_format else pa.ipc.new_stream(out, schema, options=options)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arrow-write") if background else None
+        self._pending: collections.deque = collections.deque()
 
     def write(self, batch: pa.RecordBatch) -> None:
-        self._writer.write_batch(batch)
+        if self._thread is None:
+            self._writer.write_batch(batch)
+            return
+        while len(self._pending) >= self.BACKGROUND_DEPTH:
+            self._pending.popleft().result()
+        self._pending.append(self._thread.submit(self._writer.write_batch, batch))
 
     def close(self) -> tuple[int, str]:
+        if self._thread is not None:
+            try:
+                while self._pending:
+                    self._pending.popleft().result()
+            finally:
+                self._thread.shutdown(wait=True, cancel_futures=True)
         self._writer.close()
         self._raw.close()
         if FileSystems.exists(self._path):  # a retried bundle: the content is identical
@@ -331,7 +353,7 @@ class _MergeAndWriteFn(beam.DoFn):
         runs = sorted(r for r in runs if r is not None)
         docs = heapq.merge(*(iter_run(r) for r in runs), key=lambda d: d.sort_key)
         relative = fmt.shard_filename(index, spec.num_shards)
-        writer = ArrowFileWriter(f"{spec.output}/{relative}", self._schema)
+        writer = ArrowFileWriter(f"{spec.output}/{relative}", self._schema, background=True)
         stats = _ShardStats(spec)
         pending: list[Row] = []
 
