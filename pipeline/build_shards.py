@@ -281,8 +281,9 @@ def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candid
     }
 
 
-def build_pipeline(p: beam.Pipeline, o, spec: tokenizer.TokenizerSpec, static: dict) -> None:
-    """The job, as a sentence: read documents, tokenize them, write shards; dead letters and the manifest beside."""
+def build_pipeline(p: beam.Pipeline, o, spec: tokenizer.TokenizerSpec, static: dict, files: list[tuple[str, int]] | None = None) -> None:
+    """The job, as a sentence: read documents, tokenize them, write shards; dead letters and the manifest beside.
+    ``files``: what ``--input`` matched, ``(path, size)``, when the launcher listed it (see ``ReadDocuments``)."""
     info = spec.describe()
     unk = info["special_tokens"]["unk"] if o.wikitext_unk == "keep" else None
     shard_spec = ShardSpec(
@@ -295,7 +296,7 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenizer.TokenizerSpec, static: d
     )
     ids_dtype = "uint16" if fmt.token_id_type(info["vocab_size"]) == fmt.token_id_type(1) else "int32"
 
-    read = p | "ReadDocuments" >> ReadDocuments(o.input, _reader_options(o, unk), o.split_bytes)
+    read = p | "ReadDocuments" >> ReadDocuments(o.input, _reader_options(o, unk), o.split_bytes, files=files)
     documents = read["documents"]
     kinds = static["candidates"]["kinds"]
     spacy_kinds = [k for k in kinds if k in ("entities", "noun_phrases")]
@@ -340,7 +341,8 @@ def run(argv: list[str] | None = None) -> dict:
     FileSystems.set_options(options)
     o.input = list(o.input)
     jobs.check_location("--output", o.output)
-    paths = [path for path, _ in jobs.match_inputs(o.input)]
+    files = jobs.match_inputs(o.input)
+    paths = [path for path, _ in files]
     log.info("%d input file(s) matched; output %s; runner %s", len(paths), o.output, options.view_as(StandardOptions).runner)
     kinds = _candidate_kinds(o)
     runner = jobs.runner_name(options.view_as(StandardOptions).runner)
@@ -351,7 +353,7 @@ def run(argv: list[str] | None = None) -> dict:
     build_id = jobs.prepare_output(o.output, o.overwrite, (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR))
     static = _static_manifest_fields(o, argv, options, candidates, build_id)
     started = time.time()
-    jobs.run_pipeline(options, lambda p: build_pipeline(p, o, spec, static))  # WriteManifest checks the lock
+    jobs.run_pipeline(options, lambda p: build_pipeline(p, o, spec, static, files))  # WriteManifest checks the lock
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
     _warn_empty_shards(manifest)

@@ -245,3 +245,30 @@ def test_ranges_of_a_file_in_s3_read_the_records_of_a_whole_file_read(s3_store, 
         else:
             assert (remote.doc_id, remote.source.line, remote.source.byte_offset) == (here.doc_id, here.source.line, here.source.byte_offset)
             assert remote == (Document if isinstance(here, Document) else DeadLetter)(**{**here.__dict__, "source": remote.source})
+
+
+def test_files_listed_by_the_launcher_are_read_as_when_matched_at_run_time(tmp_path, tokenizer_file, monkeypatch):
+    import zstandard
+
+    from pipeline.read.documents import ReadDocuments
+
+    corpus = tmp_path / "in"
+    corpus.mkdir()
+    for i in range(3):
+        (corpus / f"part-{i}.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(jsonl_corpus(60, seed=10 + i)))
+    (corpus / "plain.jsonl").write_bytes(jsonl_corpus(40, seed=20))
+    # two patterns matching the same file: read once either way
+    inputs = [str(corpus / "*.jsonl*"), str(corpus / "plain.jsonl")]
+    opts = ["--input-format", "jsonl", "--tokenizer", str(tokenizer_file), "--num-shards", "3", "--max-record-bytes", str(MAX_RECORD)]
+    listed = []
+    read_listed = ReadDocuments._read_listed_files
+    monkeypatch.setattr(ReadDocuments, "_read_listed_files", lambda self, pbegin: listed.append(1) or read_listed(self, pbegin))
+    build(inputs, tmp_path / "listed", *opts)
+    assert listed == [1]
+    monkeypatch.setattr(ReadDocuments, "LISTED_FILES_MAX", 0)  # more files than may be listed: matched at run time
+    build(inputs, tmp_path / "matched", *opts)
+    assert listed == [1]
+    files = assert_same_artifact(tmp_path / "listed", tmp_path / "matched")
+    manifest = json.loads(files["manifest.json"])
+    assert len(manifest["inputs"]) == 4 and manifest["counts"]["documents_dead_lettered"] > 10
+    assert manifest["counts"]["documents_read"] == sum(i["documents_read"] for i in manifest["inputs"]) > 200
