@@ -24,6 +24,7 @@ def run_env() -> dict:
     env["OMP_NUM_THREADS"] = "1"
     env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"  # a rank that aborts (SIGABRT) prints every thread's Python stack into the failure
     return env
 
 
