@@ -11,6 +11,7 @@ from pathlib import Path
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 import zstandard
@@ -345,3 +346,29 @@ def test_manifest_records_the_job_options_and_hides_secrets(tmp_path):
     assert m["options"]["beam"]["runner"] == "FnApiRunner" and m["options"]["beam"]["job_name"] == "unit-test"
     assert "hunter2" not in json.dumps(m)
     assert "--s3_secret_access_key=<redacted>" in m["command"]
+
+
+def test_background_writes_give_the_same_file_and_raise_a_failed_write(tmp_path):
+    from pipeline.write.shards import ArrowFileWriter
+
+    schema = fmt.shard_schema(1000)
+    other = pa.schema([("x", "int64")])
+    batches = [pa.RecordBatch.from_pylist(
+        [{"doc_id": f"d{i}-{j}", "seq_index": j, "input_ids": list(range(i, i + 5)), "word_start": [True] * 5,
+          "sentence_start": [j == 0] + [False] * 4} for j in range(3)], schema=schema) for i in range(7)]
+    results = {}
+    for background in (False, True):
+        writer = ArrowFileWriter(str(tmp_path / f"bg-{background}.arrow"), schema, background=background)
+        for batch in batches:
+            writer.write(batch)
+        results[background] = writer.close()
+    assert results[True] == results[False] and results[True][0] > 0  # (bytes, sha256)
+    assert (tmp_path / "bg-True.arrow").read_bytes() == (tmp_path / "bg-False.arrow").read_bytes()
+    assert ipc.open_file(str(tmp_path / "bg-True.arrow")).read_all().num_rows == 21
+    writer = ArrowFileWriter(str(tmp_path / "bad.arrow"), schema, background=True)
+    writer.write(batches[0])
+    writer.write(pa.RecordBatch.from_pylist([{"x": 1}], schema=other))  # not the file's schema
+    with pytest.raises(Exception, match="(?i)schema"):
+        for batch in batches:
+            writer.write(batch)
+        writer.close()
