@@ -63,8 +63,8 @@ def without_pandas():
 # objects, yet when it is installed two libraries import it (0.45 s) in every job process: Beam while it is
 # imported, to register pandas type conversions, and pyarrow's C++ conversions (the first ``to_numpy`` or untyped
 # ``pa.array``), to recognise pandas values. So Beam is imported here, and the jobs' ``main()`` runs
-# (:func:`exit_code`), as on an install without pandas. Beam's runners (Dataflow, Flink, Spark, portable) do not import it; pandas stays
-# importable outside the block (Beam's DataFrame API imports it when used).
+# (:func:`exit_code`), as on an install without pandas. Beam's runners (Dataflow, Flink, Spark, portable) do not
+# import it; pandas stays importable outside the block (Beam's DataFrame API imports it when used).
 with without_pandas():
     import apache_beam as beam  # noqa: E402  (after the filter: see the docstring)
     from apache_beam.io.filesystem import BeamIOError  # noqa: E402
