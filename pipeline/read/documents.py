@@ -84,8 +84,8 @@ class ReadDocuments(beam.PTransform):
     (``pipeline/read/ranges.py``). Returns a dict of PCollections: ``documents`` (:class:`Document`),
     ``dead_letters`` (:class:`DeadLetter`) and ``input_summaries`` (one :class:`InputSummary` per file).
 
-    ``files``: the ``(path, size)`` of every file the patterns match, when the caller has listed them already
-    (``jobs.match_inputs``). When none of them is split and there are at most ``LISTED_FILES_MAX``, the job
+    ``files``: the ``(path, size)`` of every file the patterns match, once each, when the caller has listed them
+    already (``jobs.match_inputs``). When none of them is split and there are at most ``LISTED_FILES_MAX``, the job
     reads that list directly: the same reads without the five steps that match, plan and scan at run time
     (four of them stages of their own: about 0.2 s of a local run).
     """
@@ -100,7 +100,7 @@ class ReadDocuments(beam.PTransform):
         self._split_bytes = split_bytes
         self._whole_files = None
         if files is not None and len(files) <= self.LISTED_FILES_MAX:
-            plans = [plan_file(path, size, split_bytes) for path, size in sorted(set(files))]
+            plans = [plan_file(path, size, split_bytes) for path, size in files]
             if all(len(plan) == 1 and isinstance(plan[0], WholeFile) for plan in plans):
                 self._whole_files = [plan[0] for plan in plans]
 
@@ -117,13 +117,7 @@ class ReadDocuments(beam.PTransform):
             | "SpreadScans" >> beam.Reshuffle()
             | "Scan" >> beam.ParDo(_ScanFn(self._options)).with_outputs(_HASHES, main="scans")
         )
-        records = (
-            scanned["scans"]
-            | "GroupByFile" >> beam.GroupByKey()
-            | "PlanReads" >> beam.FlatMapTuple(plan_reads)
-            | "SpreadReads" >> beam.Reshuffle()
-            | "Read" >> beam.ParDo(_ReadFn(self._options)).with_outputs(DEAD_LETTERS, INPUT_SUMMARIES, main=DOCUMENTS)
-        )
+        records = self._read(scanned["scans"] | "GroupByFile" >> beam.GroupByKey() | "PlanReads" >> beam.FlatMapTuple(plan_reads))
         summaries = (
             (records[INPUT_SUMMARIES], scanned[_HASHES])
             | "SummaryParts" >> beam.Flatten()
@@ -137,15 +131,18 @@ class ReadDocuments(beam.PTransform):
 
     def _read_listed_files(self, pbegin):
         """Whole files only, listed by the caller: each read gives its file's one summary part."""
-        records = (
-            pbegin
-            | "ListedFiles" >> beam.Create(self._whole_files)
-            | "SpreadReads" >> beam.Reshuffle()
-            | "Read" >> beam.ParDo(_ReadFn(self._options)).with_outputs(DEAD_LETTERS, INPUT_SUMMARIES, main=DOCUMENTS)
-        )
+        records = self._read(pbegin | "ListedFiles" >> beam.Create(self._whole_files))
         summaries = (
             records[INPUT_SUMMARIES]
             | "OnePart" >> beam.Map(lambda part: (part.path, [part]))
             | "CombineParts" >> beam.ParDo(_CombineSummariesFn())
         )
         return {DOCUMENTS: records[DOCUMENTS], DEAD_LETTERS: records[DEAD_LETTERS], INPUT_SUMMARIES: summaries}
+
+    def _read(self, reads):
+        """WholeFile / RangeRead items -> the tagged outputs of reading them, spread over the workers."""
+        return (
+            reads
+            | "SpreadReads" >> beam.Reshuffle()
+            | "Read" >> beam.ParDo(_ReadFn(self._options)).with_outputs(DEAD_LETTERS, INPUT_SUMMARIES, main=DOCUMENTS)
+        )
