@@ -115,6 +115,9 @@ class BuildShardsOptions(PipelineOptions):
                        help="threads per worker that run the tokenizer (Rust, in parallel with the worker's Python); "
                        "default 0: the machine's cores / --direct_num_workers on local runners, 1 elsewhere "
                        "(Dataflow, Spark and Flink run one worker process per core)")
+        g.add_argument("--encode-cache-mb", "--encode_cache_mb", dest="encode_cache_mb", type=int, default=64,
+                       help="per-worker-process memory for the cache of chunk encodings (repeated words are encoded once; "
+                       "the output is the same whatever its size); 0 turns it off")
 
 
 def _job_parser() -> argparse.ArgumentParser:
@@ -163,6 +166,8 @@ def _validate(o: argparse.Namespace) -> None:
         raise UsageError(f"--split-bytes must be 0 (never split) or at least {MIN_SPLIT_BYTES:,}, got {o.split_bytes:,}")
     if o.spill_buffer_mb < 1:
         raise UsageError("--spill-buffer-mb must be at least 1")
+    if o.encode_cache_mb < 0:
+        raise UsageError(f"--encode-cache-mb must be 0 (no cache) or more, got {o.encode_cache_mb}")
     if o.encoder_threads < 0:
         raise UsageError(f"--encoder-threads must be 0 (automatic) or more, got {o.encoder_threads}")
     sources = [s for s in ("tokenizer", "vocab") if getattr(o, s)] + (["train_tokenizer"] if o.train_tokenizer else [])
@@ -308,7 +313,8 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenizer.TokenizerSpec, static: d
     else:
         spacy_models = p | "NoSpacy" >> beam.Create([])
     segmenter = o.ngram_dictionary if "ngrams" in kinds else None
-    tokenized = documents | "TokenizeDocuments" >> TokenizeDocuments(spec, ids_dtype, segmenter_path=segmenter, encoder_threads=o.encoder_threads)
+    tokenized = documents | "TokenizeDocuments" >> TokenizeDocuments(
+        spec, ids_dtype, segmenter_path=segmenter, encoder_threads=o.encoder_threads, cache_bytes=o.encode_cache_mb << 20)
     shards = tokenized["documents"] | "WriteShards" >> WriteShards(shard_spec, buffer_bytes=o.spill_buffer_mb << 20)
     dead_letters = (
         (read["dead_letters"], tokenized["dead_letters"])

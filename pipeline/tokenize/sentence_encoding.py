@@ -15,6 +15,11 @@ sentence alone; the markers' ids are then removed and their positions are the se
 marker has no border (no proper prefix equal to a suffix), so in the joined text it matches only where
 it was put; a document whose text contains it takes the whole-document path.
 
+By default the sentences are cut further, at ASCII whitespace, into chunks encoded through a process-wide
+cache (``chunk_cache``): the same argument (each side of a whitespace character is tokenized alone) makes a
+sentence's ids its chunks' ids, and most chunks of a corpus are repeats that the cache answers without the
+tokenizer. ``cache_bytes=0`` encodes every sentence instead.
+
 Why this gives the same ids (checked before use, per tokenizer and per document):
 
 * the tokenizer is a ``WordPiece`` model behind ``BertPreTokenizer`` with a ``BertNormalizer`` (or no
@@ -44,6 +49,8 @@ import unicodedata
 import numpy as np
 from tokenizers import AddedToken, Tokenizer
 
+from pipeline.tokenize.chunk_cache import ChunkCache, shared_cache
+
 # Whitespace to Python (Punkt), to BERT's normalizer (mapped to a space) and to its pre-tokenizer (a split).
 _SAFE_SPACE = "[ \t\n\r\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]"
 _SAFE_GAP = re.compile(_SAFE_SPACE + "+")
@@ -59,20 +66,31 @@ def _is_punctuation(c: str) -> bool:
 # Private-use characters around a name: first and last character differ and occur once.
 CUT_MARKER = "\ue000spanprep-sentence-cut\ue001"
 
+# Memory for the cache of chunk encodings (chunk_cache.py), shared by a worker process's threads.
+DEFAULT_CACHE_BYTES = 64 << 20
+
 
 class SentenceEncoder:
     """Per-sentence fast encoding for one tokenizer; :meth:`for_tokenizer` says whether it applies."""
 
-    def __init__(self, tok, continuation: np.ndarray, added: list[str]):
+    def __init__(self, tok, continuation: np.ndarray, added: list[str], cache_bytes: int = DEFAULT_CACHE_BYTES):
         self._marked = Tokenizer.from_str(tok.to_str())
         self._marked.add_special_tokens([AddedToken(CUT_MARKER, special=True, normalized=False)])
         self._marker_id = self._marked.token_to_id(CUT_MARKER)
         self._continuation = continuation
         self._added = [a for a in added if len(a) > 1]  # a cut can only fall inside a token of 2+ characters
+        self.cache: ChunkCache | None = None
+        if cache_bytes > 0:
+            self.cache = shared_cache(
+                (self._marked.to_str(), cache_bytes),
+                lambda: ChunkCache(self._marked, CUT_MARKER, self._marker_id, continuation, max_bytes=cache_bytes),
+            )
 
     @classmethod
-    def for_tokenizer(cls, tok) -> "SentenceEncoder | None":
-        """The encoder for ``tok`` (as it encodes documents), or None when the equivalence above is not given."""
+    def for_tokenizer(cls, tok, cache_bytes: int = DEFAULT_CACHE_BYTES) -> "SentenceEncoder | None":
+        """The encoder for ``tok`` (as it encodes documents), or None when the equivalence above is not given.
+        With ``cache_bytes`` > 0 it encodes through a cache of chunk encodings of that size (``chunk_cache``),
+        shared by every encoder of the same tokenizer in the process; 0 encodes every sentence."""
         if not hasattr(tok, "encode_batch_fast"):
             return None
         config = json.loads(tok.to_str())
@@ -96,7 +114,7 @@ class SentenceEncoder:
         for added in config.get("added_tokens") or []:
             if added.get("id", size) < size:
                 continuation[added["id"]] = False
-        return cls(tok, continuation, [a.get("content", "") for a in config.get("added_tokens") or []])
+        return cls(tok, continuation, [a.get("content", "") for a in config.get("added_tokens") or []], cache_bytes)
 
     def applies(self, text: str, sentences: list[tuple[int, int]]) -> bool:
         """Whether ``sentences`` cut ``text`` only where the tokenizer's own word boundaries are (see above)."""
@@ -120,11 +138,13 @@ class SentenceEncoder:
         return True
 
     def encode(self, texts: list[str], sentences: list[list[tuple[int, int]]]):
-        """Per document: (ids int64, word starts, index of each sentence's first token), one Rust call for all.
+        """Per document: (ids, word starts, index of each sentence's first token), one Rust call for all.
 
         Raises what the tokenizer raises, or ValueError when a document's markers are not exactly its
         cuts (its text holds the marker); the caller then takes the whole-document path.
         """
+        if self.cache is not None:
+            return self.cache.encode(texts, sentences)
         joined = [CUT_MARKER.join([text[s:e] for s, e in sent]) for text, sent in zip(texts, sentences)]
         out = []
         for enc, sent in zip(self._marked.encode_batch_fast(joined, add_special_tokens=False), sentences):

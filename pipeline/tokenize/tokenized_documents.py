@@ -24,7 +24,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.elements import NO_TOKENS, TOKENIZER_ERROR, AnnotatedDocument, DeadLetter, Document, TokenizedDocument, preview
 from pipeline.segmenter import Segmenter
-from pipeline.tokenize.sentence_encoding import SentenceEncoder
+from pipeline.tokenize.sentence_encoding import DEFAULT_CACHE_BYTES, SentenceEncoder
 from pipeline.tokenize.sentences import sentence_spans
 from pipeline.tokenize.tokenizer import TokenizerSpec
 
@@ -151,9 +151,10 @@ class _Encoded:
 
 class _TokenizeFn(beam.DoFn):
     def __init__(self, spec: TokenizerSpec, ids_dtype: str, language: str = "english", segmenter_path: str | None = None,
-                 encoder_threads: int = 1):
+                 encoder_threads: int = 1, cache_bytes: int = DEFAULT_CACHE_BYTES):
         self._spec = spec
         self._threads = max(1, encoder_threads)
+        self._cache_bytes = cache_bytes
         self._ids_dtype = ids_dtype
         self._language = language
         self._segmenter_path = segmenter_path
@@ -168,8 +169,9 @@ class _TokenizeFn(beam.DoFn):
         if self._segmenter_path:
             self._segmenter = Segmenter.from_dictionary(self._segmenter_path)
         # Without character spans to align (no n-gram dictionary, no spaCy candidates) documents are encoded
-        # sentence by sentence without offsets where that provably gives the same tokens (sentence_encoding).
-        self._sentences = None if self._segmenter is not None else SentenceEncoder.for_tokenizer(self._tok)
+        # sentence by sentence without offsets where that provably gives the same tokens (sentence_encoding),
+        # through a cache of chunk encodings (chunk_cache).
+        self._sentences = None if self._segmenter is not None else SentenceEncoder.for_tokenizer(self._tok, self._cache_bytes)
         # The Rust calls run on our encoder threads (GIL released), each single-threaded: the tokenizers
         # library's own thread pool would compete with them and with this thread for the same cores, and its
         # idle threads spin (measured: 8% slower jobs on 2 cores). Parallelism comes from encoder threads
@@ -198,6 +200,10 @@ class _TokenizeFn(beam.DoFn):
     def teardown(self):
         if getattr(self, "_encoder", None) is not None:
             self._encoder.shutdown(wait=True)
+        cache = self._sentences.cache if getattr(self, "_sentences", None) is not None else None
+        if cache is not None and cache.hits + cache.misses:
+            log.debug("chunk cache: %d of %d chunks answered from the cache, %d entries",
+                      cache.hits, cache.hits + cache.misses, len(cache))
 
     def _start(self, batch: list):
         """Split the batch into sentences, choose each document's path, and hand the Rust calls to an encoder thread."""
@@ -369,9 +375,9 @@ class TokenizeDocuments(beam.PTransform):
     """
 
     def __init__(self, spec: TokenizerSpec, ids_dtype: str, segmenter_path: str | None = None, batch_size: int = 32,
-                 encoder_threads: int = 1):
+                 encoder_threads: int = 1, cache_bytes: int = DEFAULT_CACHE_BYTES):
         super().__init__()
-        self._fn = _TokenizeFn(spec, ids_dtype, segmenter_path=segmenter_path, encoder_threads=encoder_threads)
+        self._fn = _TokenizeFn(spec, ids_dtype, segmenter_path=segmenter_path, encoder_threads=encoder_threads, cache_bytes=cache_bytes)
         self._batch_size = batch_size
 
     def expand(self, documents):

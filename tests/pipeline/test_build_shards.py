@@ -177,6 +177,15 @@ def test_same_input_gives_byte_identical_artifacts_on_any_runner_and_worker_coun
     assert _digests(tmp_path / "mp") == first
 
 
+def test_the_encode_cache_never_changes_the_artifact(wikitext2_artifact, tmp_path):
+    """No cache, and a 1 MiB cache that WikiText-2 valid fills (it is emptied twice), give the same files."""
+    shards = {k: v for k, v in _digests(wikitext2_artifact).items() if k != "manifest.json"}
+    for mb in ("0", "1"):
+        build(wikitext2("valid"), tmp_path / mb, *WIKITEXT2_BUILD, "--encode-cache-mb", mb)
+        assert {k: v for k, v in _digests(tmp_path / mb).items() if k != "manifest.json"} == shards
+    assert json.loads((tmp_path / "1" / "manifest.json").read_text())["options"]["encode_cache_mb"] == 1
+
+
 def test_given_tokenizer_or_vocab_reproduce_the_trained_run(wikitext2_artifact, tmp_path):
     first = _digests(wikitext2_artifact)
     build(wikitext2("valid"), tmp_path / "tok", "--input-format", "wikitext", "--num-shards", "4", "--tokenizer", str(wikitext2_artifact / "tokenizer.json"))
@@ -277,6 +286,7 @@ def test_shards_open_with_plain_pyarrow_and_hugging_face_datasets(wikitext2_arti
         (["--input", "IN", "--output", "OUT", "--tokenizer", "/nonexistent/tokenizer.json"], "cannot read the tokenizer"),
         (["--input", "IN", "--output", "OUT", "--max-seq-len", "4"], "--max-seq-len must be at least 8"),
         (["--input", "IN", "--output", "OUT", "--encoder-threads", "-1"], "--encoder-threads must be 0 (automatic) or more"),
+        (["--input", "IN", "--output", "OUT", "--encode-cache-mb", "-1"], "--encode-cache-mb must be 0 (no cache) or more"),
     ],
 )
 def test_usage_errors_are_one_clear_line(args, message, tmp_path, capsys):

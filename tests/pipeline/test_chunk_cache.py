@@ -1,0 +1,139 @@
+"""The cache of chunk encodings gives exactly the ids of encoding every sentence, whatever it holds."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import numpy as np
+import pytest
+
+from pipeline.elements import Document
+from pipeline.read.records import ReaderOptions, read_file
+from pipeline.tokenize import tokenizer
+from pipeline.tokenize.chunk_cache import ChunkCache
+from pipeline.tokenize.sentence_encoding import CUT_MARKER, SentenceEncoder
+from pipeline.tokenize.sentences import sentence_spans
+from tests.conftest import WIKIPEDIA_SAMPLE, wikitext2
+from tests.pipeline.test_sentence_encoding import generated_texts
+
+
+def _batches(encoder: SentenceEncoder, texts: list[str], size: int = 16) -> list[tuple[list[str], list]]:
+    sent = [sentence_spans(t) for t in texts]
+    keep = [i for i, t in enumerate(texts) if encoder.applies(t, sent[i])]
+    return [([texts[i] for i in keep[a : a + size]], [sent[i] for i in keep[a : a + size]]) for a in range(0, len(keep), size)]
+
+
+def _cache(e: SentenceEncoder, **kw) -> ChunkCache:
+    return ChunkCache(e._marked, CUT_MARKER, e._marker_id, e._continuation, **kw)
+
+
+def _assert_equal(expected, got) -> int:
+    assert len(expected) == len(got)
+    for (ids, word_start, firsts), (ids2, word_start2, firsts2) in zip(expected, got):
+        assert ids.tolist() == ids2.tolist()
+        assert word_start.tolist() == word_start2.tolist()
+        assert firsts.tolist() == firsts2.tolist()
+    return sum(len(ids) for ids, _, _ in expected)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """Generated edge cases, WikiText-2 and (where present) Wikipedia articles; a tokenizer trained on them; and
+    the encoder without a cache, whose per-sentence encodings the cache must reproduce."""
+    texts = generated_texts(300, seed=21)
+    texts += [d.text for d in read_file(str(wikitext2("valid")), ReaderOptions(input_format="wikitext")) if isinstance(d, Document)]
+    if WIKIPEDIA_SAMPLE.exists():
+        wiki = (r.text for r in read_file(str(WIKIPEDIA_SAMPLE), ReaderOptions(input_format="jsonl")) if isinstance(r, Document))
+        texts += list(itertools.islice(wiki, 150))
+    spec = tokenizer.make_spec(tokenizer.train(texts, vocab_size=3000), "trained")
+    uncached = SentenceEncoder.for_tokenizer(spec.load_for_text(), cache_bytes=0)
+    assert uncached.cache is None
+    batches = _batches(uncached, texts)
+    expected = [uncached.encode(t, s) for t, s in batches]
+    return uncached, batches, expected
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},  # the default
+        {"key_mask": 0xFF},  # 128 distinct keys: most lookups and most distinct misses of a batch collide
+        {"max_bytes": 600_000},  # full again and again: emptied and refilled
+        {"max_chunk_bytes": 5},  # chunks over 5 bytes are encoded every time
+        {"max_bytes": 1},  # holds nothing
+    ],
+)
+def test_the_cache_gives_the_ids_of_encoding_each_sentence(corpus, settings):
+    encoder, batches, expected = corpus
+    cache = _cache(encoder, **settings)
+    tokens = 0
+    for _ in range(2):  # a second pass answers from what the first left in the cache
+        for (texts, sent), want in zip(batches, expected):
+            tokens += _assert_equal(want, cache.encode(texts, sent))
+            assert cache.nbytes <= settings.get("max_bytes", 64 << 20) or len(cache) == 0
+    assert tokens > 100_000 and cache.hits + cache.misses > 0
+    if settings.get("max_bytes") == 1:
+        assert len(cache) == 0 and cache.hits == 0
+    else:
+        assert cache.hits > 0 and cache.misses > 0
+    if not settings:
+        assert cache.hits > 5 * cache.misses and cache.clears == 0 and cache.collisions == 0
+    if "key_mask" in settings:
+        assert cache.collisions > 1000 and len(cache) <= 128
+    if settings.get("max_bytes") == 600_000:
+        assert cache.clears >= 2
+    if "max_chunk_bytes" in settings:
+        assert cache.misses > 100_000
+
+
+def test_threads_sharing_one_cache_give_the_same_ids(corpus):
+    encoder, batches, expected = corpus
+    cache = _cache(encoder, max_bytes=2_000_000)
+    got: dict[int, list] = {}
+    errors = []
+
+    def work(k: int):
+        try:
+            for i in range(k, len(batches), 3):
+                got[i] = cache.encode(*batches[i])
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(got) == len(batches) > 3
+    assert sum(_assert_equal(expected[i], got[i]) for i in range(len(batches))) > 100_000
+    assert cache.hits > 0
+
+
+def test_documents_without_chunks_and_non_ascii_positions():
+    e = _uncached_small()
+    cache = ChunkCache(e._marked, CUT_MARKER, e._marker_id, e._continuation)
+    texts = ["Ünïcödé wörds. Then ASCII.", "\u00a0\u3000", "東京タワー。 Next one.", "a"]
+    sent = [sentence_spans(t) for t in texts]
+    sent[1] = [(0, 2)]  # only spaces that are not chunk separators: one chunk, no tokens
+    got = cache.encode(texts, sent)
+    want = e.encode(texts, sent)
+    assert _assert_equal(want, got) > 5
+    assert len(got[1][0]) == 0
+    assert cache.encode([], []) == []
+
+
+def _uncached_small() -> SentenceEncoder:
+    tok = tokenizer.train(["Ünïcödé wörds. Then ASCII. 東京タワー。 Next one. a"] * 5, vocab_size=120)
+    return SentenceEncoder.for_tokenizer(tokenizer.make_spec(tok, "trained").load_for_text(), cache_bytes=0)
+
+
+def test_encoders_of_one_tokenizer_share_one_cache_while_alive():
+    tok = tokenizer.make_spec(tokenizer.train(["Shared cache text. Another sentence."] * 5, vocab_size=100), "trained").load_for_text()
+    a, b = SentenceEncoder.for_tokenizer(tok), SentenceEncoder.for_tokenizer(tok)
+    assert a.cache is b.cache is not None
+    small = SentenceEncoder.for_tokenizer(tok, cache_bytes=1 << 20)
+    assert small.cache is not a.cache
+    with pytest.raises(ValueError):
+        ChunkCache(a._marked, CUT_MARKER, a._marker_id, a._continuation, max_bytes=0)
