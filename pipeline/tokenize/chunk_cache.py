@@ -31,6 +31,8 @@ calls and the per-batch arrays do not.
 
 from __future__ import annotations
 
+import json
+import string
 import threading
 import weakref
 from typing import Callable
@@ -94,40 +96,49 @@ def _run_indices(offsets: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 class _Chunks:
-    """The chunks of one batch of documents: byte ranges, words and keys."""
+    """The chunks of one batch of documents: byte ranges, first words and keys.
 
-    def __init__(self, data: bytes, cuts: np.ndarray, max_chunk_bytes: int, key_mask: np.uint64):
+    ``classes`` maps each byte value to 0 (separator), 1 (ASCII punctuation) or 2 (anything else); a chunk
+    ends wherever the class changes, except at the ``glued`` positions (around added tokens written in the
+    text), and at every ``cut``."""
+
+    def __init__(self, data: bytes, cuts: np.ndarray, glued: np.ndarray, classes: np.ndarray, max_chunk_bytes: int, key_mask: np.uint64):
         b = np.frombuffer(data, np.uint8)
         n = len(b)
-        separator = _SEPARATOR[b]
-        cut = np.zeros(n + 1, bool)
-        cut[cuts] = True
-        edge = np.empty(n, bool)  # a chunk starts here: not a separator, after a separator or at a cut
-        edge[:1] = True
-        edge[1:] = separator[:-1]
-        edge |= cut[:n]
-        edge &= ~separator
-        self.starts = np.flatnonzero(edge)
-        edge[-1:] = True  # a chunk ends after here: not a separator, before a separator or a cut
-        edge[:-1] = separator[1:]
-        edge |= cut[1:]
-        edge &= ~separator
-        self.ends = np.flatnonzero(edge) + 1
+        cls = classes[b]
+        separator = cls == 0
+        boundary = np.ones(n + 1, bool)  # a chunk may start or end at position p (between bytes p - 1 and p)
+        np.not_equal(cls[1:], cls[:-1], out=boundary[1:n])
+        glued = glued[(glued > 0) & (glued < n)]
+        boundary[glued] = separator[glued - 1] | separator[glued]
+        boundary[cuts] = True
+        inside = ~separator
+        self.starts = np.flatnonzero(boundary[:n] & inside)
+        self.ends = np.flatnonzero(boundary[1:] & inside) + 1
         self.lengths = self.ends - self.starts
         padded = np.zeros(n + 8, np.uint8)
         padded[:n] = b
         self._padded = padded  # keeps the unaligned word view's memory alive
         self._words = np.ndarray((n + 1,), dtype="<u8", buffer=padded.data, strides=(1,))
-        self.cacheable = np.flatnonzero(self.lengths <= max_chunk_bytes)
-        self.keys = self._keys(self.cacheable)
+        self.first_words = self._words[self.starts] & _MASKS[np.minimum(self.lengths, 8)]
+        self.cacheable = self.lengths <= max_chunk_bytes
+        self.keys = self._keys()
         self.keys &= key_mask
         self.keys |= np.uint64(1)  # 0 marks an empty slot of the table
 
     def word(self, chunks: np.ndarray, j: int) -> np.ndarray:
-        """Word j (bytes 8j..8j+7, zero past the end) of each chunk; the chunks must be longer than 8j bytes."""
+        """Word j (bytes 8j..8j+7, zero past the chunk's end) of each chunk."""
         w = self._words[self.starts[chunks] + 8 * j]
-        w &= _MASKS[np.minimum(self.lengths[chunks] - 8 * j, 8)]
+        w &= _MASKS[np.clip(self.lengths[chunks] - 8 * j, 0, 8)]
         return w
+
+    def later_words(self, chunks: np.ndarray):
+        """For j = 1, 2, ...: (j, positions in ``chunks`` of the chunks longer than 8j bytes, their word j)."""
+        j, k = 1, np.flatnonzero(self.lengths[chunks] > 8)
+        while len(k):
+            yield j, k, self.word(chunks[k], j)
+            j += 1
+            k = k[self.lengths[chunks[k]] > 8 * j]
 
     def words(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """All words of each chunk, one chunk after another, and the number of words of each."""
@@ -138,13 +149,40 @@ class _Chunks:
         w &= _MASKS[np.minimum(self.lengths[chunk] - 8 * j, 8)]
         return w, n_words
 
-    def _keys(self, chunks: np.ndarray) -> np.ndarray:
-        lengths = self.lengths[chunks]
-        h = _mix(lengths.astype(np.uint64) * _GOLDEN)
-        for j in range(int(lengths.max(initial=0) + 7) // 8):
-            sel = np.flatnonzero(lengths > 8 * j)
-            h[sel] = _mix(h[sel] ^ self.word(chunks[sel], j))
+    def _keys(self) -> np.ndarray:
+        h = self.lengths.astype(np.uint64)
+        h *= _GOLDEN
+        h ^= self.first_words
+        _mix(h)
+        cacheable = np.flatnonzero(self.cacheable)
+        for _, k, w in self.later_words(cacheable):
+            h[cacheable[k]] = _mix(h[cacheable[k]] ^ w)
         return h
+
+
+_ASCII_PUNCTUATION = [c for c in range(128) if chr(c) in string.punctuation]
+
+
+def _byte_classes(tok, marker: str, punctuation_cuts: bool) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The byte classes of ``_Chunks`` and the added tokens to glue.
+
+    Chunks end at ASCII punctuation only when every added token that holds some (``[UNK]``) is matched
+    in the text as written (``normalized`` false): those are then found with ``str.find`` and glued, so a
+    cut never separates an added token from its own characters or from its neighbours (``single_word``
+    matching looks at them). A normalized one could match text that ``find`` does not see."""
+    classes = np.full(256, 2, np.uint8)
+    classes[_SEPARATOR] = 0
+    glued = []
+    for added in json.loads(tok.to_str()).get("added_tokens") or []:
+        content = added.get("content", "")
+        if content == marker or not any(c in string.punctuation for c in content):
+            continue
+        if added.get("normalized", True):
+            return classes, ()
+        glued.append(content)
+    if punctuation_cuts:
+        classes[_ASCII_PUNCTUATION] = 1
+    return classes, tuple(glued)
 
 
 _SHARED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
@@ -165,7 +203,7 @@ class ChunkCache:
     """Encodes batches of documents chunk by chunk through the cache; see the module docstring."""
 
     def __init__(self, marked, marker: str, marker_id: int, continuation: np.ndarray, *, max_bytes: int = 64 << 20,
-                 max_chunk_bytes: int = 1024, key_mask: int = (1 << 64) - 1):
+                 max_chunk_bytes: int = 1024, punctuation_cuts: bool = True, key_mask: int = (1 << 64) - 1):
         if max_bytes < 1 or max_chunk_bytes < 1:
             raise ValueError("max_bytes and max_chunk_bytes must be positive")
         self._tok = marked
@@ -175,6 +213,7 @@ class ChunkCache:
         self._max_bytes = max_bytes
         self._max_chunk_bytes = max_chunk_bytes
         self._key_mask = np.uint64(key_mask)  # tests narrow the keys to force collisions
+        self._classes, self._glued_tokens = _byte_classes(marked, marker, punctuation_cuts)
         self._lock = threading.Lock()
         self.hits = self.misses = 0  # chunks answered from the cache / not (a batch encodes each distinct miss once)
         self.collisions = 0  # chunks whose key matched a different chunk's
@@ -218,12 +257,13 @@ class ChunkCache:
         per_doc = np.fromiter(map(len, sentences), np.int64, len(sentences))
         sent = np.array([edge for spans in sentences for edge in spans], np.int64).reshape(-1, 2)
         sent += np.repeat(char_at[:-1], per_doc)[:, None]
+        glued = self._glued(big)
         doc_at = char_at
         if len(data) != len(big):  # not ASCII: character positions to byte positions
             byte_at = np.append(np.flatnonzero((np.frombuffer(data, np.uint8) & 0xC0) != 0x80), len(data))
-            doc_at, sent = byte_at[char_at], byte_at[sent]
-        chunks = _Chunks(data, np.concatenate([doc_at, sent.ravel()]), self._max_chunk_bytes, self._key_mask)
-        if len(data) == 0 or len(chunks.starts) == 0:
+            doc_at, sent, glued = byte_at[char_at], byte_at[sent], byte_at[glued]
+        chunks = _Chunks(data, np.concatenate([doc_at, sent.ravel()]), glued, self._classes, self._max_chunk_bytes, self._key_mask)
+        if len(chunks.starts) == 0:
             empty = np.zeros(0, np.int32)
             return [(empty, np.zeros(0, bool), np.zeros(k, np.int64)) for k in per_doc.tolist()]
         ids, token_at = self._encode_chunks(data, chunks)
@@ -240,17 +280,34 @@ class ChunkCache:
             for a, z, s, e in zip(bounds[:-1], bounds[1:], sent_at[:-1].tolist(), sent_at[1:].tolist())
         ]
 
+    def _glued(self, text: str) -> np.ndarray:
+        """Character positions where no chunk may end: inside and at both edges of every occurrence (overlapping
+        ones too) of an added token that holds ASCII punctuation."""
+        spans = []
+        for token in self._glued_tokens:
+            at = text.find(token)
+            while at >= 0:
+                spans.append((at, at + len(token) + 1))
+                at = text.find(token, at + 1)
+        if not spans:
+            return np.zeros(0, np.int64)
+        a, z = np.array(spans, np.int64).T
+        return _run_indices(a, z - a)
+
     def _encode_chunks(self, data: bytes, chunks: _Chunks) -> tuple[np.ndarray, np.ndarray]:
         """The ids of all chunks, one after another, and the index of each chunk's first id."""
         count = np.zeros(len(chunks.starts), np.int64)
         source = np.zeros(len(chunks.starts), np.int64)  # where in the cache's ids, or in the new ids
+        looked_up = np.flatnonzero(chunks.cacheable)
         with self._lock:
-            hit, entries = self._lookup(chunks.keys)
+            hit, entries = self._lookup(chunks.keys[looked_up])
             cached_ids, ids_at, ids_count = self._ids.buf, self._ids_at.buf, self._ids_count.buf
             words, words_at, length = self._words.buf, self._words_at.buf, self._length.buf
-        found = chunks.cacheable[hit]
-        entries = entries[hit]
-        same = self._same_chunk(chunks, found, words, words_at[entries], length[entries])
+        found, entries = looked_up[hit], entries[hit]
+        at = words_at[entries]
+        same = (chunks.lengths[found] == length[entries]) & (chunks.first_words[found] == words[at])
+        for j, k, w in chunks.later_words(found):
+            same[k[w != words[at[k] + j]]] = False
         collisions = len(same) - int(same.sum())
         found, entries = found[same], entries[same]
         count[found] = ids_count[entries]
@@ -274,26 +331,26 @@ class ChunkCache:
             self.collisions += collisions
         return out, token_at
 
-    def _encode_missed(self, data: bytes, chunks: _Chunks, missed: np.ndarray, count: np.ndarray, source: np.ndarray) -> np.ndarray:
+    def _encode_missed(self, data: bytes, chunks: _Chunks, missed: np.ndarray, count: np.ndarray, source: np.ndarray):
         """Encode the distinct missed chunks in one tokenizer input, fill ``count``/``source`` of every missed
         chunk (``source`` into the returned ids), and add the cacheable ones to the cache. Returns the ids
         and the number of chunks that had another chunk's key."""
-        cacheable = np.zeros(len(chunks.starts), np.int64) - 1
-        cacheable[chunks.cacheable] = np.arange(len(chunks.cacheable))
-        key_of = cacheable[missed]
-        keyed = missed[key_of >= 0]
+        keyed = missed[chunks.cacheable[missed]]
         # one representative per key; a chunk whose bytes differ from its representative's is encoded alone
-        keys, first, which = np.unique(chunks.keys[key_of[key_of >= 0]], return_index=True, return_inverse=True)
+        keys, first, which = np.unique(chunks.keys[keyed], return_index=True, return_inverse=True)
         representatives = keyed[first]
-        alike = self._same_chunk(chunks, keyed, chunks, representatives[which], None)
-        alone = np.concatenate([missed[key_of < 0], keyed[~alike]])
+        twin = representatives[which]
+        alike = (chunks.lengths[keyed] == chunks.lengths[twin]) & (chunks.first_words[keyed] == chunks.first_words[twin])
+        for j, k, w in chunks.later_words(keyed):
+            alike[k[w != chunks.word(twin[k], j)]] = False
+        alone = np.concatenate([missed[~chunks.cacheable[missed]], keyed[~alike]])
         pieces = np.concatenate([representatives, alone])
         starts, ends = chunks.starts[pieces].tolist(), chunks.ends[pieces].tolist()
         ids, piece_at, piece_count = self._encode_pieces([data[s:e].decode("utf-8") for s, e in zip(starts, ends)])
         k = len(representatives)
         slot = np.empty(len(chunks.starts), np.int64)
         slot[representatives] = np.arange(k)
-        slot[keyed] = slot[representatives[which]]
+        slot[keyed] = slot[twin]
         slot[alone] = np.arange(k, len(pieces))
         count[missed] = piece_count[slot[missed]]
         source[missed] = piece_at[slot[missed]]
@@ -311,21 +368,6 @@ class ChunkCache:
         begin = np.concatenate([[0], markers + 1])
         end = np.append(markers, len(ids))
         return ids[~cut], begin - np.arange(len(pieces)), end - begin
-
-    def _same_chunk(self, chunks: _Chunks, which: np.ndarray, other, other_at: np.ndarray, other_length) -> np.ndarray:
-        """Whether each chunk ``which`` has the bytes of ``other``: a cached entry (``other`` = the words
-        buffer, ``other_at`` = where its words start, ``other_length`` = its length) or another chunk of the
-        batch (``other`` = ``chunks``, ``other_at`` = its index)."""
-        lengths = chunks.lengths[which]
-        same = lengths == (chunks.lengths[other_at] if other_length is None else other_length)
-        for j in range(int(lengths.max(initial=0) + 7) // 8):
-            sel = np.flatnonzero(same & (lengths > 8 * j))
-            if not len(sel):
-                break
-            mine = chunks.word(which[sel], j)
-            theirs = other.word(other_at[sel], j) if other_length is None else other[other_at[sel] + j]
-            same[sel[mine != theirs]] = False
-        return same
 
     # -- the table (callers hold the lock) ---------------------------------------------------------------
 

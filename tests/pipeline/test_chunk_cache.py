@@ -137,3 +137,30 @@ def test_encoders_of_one_tokenizer_share_one_cache_while_alive():
     assert small.cache is not a.cache
     with pytest.raises(ValueError):
         ChunkCache(a._marked, CUT_MARKER, a._marker_id, a._continuation, max_bytes=0)
+
+
+PUNCTUATED = [
+    "a[UNK]b went ([UNK]) and [[UNK]] or [UNK][UNK] then [UN[UNK]K] ok.", "Use c++ or xc++y, (c++) and c++. Done!",
+    "C++ and c+++ and +c++ here. Next c++c++ one.", "Mixed «quotes» — dashes – and 'apostrophes' don't split... really?!",
+    "Numbers 1,000.5 and 3.14/2 or 2-3-4; e-mail: a.b@c.d (see http://x.y/z?q=1&r=2#f).",
+]
+
+
+@pytest.mark.parametrize("normalized", [False, True])
+def test_cuts_at_punctuation_keep_added_tokens_whole(normalized):
+    """Chunks also end at ASCII punctuation, except around added tokens that hold some ([UNK], here c++ too,
+    matched only as a single word); with a normalized such token no chunk ends at punctuation at all."""
+    from tokenizers import AddedToken
+
+    from tests.pipeline.test_sentence_encoding import _assert_same, _docs
+
+    tok = tokenizer.train(PUNCTUATED * 5 + generated_texts(50, seed=2), vocab_size=300)
+    tok.add_tokens([AddedToken("c++", single_word=True, normalized=normalized)])
+    spec = tokenizer.make_spec(tok, "trained")
+    encoder = SentenceEncoder.for_tokenizer(spec.load_for_text())  # the cache the job's encoder shares
+    assert encoder.cache._glued_tokens == (() if normalized else ("[UNK]", "c++"))
+    assert (encoder.cache._classes == 1).any() != normalized
+    assert _assert_same(spec, _docs(PUNCTUATED * 3)) == 15  # the whole-document path agrees on every one
+    assert encoder.cache.misses > 0  # the job's encoder went through this (shared) cache
+    with_c = tok.encode("xc++y (c++) c++.", add_special_tokens=False).tokens
+    assert with_c.count("c++") == 2  # single_word: not inside xc++y, so gluing its neighbours mattered
