@@ -100,9 +100,11 @@ class _Chunks:
 
     ``classes`` maps each byte value to 0 (separator), 1 (ASCII punctuation) or 2 (anything else); a chunk
     ends wherever the class changes, except at the ``glued`` positions (around added tokens written in the
-    text), and at every ``cut``."""
+    text), and at every ``cut``. With ``direct`` true, runs of punctuation alone (no glued token in them) are
+    marked ``direct``: their ids are their bytes' (one token per character), no cache needed."""
 
-    def __init__(self, data: bytes, cuts: np.ndarray, glued: np.ndarray, classes: np.ndarray, max_chunk_bytes: int, key_mask: np.uint64):
+    def __init__(self, data: bytes, cuts: np.ndarray, glued: np.ndarray, classes: np.ndarray, direct: bool,
+                 max_chunk_bytes: int, key_mask: np.uint64):
         b = np.frombuffer(data, np.uint8)
         n = len(b)
         cls = classes[b]
@@ -116,12 +118,18 @@ class _Chunks:
         self.starts = np.flatnonzero(boundary[:n] & inside)
         self.ends = np.flatnonzero(boundary[1:] & inside) + 1
         self.lengths = self.ends - self.starts
+        self.bytes = b
+        self.direct = np.zeros(len(self.starts), bool)
+        if direct:
+            self.direct = cls[self.starts] == 1
+            mixed = glued[~boundary[glued] & (cls[glued - 1] != cls[glued])]  # a class change inside a chunk
+            self.direct[np.searchsorted(self.starts, mixed, side="right") - 1] = False
         padded = np.zeros(n + 8, np.uint8)
         padded[:n] = b
         self._padded = padded  # keeps the unaligned word view's memory alive
         self._words = np.ndarray((n + 1,), dtype="<u8", buffer=padded.data, strides=(1,))
         self.first_words = self._words[self.starts] & _MASKS[np.minimum(self.lengths, 8)]
-        self.cacheable = self.lengths <= max_chunk_bytes
+        self.cacheable = (self.lengths <= max_chunk_bytes) & ~self.direct
         self.keys = self._keys()
         self.keys &= key_mask
         self.keys |= np.uint64(1)  # 0 marks an empty slot of the table
@@ -161,6 +169,22 @@ class _Chunks:
 
 
 _ASCII_PUNCTUATION = [c for c in range(128) if chr(c) in string.punctuation]
+
+
+def _punctuation_ids(tok, classes: np.ndarray, glued: tuple[str, ...]) -> np.ndarray | None:
+    """The id of each ASCII punctuation character (by byte value), or None when a run of them cannot be encoded
+    character by character: no chunk ends at punctuation, or an added token is made of punctuation alone.
+    The pre-tokenizer isolates every punctuation character, so a run's ids are its characters' ids, each
+    encoded alone (asked of the tokenizer here: its id, or the unknown token)."""
+    if not (classes == 1).any() or any(all(c in string.punctuation for c in token) for token in glued):
+        return None
+    ids = np.zeros(256, np.int32)
+    for c in _ASCII_PUNCTUATION:
+        one = tok.encode(chr(c), add_special_tokens=False).ids
+        if len(one) != 1:
+            return None
+        ids[c] = one[0]
+    return ids
 
 
 def _byte_classes(tok, marker: str, punctuation_cuts: bool) -> tuple[np.ndarray, tuple[str, ...]]:
@@ -203,7 +227,7 @@ class ChunkCache:
     """Encodes batches of documents chunk by chunk through the cache; see the module docstring."""
 
     def __init__(self, marked, marker: str, marker_id: int, continuation: np.ndarray, *, max_bytes: int = 64 << 20,
-                 max_chunk_bytes: int = 1024, punctuation_cuts: bool = True, key_mask: int = (1 << 64) - 1):
+                 max_chunk_bytes: int = 64, punctuation_cuts: bool = True, key_mask: int = (1 << 64) - 1):
         if max_bytes < 1 or max_chunk_bytes < 1:
             raise ValueError("max_bytes and max_chunk_bytes must be positive")
         self._tok = marked
@@ -214,6 +238,7 @@ class ChunkCache:
         self._max_chunk_bytes = max_chunk_bytes
         self._key_mask = np.uint64(key_mask)  # tests narrow the keys to force collisions
         self._classes, self._glued_tokens = _byte_classes(marked, marker, punctuation_cuts)
+        self._punctuation_ids = _punctuation_ids(marked, self._classes, self._glued_tokens)
         self._lock = threading.Lock()
         self.hits = self.misses = 0  # chunks answered from the cache / not (a batch encodes each distinct miss once)
         self.collisions = 0  # chunks whose key matched a different chunk's
@@ -262,7 +287,8 @@ class ChunkCache:
         if len(data) != len(big):  # not ASCII: character positions to byte positions
             byte_at = np.append(np.flatnonzero((np.frombuffer(data, np.uint8) & 0xC0) != 0x80), len(data))
             doc_at, sent, glued = byte_at[char_at], byte_at[sent], byte_at[glued]
-        chunks = _Chunks(data, np.concatenate([doc_at, sent.ravel()]), glued, self._classes, self._max_chunk_bytes, self._key_mask)
+        chunks = _Chunks(data, np.concatenate([doc_at, sent.ravel()]), glued, self._classes, self._punctuation_ids is not None,
+                         self._max_chunk_bytes, self._key_mask)
         if len(chunks.starts) == 0:
             empty = np.zeros(0, np.int32)
             return [(empty, np.zeros(0, bool), np.zeros(k, np.int64)) for k in per_doc.tolist()]
@@ -312,7 +338,10 @@ class ChunkCache:
         found, entries = found[same], entries[same]
         count[found] = ids_count[entries]
         source[found] = ids_at[entries]
-        missed = np.ones(len(chunks.starts), bool)
+        direct = np.flatnonzero(chunks.direct)
+        count[direct] = chunks.lengths[direct]
+        source[direct] = chunks.starts[direct]
+        missed = ~chunks.direct
         missed[found] = False
         missed = np.flatnonzero(missed)
         new_ids = np.zeros(0, np.int32)
@@ -321,10 +350,11 @@ class ChunkCache:
             collisions += unlike
         token_at, total = _exclusive_cumsum(count)
         out = np.empty(total, np.int32)
-        for src, which in ((cached_ids, found), (new_ids, missed)):
+        for src, which in ((cached_ids, found), (new_ids, missed), (chunks.bytes, direct)):
             if len(which):
                 c = count[which]
-                out[_run_indices(token_at[which], c)] = src[_run_indices(source[which], c)]
+                got = src[_run_indices(source[which], c)]
+                out[_run_indices(token_at[which], c)] = got if src is not chunks.bytes else self._punctuation_ids[got]
         with self._lock:
             self.hits += len(found)
             self.misses += len(missed)
