@@ -164,3 +164,27 @@ def test_cuts_at_punctuation_keep_added_tokens_whole(normalized):
     assert encoder.cache.misses > 0  # the job's encoder went through this (shared) cache
     with_c = tok.encode("xc++y (c++) c++.", add_special_tokens=False).tokens
     assert with_c.count("c++") == 2  # single_word: not inside xc++y, so gluing its neighbours mattered
+
+
+def test_runs_of_punctuation_take_the_tokenizers_ids_character_by_character():
+    """A run of ASCII punctuation is one token per character, from a table the tokenizer filled; an added token
+    made of punctuation alone (matched across such a run) turns the table off."""
+    from tokenizers import AddedToken
+
+    from tests.pipeline.test_sentence_encoding import _assert_same, _docs
+
+    texts = ["Tables +----+---+ and ... or .... and ..... and (?!) here.", "Odd :: and ;; and ~~~ once. [UNK]!! [[UNK]]..."]
+    tok = tokenizer.train(texts * 5, vocab_size=200)
+    spec = tokenizer.make_spec(tok, "trained")
+    encoder = SentenceEncoder.for_tokenizer(spec.load_for_text())
+    table = encoder.cache._punctuation_ids
+    assert table is not None and table[ord("+")] == tok.token_to_id("+")
+    assert table[ord("^")] == tok.token_to_id("[UNK]") != tok.token_to_id("+")  # "^" never seen in training
+    texts.append("Unseen ^^ and `^` here.")
+    assert _assert_same(spec, _docs(texts * 3)) == 9
+    tok.add_tokens([AddedToken("...", normalized=False)])
+    dots = tokenizer.make_spec(tok, "trained")
+    encoder = SentenceEncoder.for_tokenizer(dots.load_for_text())
+    assert encoder.cache._punctuation_ids is None and encoder.cache._glued_tokens == ("[UNK]", "...")
+    assert _assert_same(dots, _docs(texts * 3)) == 9
+    assert "..." in dots.load_for_text().encode(texts[0], add_special_tokens=False).tokens
