@@ -1,32 +1,36 @@
-"""Encode documents through a cache of chunk encodings, the cache's work done with numpy, not per chunk in Python.
+"""Encode documents through a cache of chunk encodings, its work done with numpy a batch at a time.
 
-A chunk is a run of text between two ASCII whitespace characters (space, tab, line feed, carriage
-return), also cut at every sentence edge. A tokenizer that ``sentence_encoding.SentenceEncoder`` accepts
-encodes text on either side of such a character independently (its normalizer maps it to a space and its
-pre-tokenizer splits there), and each sentence as if alone, so a document's ids are the concatenation of
-its chunks' ids, each chunk encoded alone. A few hundred thousand distinct chunks make up the millions of a
-corpus (the 4,576-article Wikipedia sample: 5.16 M chunks, 471 k distinct), and the tokenizer costs about
-2 us per chunk; the cache answers the repeats for a fraction of that.
+A chunk is a run of text between ASCII whitespace characters (space, tab, line feed, carriage return),
+cut also at every sentence and document edge and where ASCII punctuation meets other characters
+(``word``, ``),`` and ``(`` are three chunks of ``word),(``). The tokenizers that
+``sentence_encoding.SentenceEncoder`` accepts split their input at every whitespace character (the
+normalizer maps it to a space, the pre-tokenizer splits there) and isolate every punctuation character,
+so each chunk is tokenized independently of its neighbours: a document's ids are its chunks' ids, each
+chunk encoded alone. Exceptions are glued back: an added token written in the text that holds
+punctuation (``[UNK]``) stays one chunk with its neighbouring characters, and when such a token is
+matched on normalized text (which ``str.find`` cannot see) chunks end at whitespace only. A corpus has
+few distinct chunks (the 4,576-article Wikipedia sample: 6.7 M chunks, 1.7 M of them punctuation runs,
+224 k distinct among the others), and the tokenizer costs about 2 us per chunk; the cache answers the
+repeats for a fraction of that.
 
-Per batch of documents, all in numpy (which releases the GIL, so encoder threads run side by side):
+Per batch of documents:
 
-1. the batch's UTF-8 bytes are cut into chunks (separator bytes, sentence and document edges);
-2. each chunk's bytes are read as little-endian 8-byte words (one unaligned view of the buffer) and
-   hashed into a 64-bit key;
-3. keys are looked up in an open-addressing hash table; a hit is accepted only when the stored chunk's
-   length and every one of its words equal the chunk's, so a hash collision costs a miss, never a
-   wrong token: the output is exactly the tokenizer's, whatever the keys;
-4. the distinct missed chunks of the batch go to the tokenizer in one input, joined with the
-   sentence encoder's cut marker (the tokenizer splits at added tokens before normalizing, so each
-   piece is encoded alone), and are added to the cache;
+1. the batch's UTF-8 bytes are cut into chunks (byte classes, sentence and document edges);
+2. runs of punctuation take their ids from a per-character table (each character is its own word);
+3. every other chunk's bytes are read as little-endian 8-byte words (one unaligned view of the buffer)
+   and hashed into a 64-bit key, looked up in ``chunk_table.ChunkTable``; a hit is accepted only when the
+   stored chunk's length and every one of its words equal the chunk's, so a hash collision costs a miss,
+   never a wrong token: the output is exactly the tokenizer's, whatever the keys;
+4. the distinct missed chunks of the batch go to the tokenizer in one input, joined with the sentence
+   encoder's cut marker (the tokenizer splits at added tokens before normalizing, so each piece is
+   encoded alone), and are added to the cache;
 5. the ids of every chunk are gathered into the documents' id arrays; a sentence starts at the first
    token of its first chunk.
 
-The cache holds at most ``max_entries`` chunks of at most ``max_chunk_bytes`` bytes (longer chunks are
-encoded every time); when it is full it is emptied and fills again with what comes next, so memory stays
-bounded on any corpus (about 70 bytes per entry: ~70 MB at the default 1 M entries). What the cache holds
-never changes the output, only the time. Thread-safe: lookups and insertions hold a lock, the tokenizer
-calls and the per-batch arrays do not.
+The cache holds chunks of at most ``max_chunk_bytes`` (longer ones, rare outside punctuation runs, are
+encoded every time) within ``max_bytes`` of arrays; when it is full it is emptied and fills again with
+what comes next, so memory stays bounded on any corpus. What it holds never changes the output, only the
+time. Thread-safe: lookups and insertions hold a lock; the tokenizer calls and the per-batch arrays do not.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ import weakref
 from typing import Callable
 
 import numpy as np
+
+from pipeline.tokenize.chunk_table import ChunkTable, exclusive_cumsum, run_indices
 
 _SEPARATOR = np.zeros(256, dtype=bool)
 _SEPARATOR[[9, 10, 13, 32]] = True  # \t \n \r and space: whitespace to BERT's normalizer and pre-tokenizer
@@ -58,41 +64,6 @@ def _mix(h: np.ndarray) -> np.ndarray:
     h *= _M2
     h ^= h >> _S33
     return h
-
-
-class _Buffer:
-    """An append-only numpy array. ``buf`` may be replaced by a larger copy; a reference taken earlier
-    keeps everything appended before it, so readers never see data move under them."""
-
-    def __init__(self, dtype, capacity: int = 1 << 12):
-        self.buf = np.empty(capacity, dtype)
-        self.n = 0
-
-    def __len__(self) -> int:
-        return self.n
-
-    def append(self, values: np.ndarray) -> int:
-        start, end = self.n, self.n + len(values)
-        if end > len(self.buf):
-            grown = np.empty(max(end, len(self.buf) * 3 // 2), self.buf.dtype)
-            grown[:start] = self.buf[:start]
-            self.buf = grown
-        self.buf[start:end] = values
-        self.n = end
-        return start
-
-
-def _exclusive_cumsum(counts: np.ndarray) -> tuple[np.ndarray, int]:
-    cum = np.cumsum(counts)
-    return cum - counts, int(cum[-1]) if len(cum) else 0
-
-
-def _run_indices(offsets: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenated ``arange(offsets[i], offsets[i] + counts[i])``."""
-    first, total = _exclusive_cumsum(counts)
-    idx = np.repeat(offsets - first, counts)
-    idx += np.arange(total, dtype=idx.dtype)
-    return idx
 
 
 class _Chunks:
@@ -152,7 +123,7 @@ class _Chunks:
         """All words of each chunk, one chunk after another, and the number of words of each."""
         n_words = (self.lengths[chunks] + 7) // 8
         chunk = np.repeat(chunks, n_words)
-        j = np.arange(int(n_words.sum())) - np.repeat(_exclusive_cumsum(n_words)[0], n_words)
+        j = np.arange(int(n_words.sum())) - np.repeat(exclusive_cumsum(n_words)[0], n_words)
         w = self._words[self.starts[chunk] + 8 * j]
         w &= _MASKS[np.minimum(self.lengths[chunk] - 8 * j, 8)]
         return w, n_words
@@ -242,33 +213,16 @@ class ChunkCache:
         self._lock = threading.Lock()
         self.hits = self.misses = 0  # chunks answered from the cache / not (a batch encodes each distinct miss once)
         self.collisions = 0  # chunks whose key matched a different chunk's
-        self.clears = -1  # times the cache was emptied because it was full
-        self._clear()
+        self.clears = 0  # times the cache was emptied because it was full
+        self._table = ChunkTable()
 
     def __len__(self) -> int:
-        return len(self._length)
-
-    def _bytes_with(self, entries: int, words: int, ids: int) -> int:
-        """Bytes the cache's arrays hold with that many more entries, words and ids."""
-        entries += len(self._length)
-        slots = len(self._table_keys)
-        while 2 * entries > slots:
-            slots *= 2
-        return 32 * entries + 8 * (len(self._words) + words) + 4 * (len(self._ids) + ids) + 16 * slots
+        return len(self._table)
 
     @property
     def nbytes(self) -> int:
         """Bytes of data the cache holds (its arrays' allocations are at most 1.5 times that)."""
-        return self._bytes_with(0, 0, 0)
-
-    def _clear(self) -> None:
-        self.clears += 1
-        self._table_keys = np.zeros(1 << 12, np.uint64)  # 0 = empty slot
-        self._table_entries = np.zeros(1 << 12, np.int64)
-        self._ids = _Buffer(np.int32, 1 << 16)  # every entry's ids, one after another
-        self._words = _Buffer(np.uint64, 1 << 14)  # every entry's chunk as words
-        self._ids_at, self._ids_count = _Buffer(np.int64), _Buffer(np.int64)
-        self._words_at, self._length = _Buffer(np.int64), _Buffer(np.int64)
+        return self._table.nbytes_with()
 
     # -- the batch ----------------------------------------------------------------------------------------
 
@@ -318,7 +272,7 @@ class ChunkCache:
         if not spans:
             return np.zeros(0, np.int64)
         a, z = np.array(spans, np.int64).T
-        return _run_indices(a, z - a)
+        return run_indices(a, z - a)
 
     def _encode_chunks(self, data: bytes, chunks: _Chunks) -> tuple[np.ndarray, np.ndarray]:
         """The ids of all chunks, one after another, and the index of each chunk's first id."""
@@ -326,9 +280,8 @@ class ChunkCache:
         source = np.zeros(len(chunks.starts), np.int64)  # where in the cache's ids, or in the new ids
         looked_up = np.flatnonzero(chunks.cacheable)
         with self._lock:
-            hit, entries = self._lookup(chunks.keys[looked_up])
-            cached_ids, ids_at, ids_count = self._ids.buf, self._ids_at.buf, self._ids_count.buf
-            words, words_at, length = self._words.buf, self._words_at.buf, self._length.buf
+            hit, entries = self._table.lookup(chunks.keys[looked_up])
+            cached_ids, ids_at, ids_count, words, words_at, length = self._table.entries()
         found, entries = looked_up[hit], entries[hit]
         at = words_at[entries]
         same = (chunks.lengths[found] == length[entries]) & (chunks.first_words[found] == words[at])
@@ -348,13 +301,13 @@ class ChunkCache:
         if len(missed):
             new_ids, unlike = self._encode_missed(data, chunks, missed, count, source)
             collisions += unlike
-        token_at, total = _exclusive_cumsum(count)
+        token_at, total = exclusive_cumsum(count)
         out = np.empty(total, np.int32)
         for src, which in ((cached_ids, found), (new_ids, missed), (chunks.bytes, direct)):
             if len(which):
                 c = count[which]
-                got = src[_run_indices(source[which], c)]
-                out[_run_indices(token_at[which], c)] = got if src is not chunks.bytes else self._punctuation_ids[got]
+                got = src[run_indices(source[which], c)]
+                out[run_indices(token_at[which], c)] = got if src is not chunks.bytes else self._punctuation_ids[got]
         with self._lock:
             self.hits += len(found)
             self.misses += len(missed)
@@ -399,80 +352,24 @@ class ChunkCache:
         end = np.append(markers, len(ids))
         return ids[~cut], begin - np.arange(len(pieces)), end - begin
 
-    # -- the table (callers hold the lock) ---------------------------------------------------------------
-
-    def _slots(self, keys: np.ndarray) -> np.ndarray:
-        bits = len(self._table_keys).bit_length() - 1
-        return (keys >> np.uint64(64 - bits)).astype(np.int64)
-
-    def _lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(found, entry) per key, by linear probing."""
-        found = np.zeros(len(keys), bool)
-        entries = np.zeros(len(keys), np.int64)
-        pending = np.arange(len(keys))
-        slot = self._slots(keys)
-        mask = len(self._table_keys) - 1
-        while len(pending):
-            there = self._table_keys[slot]
-            match = there == keys[pending]
-            found[pending[match]] = True
-            entries[pending[match]] = self._table_entries[slot[match]]
-            go_on = ~match & (there != 0)
-            pending, slot = pending[go_on], (slot[go_on] + 1) & mask
-        return found, entries
-
     def _insert(self, keys, chunks: _Chunks, representatives, ids, piece_at, piece_count) -> None:
+        """Add the missed chunks (distinct keys) that the cache does not hold yet; empty it first when they
+        would not fit in its budget, and add only as many as an empty cache holds."""
         with self._lock:
-            present, _ = self._lookup(keys)  # another thread may have added some, or a different chunk holds the key
+            present, _ = self._table.lookup(keys)  # another thread may have added some, or a different chunk holds the key
             keys, representatives = keys[~present], representatives[~present]
             piece_at, piece_count = piece_at[~present], piece_count[~present]
             if not len(keys):
                 return
             n_words = (chunks.lengths[representatives] + 7) // 8
-            if self._bytes_with(len(keys), int(n_words.sum()), int(piece_count.sum())) > self._max_bytes:
-                self._clear()
-                fits = self._fitting(n_words, piece_count)
+            if self._table.nbytes_with(len(keys), int(n_words.sum()), int(piece_count.sum())) > self._max_bytes:
+                self._table.clear()
+                self.clears += 1
+                fits = len(keys)
+                while fits and self._table.nbytes_with(fits, int(n_words[:fits].sum()), int(piece_count[:fits].sum())) > self._max_bytes:
+                    fits //= 2
                 keys, representatives, piece_at, piece_count = keys[:fits], representatives[:fits], piece_at[:fits], piece_count[:fits]
                 if not fits:
                     return
             words, n_words = chunks.words(representatives)
-            first_entry = len(self._length)
-            self._ids_at.append(self._ids.append(ids[_run_indices(piece_at, piece_count)]) + _exclusive_cumsum(piece_count)[0])
-            self._ids_count.append(piece_count)
-            self._words_at.append(self._words.append(words) + _exclusive_cumsum(n_words)[0])
-            self._length.append(chunks.lengths[representatives])
-            while 2 * len(self._length) > len(self._table_keys):
-                self._grow_table()
-            self._place(keys, np.arange(first_entry, first_entry + len(keys)))
-
-    def _fitting(self, n_words: np.ndarray, n_ids: np.ndarray) -> int:
-        """How many of these new entries (in order) an empty cache holds within its budget."""
-        k = len(n_words)
-        while k and self._bytes_with(k, int(n_words[:k].sum()), int(n_ids[:k].sum())) > self._max_bytes:
-            k //= 2
-        return k
-
-    def _grow_table(self) -> None:
-        used = np.flatnonzero(self._table_keys)
-        keys, entries = self._table_keys[used], self._table_entries[used]
-        self._table_keys = np.zeros(2 * len(self._table_keys), np.uint64)
-        self._table_entries = np.zeros(len(self._table_keys), np.int64)
-        self._place(keys, entries)
-
-    def _place(self, keys: np.ndarray, entries: np.ndarray) -> None:
-        """Put distinct keys that are not in the table into empty slots by linear probing."""
-        slot = self._slots(keys)
-        mask = len(self._table_keys) - 1
-        pending = np.arange(len(keys))
-        while len(pending):
-            free = self._table_keys[slot] == 0
-            cand = np.flatnonzero(free)
-            _, first = np.unique(slot[cand], return_index=True)  # one key per free slot this round
-            won = cand[first]
-            self._table_keys[slot[won]] = keys[pending[won]]
-            self._table_entries[slot[won]] = entries[pending[won]]
-            lost = np.ones(len(pending), bool)
-            lost[won] = False
-            pending, slot = pending[lost], slot[lost]
-            slot[~free[lost]] += 1
-            slot &= mask
+            self._table.add(keys, chunks.lengths[representatives], words, n_words, ids[run_indices(piece_at, piece_count)], piece_count)

@@ -15,10 +15,10 @@ sentence alone; the markers' ids are then removed and their positions are the se
 marker has no border (no proper prefix equal to a suffix), so in the joined text it matches only where
 it was put; a document whose text contains it takes the whole-document path.
 
-By default the sentences are cut further, at ASCII whitespace, into chunks encoded through a process-wide
-cache (``chunk_cache``): the same argument (each side of a whitespace character is tokenized alone) makes a
-sentence's ids its chunks' ids, and most chunks of a corpus are repeats that the cache answers without the
-tokenizer. ``cache_bytes=0`` encodes every sentence instead.
+By default the sentences are cut further, at ASCII whitespace and punctuation, into chunks encoded through
+a process-wide cache (``chunk_cache``): the same argument (text on each side of a whitespace or punctuation
+character is tokenized alone) makes a sentence's ids its chunks' ids, and most chunks of a corpus are
+repeats that the cache answers without the tokenizer. ``cache_bytes=0`` encodes every sentence instead.
 
 Why this gives the same ids (checked before use, per tokenizer and per document):
 
