@@ -89,9 +89,9 @@ class PeakRss:
         return self.peak
 
 
-def run_job(corpus: Path, tokenizer: Path, out: Path, workers: int) -> tuple[float, dict, int]:
+def run_job(corpus: Path, tokenizer: Path, out: Path, workers: int, extra: list[str]) -> tuple[float, dict, int]:
     cmd = [sys.executable, "-m", "pipeline.build_shards", "--input", str(corpus / "*.jsonl.zst"), "--input-format", "jsonl",
-           "--output", str(out), "--tokenizer", str(tokenizer), "--num-shards", "8", "--overwrite", "--runner", "FnApiRunner"]
+           "--output", str(out), "--tokenizer", str(tokenizer), "--num-shards", "8", "--overwrite", "--runner", "FnApiRunner", *extra]
     if workers > 1:
         cmd += ["--direct_running_mode", "multi_processing", "--direct_num_workers", str(workers)]
     started = time.perf_counter()
@@ -111,6 +111,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="worker processes of the second run (the first has one in-process worker)")
     ap.add_argument("--files", type=int, default=8, help="split the corpus into this many .jsonl.zst files")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of (baseline, each job); medians are reported (machines are noisy)")
+    ap.add_argument("--job-args", default="", help="more options for every job run, e.g. '--encode-cache-mb 8'")
     args = ap.parse_args()
     if not SAMPLE.exists():
         raise SystemExit(f"{SAMPLE} not found: this benchmark needs ../shared/data")
@@ -121,7 +122,7 @@ def main() -> None:
     rows = load_texts(args.docs)
     texts = [r["text"] for r in rows]
     mb = sum(len(t.encode()) for t in texts) / 1e6
-    print(f"corpus: {len(texts):,} Wikipedia articles, {mb:.1f} MB of text")
+    print(f"corpus: {len(texts):,} Wikipedia articles, {mb:.1f} MB of text" + (f"; job options: {args.job_args}" if args.job_args else ""))
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         tok = tokenizer.train(texts[:2000], vocab_size=28996)
@@ -138,7 +139,8 @@ def main() -> None:
         write_corpus(half, tmp / "half", args.files)
         write_corpus(rows, tmp / "all", args.files)
         modes = [(1, "1 in-process worker"), (args.workers, f"{args.workers} worker processes")]
-        peak_half = {w: run_job(tmp / "half", tmp / "tokenizer.json", tmp / "out-half", w)[2] for w, _ in modes}
+        extra = args.job_args.split()
+        peak_half = {w: run_job(tmp / "half", tmp / "tokenizer.json", tmp / "out-half", w, extra)[2] for w, _ in modes}
         base_times, job_times, peaks = [], {w: [] for w, _ in modes}, {w: 0 for w, _ in modes}
         manifest = None
         for r in range(args.rounds):
@@ -146,7 +148,7 @@ def main() -> None:
             base_times.append(base_s)
             line = [f"round {r + 1}: baseline {base_s:.2f} s"]
             for workers, label in modes:
-                elapsed, manifest, peak = run_job(tmp / "all", tmp / "tokenizer.json", tmp / "out-all", workers)
+                elapsed, manifest, peak = run_job(tmp / "all", tmp / "tokenizer.json", tmp / "out-all", workers, extra)
                 assert manifest["counts"]["tokens"] == base_tokens, (manifest["counts"]["tokens"], base_tokens)  # exactly the baseline's texts
                 job_times[workers].append(elapsed)
                 peaks[workers] = max(peaks[workers], peak)

@@ -174,7 +174,7 @@ def main() -> None:
         one, two = statistics.median(times["1 worker"]), statistics.median(times["2 workers"])
         single = statistics.median(times["1 worker, 1 encoder thread"])
         print(f"median: 1 worker {one:.1f} s, 2 workers {two:.1f} s: ratio 2 workers / 1 worker = {two / one:.2f} "
-              f"(ideal 1.0: one worker's encoder threads already fill the cores)")
+              f"(0.50 if one worker kept one core busy and nothing were fixed; the busy cores per run are above)")
         print(f"        1 worker with 1 encoder thread {single:.1f} s: 2 workers take {two / single:.2f} of its time (ideal 0.50)")
         if not args.no_split_run:
             whole = statistics.median(times["2 workers, --split-bytes 0"])
