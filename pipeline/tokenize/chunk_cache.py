@@ -286,6 +286,7 @@ class ChunkCache:
         at = words_at[entries]
         same = (chunks.lengths[found] == length[entries]) & (chunks.first_words[found] == words[at])
         for j, k, w in chunks.later_words(found):
+            k, w = k[same[k]], w[same[k]]  # equal lengths only: the entry has word j too
             same[k[w != words[at[k] + j]]] = False
         collisions = len(same) - int(same.sum())
         found, entries = found[same], entries[same]
@@ -325,6 +326,7 @@ class ChunkCache:
         twin = representatives[which]
         alike = (chunks.lengths[keyed] == chunks.lengths[twin]) & (chunks.first_words[keyed] == chunks.first_words[twin])
         for j, k, w in chunks.later_words(keyed):
+            k, w = k[alike[k]], w[alike[k]]  # equal lengths only: the twin has word j too
             alike[k[w != chunks.word(twin[k], j)]] = False
         alone = np.concatenate([missed[~chunks.cacheable[missed]], keyed[~alike]])
         pieces = np.concatenate([representatives, alone])
