@@ -293,9 +293,9 @@ class _TokenizeFn(beam.DoFn):
                 idx = enc.first_tokens_at(doc.text, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent)))
             idx = idx[idx < n]
             sentence_start[idx] = True
+        # a sentence always starts at a word start (punkt splits at whitespace); the first token starts both
+        sentence_start &= word_start
         sentence_start[0] = True
-        # a sentence always starts at a word start (punkt splits at whitespace)
-        sentence_start &= word_start | (np.arange(n) == 0)
 
         spans: dict[str, np.ndarray] = {}
         labels: dict[str, list[str]] = {}
