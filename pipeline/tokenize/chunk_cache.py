@@ -7,8 +7,9 @@ cut also at every sentence and document edge and where ASCII punctuation meets o
 normalizer maps it to a space, the pre-tokenizer splits there) and isolate every punctuation character,
 so each chunk is tokenized independently of its neighbours: a document's ids are its chunks' ids, each
 chunk encoded alone. Exceptions are glued back: an added token written in the text that holds
-punctuation (``[UNK]``) stays one chunk with its neighbouring characters, and when such a token is
-matched on normalized text (which ``str.find`` cannot see) chunks end at whitespace only. A corpus has
+punctuation (``[UNK]``) or matches only as a single word stays one chunk with its neighbouring
+characters, and when such a token is matched on normalized text (which ``str.find`` cannot see) chunks
+end at whitespace only (``_byte_classes``). A corpus has
 few distinct chunks (the 4,576-article Wikipedia sample: 6.7 M chunks, 1.7 M of them punctuation runs,
 224 k distinct among the others), and the tokenizer costs about 2 us per chunk; the cache answers the
 repeats for a fraction of that.
@@ -54,6 +55,7 @@ _M1 = np.uint64(0xFF51AFD7ED558CCD)  # MurmurHash3's 64-bit finalizer constants
 _M2 = np.uint64(0xC4CEB9FE1A85EC53)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _S33 = np.uint64(33)
+_ALL_BITS = np.uint64((1 << 64) - 1)
 
 
 def _mix(h: np.ndarray) -> np.ndarray:
@@ -102,7 +104,8 @@ class _Chunks:
         self.first_words = self._words[self.starts] & _MASKS[np.minimum(self.lengths, 8)]
         self.cacheable = (self.lengths <= max_chunk_bytes) & ~self.direct
         self.keys = self._keys()
-        self.keys &= key_mask
+        if key_mask != _ALL_BITS:  # tests narrow the keys to force collisions; mixed again to spread them
+            self.keys = _mix(self.keys & key_mask)
         self.keys |= np.uint64(1)  # 0 marks an empty slot of the table
 
     def word(self, chunks: np.ndarray, j: int) -> np.ndarray:
@@ -161,18 +164,24 @@ def _punctuation_ids(tok, classes: np.ndarray, glued: tuple[str, ...]) -> np.nda
 def _byte_classes(tok, marker: str, punctuation_cuts: bool) -> tuple[np.ndarray, tuple[str, ...]]:
     """The byte classes of ``_Chunks`` and the added tokens to glue.
 
-    Chunks end at ASCII punctuation only when every added token that holds some (``[UNK]``) is matched
-    in the text as written (``normalized`` false): those are then found with ``str.find`` and glued, so a
-    cut never separates an added token from its own characters or from its neighbours (``single_word``
-    matching looks at them). A normalized one could match text that ``find`` does not see."""
+    An added token matters to cuts at punctuation when it could match across one, or when its match depends on
+    its neighbours: it holds ASCII punctuation (``[UNK]``; for a normalized token, its normalized form, since
+    it is matched on normalized text, where e.g. U+037E becomes ``;``), or it is ``single_word`` (matched
+    only between non-word characters, and ``_`` is punctuation to the pre-tokenizer but a word character to
+    that test). Such tokens matched on the text as written (``normalized`` false) are found with ``str.find``
+    and glued: no chunk ends inside them or next to them. One matched on normalized text could match where
+    ``find`` does not look, so with one of those chunks end at whitespace only."""
     classes = np.full(256, 2, np.uint8)
     classes[_SEPARATOR] = 0
+    normalizer = tok.normalizer
     glued = []
     for added in json.loads(tok.to_str()).get("added_tokens") or []:
         content = added.get("content", "")
-        if content == marker or not any(c in string.punctuation for c in content):
+        normalized = added.get("normalized", True)
+        matched = normalizer.normalize_str(content) if normalized and normalizer is not None else content
+        if content == marker or not (added.get("single_word") or any(c in string.punctuation for c in matched)):
             continue
-        if added.get("normalized", True):
+        if normalized:
             return classes, ()
         glued.append(content)
     if punctuation_cuts:
@@ -221,7 +230,8 @@ class ChunkCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of data the cache holds (its arrays' allocations are at most 1.5 times that)."""
+        """Bytes of data the cache holds, at most ``max_bytes`` (its arrays' allocations: at most 1.5 times that,
+        plus ~20 KB; a batch still reading arrays of an emptied cache keeps them alive until it ends)."""
         return self._table.nbytes_with()
 
     # -- the batch ----------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ class _Buffer:
     """An append-only numpy array. ``buf`` may be replaced by a larger copy; a reference taken earlier
     keeps everything appended before it, so readers never see data move under them."""
 
-    def __init__(self, dtype, capacity: int = 1 << 12):
+    def __init__(self, dtype, capacity: int = 1 << 10):
         self.buf = np.empty(capacity, dtype)
         self.n = 0
 
@@ -69,10 +69,10 @@ class ChunkTable:
         return len(self._length)
 
     def clear(self) -> None:
-        self._keys = np.zeros(1 << 12, np.uint64)  # the index: 0 = empty slot
-        self._slot_entry = np.zeros(1 << 12, np.int64)
-        self._ids = _Buffer(np.int32, 1 << 16)  # every entry's ids, one after another
-        self._words = _Buffer(np.uint64, 1 << 14)  # every entry's chunk as words
+        self._keys = np.zeros(1 << 8, np.uint64)  # the index: 0 = empty slot
+        self._slot_entry = np.zeros(1 << 8, np.int64)
+        self._ids = _Buffer(np.int32)  # every entry's ids, one after another
+        self._words = _Buffer(np.uint64)  # every entry's chunk as words
         self._ids_at, self._ids_count = _Buffer(np.int64), _Buffer(np.int64)
         self._words_at, self._length = _Buffer(np.int64), _Buffer(np.int64)
 

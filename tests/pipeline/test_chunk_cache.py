@@ -58,7 +58,7 @@ def corpus():
     "settings",
     [
         {},  # the default
-        {"key_mask": 0xFF},  # 128 distinct keys: most lookups and most distinct misses of a batch collide
+        {"key_mask": 0xFF},  # 256 distinct keys: most lookups and most distinct misses of a batch collide
         {"max_bytes": 600_000},  # full again and again: emptied and refilled
         {"max_chunk_bytes": 5},  # chunks over 5 bytes are encoded every time
         {"max_bytes": 1},  # holds nothing
@@ -80,7 +80,7 @@ def test_the_cache_gives_the_ids_of_encoding_each_sentence(corpus, settings):
     if not settings:
         assert cache.hits > 5 * cache.misses and cache.clears == 0 and cache.collisions == 0
     if "key_mask" in settings:
-        assert cache.collisions > 1000 and len(cache) <= 128
+        assert cache.collisions > 1000 and len(cache) <= 256
     if settings.get("max_bytes") == 600_000:
         assert cache.clears >= 2
     if "max_chunk_bytes" in settings:
@@ -188,3 +188,33 @@ def test_runs_of_punctuation_take_the_tokenizers_ids_character_by_character():
     assert encoder.cache._punctuation_ids is None and encoder.cache._glued_tokens == ("[UNK]", "...")
     assert _assert_same(dots, _docs(texts * 3)) == 9
     assert "..." in dots.load_for_text().encode(texts[0], add_special_tokens=False).tokens
+
+
+@pytest.mark.parametrize(
+    "token,lowercase,texts",
+    [
+        # "_" is punctuation to the pre-tokenizer but a word character to single_word matching
+        ({"content": "zzq", "single_word": True, "normalized": False}, False, ["zzq_ here.", "x _zzq here.", "Say zzq_ now. And zzq."]),
+        ({"content": "zzq", "single_word": True, "normalized": True}, False, ["zzq_ here.", "x _zzq here.", "Say zzq_ now. And zzq."]),
+        # matched on normalized text, where NFD (lowercase strips accents) turns U+037E into ";"
+        ({"content": "\u037e", "single_word": True, "normalized": True}, True, ["Say a; now.", "Then b;c and ; here."]),
+        ({"content": "q\u037e", "normalized": True}, True, ["q; here.", "Q; and q\u037e there."]),
+    ],
+)
+def test_added_tokens_whose_match_a_cut_at_punctuation_could_change(token, lowercase, texts):
+    """Found by a differential fuzz of the cache against the uncached path: such tokens are glued, or turn the
+    cuts at punctuation off; either way the three paths agree."""
+    from tokenizers import AddedToken
+
+    from tests.pipeline.test_sentence_encoding import _assert_same, _docs
+
+    tok = tokenizer.train(PUNCTUATED * 5 + texts * 5, vocab_size=300, lowercase=lowercase)
+    tok.add_tokens([AddedToken(**token)])
+    spec = tokenizer.make_spec(tok, "trained")
+    uncached = SentenceEncoder.for_tokenizer(spec.load_for_text(), cache_bytes=0)
+    cache = _cache(uncached)
+    assert cache._glued_tokens == (() if token["normalized"] else ("[UNK]", token["content"]))
+    sent = [sentence_spans(t) for t in texts]
+    assert all(uncached.applies(t, s) for t, s in zip(texts, sent))
+    assert _assert_equal(uncached.encode(texts, sent), cache.encode(texts, sent)) > 5
+    assert _assert_same(spec, _docs(texts)) == len(texts)  # and the whole-document path agrees
