@@ -1,7 +1,7 @@
 """The storage of the chunk cache: entries (a chunk's bytes as words, its ids) and a hash index over them.
 
 Everything is numpy arrays, worked on a batch of keys at a time. The index is an open-addressing table of
-64-bit keys (0 marks an empty slot) with linear probing, at most half full; entries live in append-only
+64-bit keys (0 marks an empty slot) with linear probing, at most a quarter full; entries live in append-only
 buffers, so arrays handed out by :meth:`ChunkTable.entries` stay valid (and unchanged) while later entries
 are added or the table is cleared. Not thread-safe: ``chunk_cache.ChunkCache`` holds a lock around it.
 """
@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+
+
+_LOAD = 4  # the index has at least this many slots per entry: few probes per lookup
 
 
 class _Buffer:
@@ -80,7 +83,7 @@ class ChunkTable:
         """Bytes the arrays hold with that many more entries, words and ids (allocations: at most 1.5 times)."""
         entries += len(self._length)
         slots = len(self._keys)
-        while 2 * entries > slots:
+        while _LOAD * entries > slots:
             slots *= 2
         return 32 * entries + 8 * (len(self._words) + words) + 4 * (len(self._ids) + ids) + 16 * slots
 
@@ -112,7 +115,7 @@ class ChunkTable:
         self._ids_count.append(n_ids)
         self._words_at.append(self._words.append(words) + exclusive_cumsum(n_words)[0])
         self._length.append(lengths)
-        while 2 * len(self._length) > len(self._keys):
+        while _LOAD * len(self._length) > len(self._keys):
             used = np.flatnonzero(self._keys)
             old_keys, old_entries = self._keys[used], self._slot_entry[used]
             self._keys = np.zeros(2 * len(self._keys), np.uint64)
