@@ -125,11 +125,21 @@ class _Chunks:
             j += 1
             k = k[self.lengths[chunks[k]] > 8 * j]
 
+    def same_as(self, which: np.ndarray, lengths: np.ndarray, first_words: np.ndarray, word_j) -> np.ndarray:
+        """Whether each chunk ``which`` holds the bytes of another string given by its ``lengths``, its
+        ``first_words`` and ``word_j(positions, j)`` (its word j, for those positions in ``which``): the
+        lengths and first words, then word by word while they agree."""
+        same = (self.lengths[which] == lengths) & (self.first_words[which] == first_words)
+        for j, k, w in self.later_words(which):
+            k, w = k[same[k]], w[same[k]]  # equal lengths only: the other string has word j too
+            same[k[w != word_j(k, j)]] = False
+        return same
+
     def words(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """All words of each chunk, one chunk after another, and the number of words of each."""
         n_words = (self.lengths[chunks] + 7) // 8
         chunk = np.repeat(chunks, n_words)
-        j = np.arange(int(n_words.sum())) - np.repeat(exclusive_cumsum(n_words)[0], n_words)
+        j = run_indices(np.zeros(len(chunks), np.int64), n_words)
         w = self._words[self.starts[chunk] + 8 * j]
         w &= _MASKS[np.minimum(self.lengths[chunk] - 8 * j, 8)]
         return w, n_words
@@ -277,7 +287,7 @@ class ChunkCache:
 
     def _glued(self, text: str) -> np.ndarray:
         """Character positions where no chunk may end: inside and at both edges of every occurrence (overlapping
-        ones too) of an added token that holds ASCII punctuation."""
+        ones too) of the added tokens ``_byte_classes`` chose to glue."""
         spans = []
         for token in self._glued_tokens:
             at = text.find(token)
@@ -299,10 +309,7 @@ class ChunkCache:
             cached_ids, ids_at, ids_count, words, words_at, length = self._table.entries()
         found, entries = looked_up[hit], entries[hit]
         at = words_at[entries]
-        same = (chunks.lengths[found] == length[entries]) & (chunks.first_words[found] == words[at])
-        for j, k, w in chunks.later_words(found):
-            k, w = k[same[k]], w[same[k]]  # equal lengths only: the entry has word j too
-            same[k[w != words[at[k] + j]]] = False
+        same = chunks.same_as(found, length[entries], words[at], lambda k, j: words[at[k] + j])
         collisions = len(same) - int(same.sum())
         found, entries = found[same], entries[same]
         count[found] = ids_count[entries]
@@ -319,15 +326,11 @@ class ChunkCache:
             collisions += unlike
         token_at, total = exclusive_cumsum(count)
         out = np.empty(total, np.int32)
-        for src, which in ((cached_ids, found), (new_ids, missed), (chunks.bytes, direct)):
-            if len(which):
-                c = count[which]
-                one = c == 1  # most chunks are one token: a plain gather, no index runs
-                got = src[source[which[one]]]
-                out[token_at[which[one]]] = got if src is not chunks.bytes else self._punctuation_ids[got]
-                which, c = which[~one], c[~one]
-                got = src[run_indices(source[which], c)]
-                out[run_indices(token_at[which], c)] = got if src is not chunks.bytes else self._punctuation_ids[got]
+        for src, which, table in ((cached_ids, found, None), (new_ids, missed, None), (chunks.bytes, direct, self._punctuation_ids)):
+            c = count[which]
+            one, runs = which[c == 1], which[c > 1]  # most chunks are one token: a plain gather, no index runs
+            got = src[np.concatenate([source[one], run_indices(source[runs], c[c > 1])])]
+            out[np.concatenate([token_at[one], run_indices(token_at[runs], c[c > 1])])] = got if table is None else table[got]
         with self._lock:
             self.hits += len(found)
             self.misses += len(missed)
@@ -343,10 +346,7 @@ class ChunkCache:
         keys, first, which = np.unique(chunks.keys[keyed], return_index=True, return_inverse=True)
         representatives = keyed[first]
         twin = representatives[which]
-        alike = (chunks.lengths[keyed] == chunks.lengths[twin]) & (chunks.first_words[keyed] == chunks.first_words[twin])
-        for j, k, w in chunks.later_words(keyed):
-            k, w = k[alike[k]], w[alike[k]]  # equal lengths only: the twin has word j too
-            alike[k[w != chunks.word(twin[k], j)]] = False
+        alike = chunks.same_as(keyed, chunks.lengths[twin], chunks.first_words[twin], lambda k, j: chunks.word(twin[k], j))
         alone = np.concatenate([missed[~chunks.cacheable[missed]], keyed[~alike]])
         pieces = np.concatenate([representatives, alone])
         starts, ends = chunks.starts[pieces].tolist(), chunks.ends[pieces].tolist()

@@ -378,7 +378,7 @@ class TokenizeDocuments(beam.PTransform):
                  encoder_threads: int = 1, cache_bytes: int = DEFAULT_CACHE_BYTES):
         super().__init__()
         self._fn = _TokenizeFn(spec, ids_dtype, segmenter_path=segmenter_path, encoder_threads=encoder_threads, cache_bytes=cache_bytes)
-        self._batch_size = int(os.environ.get("PROBE_BATCH", batch_size))  # PROBE
+        self._batch_size = batch_size
 
     def expand(self, documents):
         out = (
