@@ -51,15 +51,38 @@ def build_artifact(out: Path) -> Path:
 
     if not WIKIPEDIA.exists():
         raise SystemExit(f"no --data given and {WIKIPEDIA} is absent")
-    build_shards.run(["--input", str(WIKIPEDIA), "--input-format", "jsonl", "--output", str(out), "--train-tokenizer",
-                      "--vocab-size", "30000", "--num-shards", "16", "--runner", "FnApiRunner"])
+    build_shards.run(
+        [
+            "--input",
+            str(WIKIPEDIA),
+            "--input-format",
+            "jsonl",
+            "--output",
+            str(out),
+            "--train-tokenizer",
+            "--vocab-size",
+            "30000",
+            "--num-shards",
+            "16",
+            "--runner",
+            "FnApiRunner",
+        ]
+    )
     return out
 
 
 def run_loader(uri: str, args, cache_dir: str | None) -> tuple[int, float]:
     t0 = time.perf_counter()
-    cfg = DataConfig(artifact=uri, seed=0, micro_batch_size=args.micro_batch_size, num_workers=args.workers,
-                     eval_shards=1, num_epochs=args.epochs, cache_dir=cache_dir, verify_shards="once")
+    cfg = DataConfig(
+        artifact=uri,
+        seed=0,
+        micro_batch_size=args.micro_batch_size,
+        num_workers=args.workers,
+        eval_shards=1,
+        num_epochs=args.epochs,
+        cache_dir=cache_dir,
+        verify_shards="once",
+    )
     loader, _ = build_train_loader(cfg, MaskingConfig(scheme="span"))
     rows = sum(int(b["sample_id"].shape[0]) for b in loader)
     return rows, time.perf_counter() - t0
@@ -71,7 +94,9 @@ def main(argv=None) -> None:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--micro-batch-size", type=int, default=8)
-    p.add_argument("--repeat", type=int, default=5, help="rounds of timings (medians); the warm cache is warm from the cold run")
+    p.add_argument(
+        "--repeat", type=int, default=5, help="rounds of timings (medians); the warm cache is warm from the cold run"
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,10 +107,14 @@ def main(argv=None) -> None:
         try:
             os.environ.update(store.env)
             uri = store.upload_tree(data, "bench")
-            print(f"# bench_bucket_loader  {datetime.date.today()}  {platform.node()}  python {platform.python_version()}  "
-                  f"pyarrow {__import__('pyarrow').__version__}  torch {torch.__version__}")
-            print(f"# artifact {data} -> {uri} (moto_server {store.endpoint}); {args.epochs} epoch(s), "
-                  f"{args.workers} workers, micro-batch {args.micro_batch_size}")
+            print(
+                f"# bench_bucket_loader  {datetime.date.today()}  {platform.node()}  python {platform.python_version()}  "
+                f"pyarrow {__import__('pyarrow').__version__}  torch {torch.__version__}"
+            )
+            print(
+                f"# artifact {data} -> {uri} (moto_server {store.endpoint}); {args.epochs} epoch(s), "
+                f"{args.workers} workers, micro-batch {args.micro_batch_size}"
+            )
             print(f"# load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
             run_loader(str(data), args, None)  # page cache and sha256 markers of the local files
             cache = str(tmp / "cache")
@@ -99,7 +128,7 @@ def main(argv=None) -> None:
             counts = {}
             for r in range(args.repeat):
                 print(f"  round {r + 1}/{args.repeat} ...", flush=True)
-                for name, uri_, cache_ in rows[r % len(rows):] + rows[:r % len(rows)]:
+                for name, uri_, cache_ in rows[r % len(rows) :] + rows[: r % len(rows)]:
                     counts[name], secs = run_loader(uri_, args, cache_)
                     times[name].append(secs)
         finally:
@@ -113,8 +142,10 @@ def main(argv=None) -> None:
             rows_, secs = results[name]
             print(f"{name:<18}{rows_:>8}{secs:>10.2f}{rows_ / secs:>10,.0f}{rows_ / secs / base:>9.3f}x")
         ratios = [lo / wa for lo, wa in zip(times["local"], times["s3, warm cache"])]
-        print(f"# warm / local per round: {' '.join(f'{x:.3f}' for x in ratios)}; median {med(ratios):.3f}; "
-              f"local seconds per round: {' '.join(f'{x:.2f}' for x in times['local'])}")
+        print(
+            f"# warm / local per round: {' '.join(f'{x:.3f}' for x in ratios)}; median {med(ratios):.3f}; "
+            f"local seconds per round: {' '.join(f'{x:.2f}' for x in times['local'])}"
+        )
         print(f"# load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

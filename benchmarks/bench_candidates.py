@@ -50,7 +50,9 @@ def main() -> None:
     t = time.perf_counter()
     found = 0
     for doc in nlp.pipe(texts, batch_size=32):
-        found += len([e for e in doc.ents if e.label_ not in spacy_spans.NUMERIC_ENTITY_LABELS]) + len(list(doc.noun_chunks))
+        found += len([e for e in doc.ents if e.label_ not in spacy_spans.NUMERIC_ENTITY_LABELS]) + len(
+            list(doc.noun_chunks)
+        )
     base_s = time.perf_counter() - t
     base_rate = words / base_s
     print(f"baseline nlp.pipe: {base_s:.1f} s = {base_rate:,.0f} words/s ({found:,} spans)")
@@ -60,9 +62,23 @@ def main() -> None:
         (tmp / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         tok = tokenizer.train(texts, vocab_size=28996)
         (tmp / "tokenizer.json").write_text(tokenizer.make_spec(tok, "trained").json)
-        cmd = [sys.executable, "-m", "pipeline.build_shards", "--input", str(tmp / "in.jsonl"), "--output", str(tmp / "out"),
-               "--tokenizer", str(tmp / "tokenizer.json"), "--num-shards", "4", "--mask-candidates", "entities,noun_phrases",
-               "--spacy-model", model]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipeline.build_shards",
+            "--input",
+            str(tmp / "in.jsonl"),
+            "--output",
+            str(tmp / "out"),
+            "--tokenizer",
+            str(tmp / "tokenizer.json"),
+            "--num-shards",
+            "4",
+            "--mask-candidates",
+            "entities,noun_phrases",
+            "--spacy-model",
+            model,
+        ]
         if args.workers > 1:
             cmd += ["--direct_running_mode", "multi_processing", "--direct_num_workers", str(args.workers)]
         t = time.perf_counter()
@@ -73,8 +89,10 @@ def main() -> None:
         m = json.loads((tmp / "out" / "manifest.json").read_text())
     spans = m["candidates"]["spans"]
     rate = words / job_s
-    print(f"job ({args.workers} worker{'s' if args.workers > 1 else ''}): {job_s:.1f} s = {rate:,.0f} words/s "
-          f"({spans['entities']:,} entity + {spans['noun_phrases']:,} noun-phrase spans stored)")
+    print(
+        f"job ({args.workers} worker{'s' if args.workers > 1 else ''}): {job_s:.1f} s = {rate:,.0f} words/s "
+        f"({spans['entities']:,} entity + {spans['noun_phrases']:,} noun-phrase spans stored)"
+    )
     print(f"ratio job / nlp.pipe: {rate / base_rate:.2f}  (target >= 0.85)")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
 

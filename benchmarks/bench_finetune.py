@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--ngram-dictionary", default="")
     p.add_argument("--ablation", action="store_true", help="also time the BERT + CNN ablation (no segmentation)")
-    p.add_argument("--extra-span-len", type=int, default=0, help="also time span-ft with l = N tokens per span (default l = 64)")
+    p.add_argument(
+        "--extra-span-len", type=int, default=0, help="also time span-ft with l = N tokens per span (default l = 64)"
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
     torch.set_flush_denormal(True)  # as the trainer does on CPU (trainer.engine.init_distributed)
@@ -91,8 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.ablation:
         variants.append(("span-ft (no segmentation)", "span-ft", "none", 64))
     for name, head, segm, span_len in variants:
-        feats = [glue_feature(task, head, tok, ex, max_seq_len=args.seq_len, segmentation=segm, segmenter=seg,
-                              max_span_len=span_len) for ex in batch_examples]
+        feats = [
+            glue_feature(
+                task, head, tok, ex, max_seq_len=args.seq_len, segmentation=segm, segmenter=seg, max_span_len=span_len
+            )
+            for ex in batch_examples
+        ]
         torch.manual_seed(0)  # the same encoder weights for every model
         model = FineTuneModel(SpanBert(cfg), head, num_labels=2, segmentation=segm).train()
         models[name] = (model, collate(feats, pad_id=cfg.pad_token_id))
@@ -118,19 +124,29 @@ def main(argv: list[str] | None = None) -> int:
             cpu[name].append(c)
 
     tokens = int(models["cls"][1]["attention_mask"].sum())
-    spans = [glue_feature(task, "span-ft", tok, ex, max_seq_len=args.seq_len, segmentation=segmentation, segmenter=seg)
-             for ex in batch_examples]
-    print(f"# {datetime.date.today()}  {platform.processor() or platform.machine()}  torch {torch.__version__}  "
-          f"threads {torch.get_num_threads()}  load {os.getloadavg()[0]:.2f}")
-    print(f"# preset {args.preset}, batch {args.batch_size} x <= {args.seq_len} ({tokens} real tokens) from {source}; "
-          f"segments: {seg_source}; mean {sum(f['num_spans'] for f in spans) / len(spans):.1f} spans per input, r = 16")
+    spans = [
+        glue_feature(task, "span-ft", tok, ex, max_seq_len=args.seq_len, segmentation=segmentation, segmenter=seg)
+        for ex in batch_examples
+    ]
+    print(
+        f"# {datetime.date.today()}  {platform.processor() or platform.machine()}  torch {torch.__version__}  "
+        f"threads {torch.get_num_threads()}  load {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"# preset {args.preset}, batch {args.batch_size} x <= {args.seq_len} ({tokens} real tokens) from {source}; "
+        f"segments: {seg_source}; mean {sum(f['num_spans'] for f in spans) / len(spans):.1f} spans per input, r = 16"
+    )
     base_wall, base_cpu = statistics.median(wall["cls"]), statistics.median(cpu["cls"])
     encoder_params = sum(p.numel() for p in models["cls"][0].encoder.parameters())
-    print(f"{'model':<28}{'head params':>14}{'% of encoder':>14}{'wall s':>10}{'cpu s':>10}{'wall/cls':>10}{'cpu/cls':>10}")
+    print(
+        f"{'model':<28}{'head params':>14}{'% of encoder':>14}{'wall s':>10}{'cpu s':>10}{'wall/cls':>10}{'cpu/cls':>10}"
+    )
     for name, (model, _) in models.items():
         w, c = statistics.median(wall[name]), statistics.median(cpu[name])
-        print(f"{name:<28}{model.head_parameters():>14,}{100 * model.head_parameters() / encoder_params:>13.2f}%"
-              f"{w:>10.3f}{c:>10.3f}{w / base_wall:>10.3f}{c / base_cpu:>10.3f}")
+        print(
+            f"{name:<28}{model.head_parameters():>14,}{100 * model.head_parameters() / encoder_params:>13.2f}%"
+            f"{w:>10.3f}{c:>10.3f}{w / base_wall:>10.3f}{c / base_cpu:>10.3f}"
+        )
     return 0
 
 

@@ -50,8 +50,22 @@ def build_artifact(out: Path) -> Path:
     argv = []
     for p in inputs:
         argv += ["--input", str(p)]
-    build_shards.run(argv + ["--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "8000", "--num-shards", "8",
-                             "--output", str(out), "--runner", "FnApiRunner"])
+    build_shards.run(
+        argv
+        + [
+            "--input-format",
+            "wikitext",
+            "--train-tokenizer",
+            "--vocab-size",
+            "8000",
+            "--num-shards",
+            "8",
+            "--output",
+            str(out),
+            "--runner",
+            "FnApiRunner",
+        ]
+    )
     return out
 
 
@@ -90,17 +104,27 @@ def main(argv=None) -> None:
         art = Artifact.open(str(data))
         train_idx, _ = split_shards(art, 1)
         shard_paths = [art.manifest["shards"][i]["path"] for i in train_idx]
-        print(f"# bench_loader  {datetime.date.today()}  {platform.node()}  {platform.processor() or platform.machine()}  "
-              f"python {platform.python_version()}  pyarrow {__import__('pyarrow').__version__}  torch {torch.__version__}")
+        print(
+            f"# bench_loader  {datetime.date.today()}  {platform.node()}  {platform.processor() or platform.machine()}  "
+            f"python {platform.python_version()}  pyarrow {__import__('pyarrow').__version__}  torch {torch.__version__}"
+        )
         plain_read(art, shard_paths)  # warm the page cache for both
         cpu, wall, n = timed(lambda: plain_read(art, shard_paths), args.epochs)
-        print(f"# artifact {data}: {n // args.epochs} training rows in {len(shard_paths)} shards, {args.epochs} epochs, "
-              f"micro-batch {args.micro_batch_size}, scheme {args.scheme}")
+        print(
+            f"# artifact {data}: {n // args.epochs} training rows in {len(shard_paths)} shards, {args.epochs} epochs, "
+            f"micro-batch {args.micro_batch_size}, scheme {args.scheme}"
+        )
         print(f"# load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
         results = {"pyarrow read": (n / cpu, n / wall)}
         for w in (int(x) for x in args.workers.split(",")):
-            cfg = DataConfig(artifact=str(data), seed=0, micro_batch_size=args.micro_batch_size, num_workers=w,
-                             eval_shards=1, num_epochs=args.epochs)
+            cfg = DataConfig(
+                artifact=str(data),
+                seed=0,
+                micro_batch_size=args.micro_batch_size,
+                num_workers=w,
+                eval_shards=1,
+                num_epochs=args.epochs,
+            )
             loader, ds = build_train_loader(cfg, MaskingConfig(scheme=args.scheme))
             c0, w0 = time.process_time(), time.perf_counter()
             rows = sum(int(b["sample_id"].shape[0]) for b in loader)

@@ -52,8 +52,23 @@ def build_artifact(out: Path) -> Path:
 
     if not WIKITEXT2.exists():
         raise SystemExit(f"no --data given and {WIKITEXT2} is absent")
-    build_shards.run(["--input", str(WIKITEXT2), "--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "8000",
-                      "--num-shards", "4", "--output", str(out), "--runner", "FnApiRunner"])
+    build_shards.run(
+        [
+            "--input",
+            str(WIKITEXT2),
+            "--input-format",
+            "wikitext",
+            "--train-tokenizer",
+            "--vocab-size",
+            "8000",
+            "--num-shards",
+            "4",
+            "--output",
+            str(out),
+            "--runner",
+            "FnApiRunner",
+        ]
+    )
     return out
 
 
@@ -120,7 +135,9 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", help="artifact (default: build one from WikiText-2 valid)")
     p.add_argument("--seconds", type=float, default=3.0, help="wall seconds per measurement")
-    p.add_argument("--chunk-rows", type=int, default=MAX_CHUNK_ROWS, help="rows masked per call (default: the loader's chunk)")
+    p.add_argument(
+        "--chunk-rows", type=int, default=MAX_CHUNK_ROWS, help="rows masked per call (default: the loader's chunk)"
+    )
     p.add_argument("--schemes", default=",".join(SCHEMES))
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -134,9 +151,13 @@ def main(argv=None) -> None:
         reps = -(-args.chunk_rows // len(ids))
         chunk_ids, chunk_ws = (ids * reps)[: args.chunk_rows], (ws * reps)[: args.chunk_rows]
         mean_len = np.mean([len(x) + 2 for x in chunk_ids])
-        print(f"# bench_masking  {datetime.date.today()}  {platform.node()}  {platform.processor() or platform.machine()}  "
-              f"python {platform.python_version()}  numpy {np.__version__}  torch {torch.__version__}")
-        print(f"# artifact {data}: {len(ids)} rows >= 500 tokens (mean sequence {mean_len:.1f} positions); chunks of {len(chunk_ids)} rows, micro-batches of {MICRO_BATCH}")
+        print(
+            f"# bench_masking  {datetime.date.today()}  {platform.node()}  {platform.processor() or platform.machine()}  "
+            f"python {platform.python_version()}  numpy {np.__version__}  torch {torch.__version__}"
+        )
+        print(
+            f"# artifact {data}: {len(ids)} rows >= 500 tokens (mean sequence {mean_len:.1f} positions); chunks of {len(chunk_ids)} rows, micro-batches of {MICRO_BATCH}"
+        )
 
         results = {}
         import random
@@ -149,8 +170,15 @@ def main(argv=None) -> None:
         try:
             from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast
 
-            tok = PreTrainedTokenizerFast(tokenizer_object=None, tokenizer_file=str(Path(art.path(art.manifest["tokenizer"]["file"]))),
-                                          pad_token="[PAD]", mask_token="[MASK]", cls_token="[CLS]", sep_token="[SEP]", unk_token="[UNK]")
+            tok = PreTrainedTokenizerFast(
+                tokenizer_object=None,
+                tokenizer_file=str(Path(art.path(art.manifest["tokenizer"]["file"]))),
+                pad_token="[PAD]",
+                mask_token="[MASK]",
+                cls_token="[CLS]",
+                sep_token="[SEP]",
+                unk_token="[UNK]",
+            )
             coll = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, pad_to_multiple_of=8, return_tensors="pt")
             feats = [{"input_ids": [special["cls"]] + x.tolist() + [special["sep"]]} for x in chunk_ids]
 

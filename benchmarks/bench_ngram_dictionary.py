@@ -141,8 +141,13 @@ def measure(cmd: list[str], *, cwd: Path) -> dict:
     sampler.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{stderr[-3000:]}")
-    return {"wall": wall, "cpu": _children_cpu() - cpu_before, "peak_rss_mb": peak_kb / 1024,
-            "processes": len(seen), "stdout": stdout}
+    return {
+        "wall": wall,
+        "cpu": _children_cpu() - cpu_before,
+        "peak_rss_mb": peak_kb / 1024,
+        "processes": len(seen),
+        "stdout": stdout,
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -207,14 +212,35 @@ def main() -> None:
             label = "Wikipedia sample (4,576 articles) in WikiText line format"
         size_mb = corpus.stat().st_size / 1e6
         py = sys.executable
-        job_cmd = [py, "-m", "pipeline.build_ngram_dictionary", "--input", str(corpus),
-                   "--min-count", str(args.min_count)]
+        job_cmd = [
+            py,
+            "-m",
+            "pipeline.build_ngram_dictionary",
+            "--input",
+            str(corpus),
+            "--min-count",
+            str(args.min_count),
+        ]
         sides = {
-            "baseline": lambda i: [py, str(Path(__file__).resolve()), "--baseline", str(corpus),
-                                   str(tmp / f"baseline{i}.tsv"), str(args.min_count)],
-            f"job, {args.workers} workers": lambda i: job_cmd + [
-                "--output", str(tmp / f"multi{i}"), "--direct_running_mode", "multi_processing",
-                "--direct_num_workers", str(args.workers)],
+            "baseline": lambda i: [
+                py,
+                str(Path(__file__).resolve()),
+                "--baseline",
+                str(corpus),
+                str(tmp / f"baseline{i}.tsv"),
+                str(args.min_count),
+            ],
+            f"job, {args.workers} workers": lambda i: (
+                job_cmd
+                + [
+                    "--output",
+                    str(tmp / f"multi{i}"),
+                    "--direct_running_mode",
+                    "multi_processing",
+                    "--direct_num_workers",
+                    str(args.workers),
+                ]
+            ),
         }
         if not args.no_single:
             sides["job, in-process"] = lambda i: job_cmd + ["--output", str(tmp / f"single{i}")]
@@ -224,39 +250,53 @@ def main() -> None:
             for name, cmd in sides.items():
                 results[name].append(measure(cmd(i), cwd=REPO))
                 loads.append(os.getloadavg()[0])
-                print(f"  run {i + 1}/{args.repeat} {name}: {results[name][-1]['wall']:.1f} s wall, "
-                      f"{results[name][-1]['cpu']:.1f} s CPU, peak RSS {results[name][-1]['peak_rss_mb']:.0f} MB, "
-                      f"load {loads[-1]:.1f}", file=sys.stderr)
+                print(
+                    f"  run {i + 1}/{args.repeat} {name}: {results[name][-1]['wall']:.1f} s wall, "
+                    f"{results[name][-1]['cpu']:.1f} s CPU, peak RSS {results[name][-1]['peak_rss_mb']:.0f} MB, "
+                    f"load {loads[-1]:.1f}",
+                    file=sys.stderr,
+                )
 
         manifest = json.loads((tmp / "multi0" / "manifest.json").read_text())
         tokens = manifest["corpus"]["paragraph_tokens"]
         same = all(
             (tmp / f"{d}{i}" / "ngrams.tsv").read_bytes() == (tmp / f"baseline{i}.tsv").read_bytes()
-            for i in range(args.repeat) for d in (["multi"] + ([] if args.no_single else ["single"]))
+            for i in range(args.repeat)
+            for d in (["multi"] + ([] if args.no_single else ["single"]))
         )
         base_info = json.loads(results["baseline"][0]["stdout"].strip().splitlines()[-1])
 
         def med(name: str, key: str) -> float:
             return statistics.median(r[key] for r in results[name])
 
-        print(f"\nn-gram dictionary benchmark: {label}: {size_mb:.1f} MB, {tokens:,} paragraph tokens; "
-              f"n = 2..5, min count {args.min_count}; {manifest['total_entries']:,} entries "
-              f"({base_info['distinct_ngrams']:,} distinct 2..5-grams counted by the baseline)")
-        print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-              f"{time.strftime('%Y-%m-%d %H:%M %Z')}; medians of {args.repeat} run(s); 1-min load average "
-              f"{min(loads):.1f}..{max(loads):.1f} during the runs")
+        print(
+            f"\nn-gram dictionary benchmark: {label}: {size_mb:.1f} MB, {tokens:,} paragraph tokens; "
+            f"n = 2..5, min count {args.min_count}; {manifest['total_entries']:,} entries "
+            f"({base_info['distinct_ngrams']:,} distinct 2..5-grams counted by the baseline)"
+        )
+        print(
+            f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+            f"{time.strftime('%Y-%m-%d %H:%M %Z')}; medians of {args.repeat} run(s); 1-min load average "
+            f"{min(loads):.1f}..{max(loads):.1f} during the runs"
+        )
         print(f"same dictionary as the baseline (byte-identical TSV): {same}")
         base_wall, base_cpu = med("baseline", "wall"), med("baseline", "cpu")
         base_rss = med("baseline", "peak_rss_mb")
-        print(f"{'':20} {'wall s':>7} {'tokens/s':>10} {'vs base':>8} {'CPU s':>7} {'tok/CPU-s':>10} {'vs base':>8} "
-              f"{'peak RSS MB':>11} {'vs base':>8} {'procs':>5}")
+        print(
+            f"{'':20} {'wall s':>7} {'tokens/s':>10} {'vs base':>8} {'CPU s':>7} {'tok/CPU-s':>10} {'vs base':>8} "
+            f"{'peak RSS MB':>11} {'vs base':>8} {'procs':>5}"
+        )
         for name in sides:
             wall, cpu, rss = med(name, "wall"), med(name, "cpu"), med(name, "peak_rss_mb")
-            print(f"{name:20} {wall:7.2f} {tokens / wall:10,.0f} {base_wall / wall:7.2f}x {cpu:7.2f} "
-                  f"{tokens / cpu:10,.0f} {base_cpu / cpu:7.2f}x {rss:11.0f} {rss / base_rss:7.2f}x "
-                  f"{results[name][0]['processes']:5d}")
-        print(f"(baseline counting alone, without interpreter start and output: "
-              f"{statistics.median(json.loads(r['stdout'].strip().splitlines()[-1])['counting_seconds'] for r in results['baseline']):.2f} s)")
+            print(
+                f"{name:20} {wall:7.2f} {tokens / wall:10,.0f} {base_wall / wall:7.2f}x {cpu:7.2f} "
+                f"{tokens / cpu:10,.0f} {base_cpu / cpu:7.2f}x {rss:11.0f} {rss / base_rss:7.2f}x "
+                f"{results[name][0]['processes']:5d}"
+            )
+        print(
+            f"(baseline counting alone, without interpreter start and output: "
+            f"{statistics.median(json.loads(r['stdout'].strip().splitlines()[-1])['counting_seconds'] for r in results['baseline']):.2f} s)"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

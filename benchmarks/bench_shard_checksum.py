@@ -37,8 +37,23 @@ WIKIPEDIA = REPO.parent / "shared" / "data" / "wikipedia-en-sample" / "pages.jso
 def build_wikipedia(out: Path) -> Path:
     from pipeline import build_shards
 
-    build_shards.run(["--input", str(WIKIPEDIA), "--input-format", "jsonl", "--output", str(out), "--train-tokenizer",
-                      "--vocab-size", "30000", "--num-shards", "8", "--runner", "FnApiRunner"])
+    build_shards.run(
+        [
+            "--input",
+            str(WIKIPEDIA),
+            "--input-format",
+            "jsonl",
+            "--output",
+            str(out),
+            "--train-tokenizer",
+            "--vocab-size",
+            "30000",
+            "--num-shards",
+            "8",
+            "--runner",
+            "FnApiRunner",
+        ]
+    )
     return out
 
 
@@ -76,8 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             total_bytes, total_read, total_hash = total_bytes + mb, total_read + t_read, total_hash + t_hash
             print(f"{rel:<34} {mb:6.2f} {t_read:8.3f} {t_hash:9.4f} {t_hash / t_read:12.3f}")
         print(f"{'all':<34} {total_bytes:6.2f} {total_read:8.3f} {total_hash:9.4f} {total_hash / total_read:12.3f}")
-        print(f"sha256: {total_bytes / total_hash:,.0f} MB/s; loader read: {total_bytes / total_read:,.1f} MB/s of shard "
-              f"file; sha256 costs {100 * total_hash / total_read:.1f}% of the loader's read time")
+        print(
+            f"sha256: {total_bytes / total_hash:,.0f} MB/s; loader read: {total_bytes / total_read:,.1f} MB/s of shard "
+            f"file; sha256 costs {100 * total_hash / total_read:.1f}% of the loader's read time"
+        )
     return 0
 
 

@@ -42,7 +42,9 @@ sys.path.insert(0, str(REPO))
 def load_texts(n: int | None) -> list[dict]:
     rows = []
     with open(SAMPLE, "rb") as f:
-        for line in io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), encoding="utf-8"):
+        for line in io.TextIOWrapper(
+            zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), encoding="utf-8"
+        ):
             rows.append(json.loads(line))
             if n and len(rows) >= n:
                 break
@@ -90,8 +92,25 @@ class PeakRss:
 
 
 def run_job(corpus: Path, tokenizer: Path, out: Path, workers: int, extra: list[str]) -> tuple[float, dict, int]:
-    cmd = [sys.executable, "-m", "pipeline.build_shards", "--input", str(corpus / "*.jsonl.zst"), "--input-format", "jsonl",
-           "--output", str(out), "--tokenizer", str(tokenizer), "--num-shards", "8", "--overwrite", "--runner", "FnApiRunner", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.build_shards",
+        "--input",
+        str(corpus / "*.jsonl.zst"),
+        "--input-format",
+        "jsonl",
+        "--output",
+        str(out),
+        "--tokenizer",
+        str(tokenizer),
+        "--num-shards",
+        "8",
+        "--overwrite",
+        "--runner",
+        "FnApiRunner",
+        *extra,
+    ]
     if workers > 1:
         cmd += ["--direct_running_mode", "multi_processing", "--direct_num_workers", str(workers)]
     started = time.perf_counter()
@@ -108,9 +127,19 @@ def run_job(corpus: Path, tokenizer: Path, out: Path, workers: int, extra: list[
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=None, help="use the first N articles (default: all 4,576)")
-    ap.add_argument("--workers", type=int, default=2, help="worker processes of the second run (the first has one in-process worker)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="worker processes of the second run (the first has one in-process worker)",
+    )
     ap.add_argument("--files", type=int, default=8, help="split the corpus into this many .jsonl.zst files")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds of (baseline, each job); medians are reported (machines are noisy)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="rounds of (baseline, each job); medians are reported (machines are noisy)",
+    )
     ap.add_argument("--job-args", default="", help="more options for every job run, e.g. '--encode-cache-mb 8'")
     args = ap.parse_args()
     if not SAMPLE.exists():
@@ -122,7 +151,10 @@ def main() -> None:
     rows = load_texts(args.docs)
     texts = [r["text"] for r in rows]
     mb = sum(len(t.encode()) for t in texts) / 1e6
-    print(f"corpus: {len(texts):,} Wikipedia articles, {mb:.1f} MB of text" + (f"; job options: {args.job_args}" if args.job_args else ""))
+    print(
+        f"corpus: {len(texts):,} Wikipedia articles, {mb:.1f} MB of text"
+        + (f"; job options: {args.job_args}" if args.job_args else "")
+    )
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         tok = tokenizer.train(texts[:2000], vocab_size=28996)
@@ -149,24 +181,35 @@ def main() -> None:
             line = [f"round {r + 1}: baseline {base_s:.2f} s"]
             for workers, label in modes:
                 elapsed, manifest, peak = run_job(tmp / "all", tmp / "tokenizer.json", tmp / "out-all", workers, extra)
-                assert manifest["counts"]["tokens"] == base_tokens, (manifest["counts"]["tokens"], base_tokens)  # exactly the baseline's texts
+                assert manifest["counts"]["tokens"] == base_tokens, (
+                    manifest["counts"]["tokens"],
+                    base_tokens,
+                )  # exactly the baseline's texts
                 job_times[workers].append(elapsed)
                 peaks[workers] = max(peaks[workers], peak)
                 line.append(f"{label} {elapsed:.2f} s")
             print(", ".join(line), flush=True)
         tokens = manifest["counts"]["tokens"]
         base_med, base_best = statistics.median(base_times), min(base_times)
-        print(f"baseline  encode_batch ({os.cpu_count()} threads): {tokens:,} tokens, median {base_med:.2f} s = {tokens / base_med:,.0f} tokens/s "
-              f"(fastest {base_best:.2f} s)")
+        print(
+            f"baseline  encode_batch ({os.cpu_count()} threads): {tokens:,} tokens, median {base_med:.2f} s = {tokens / base_med:,.0f} tokens/s "
+            f"(fastest {base_best:.2f} s)"
+        )
         for workers, label in modes:
             med = statistics.median(job_times[workers])
-            print(f"job ({label}): median {med:.2f} s = {tokens / med:,.0f} tokens/s, {mb / med:.2f} MB/s of text "
-                  f"({manifest['counts']['rows']:,} rows, {manifest['counts']['documents_written']:,} documents; fastest {min(job_times[workers]):.2f} s)")
-            print(f"  peak RSS of the job's process tree: {peak_half[workers] / 2**20:,.0f} MiB on half the corpus, {peaks[workers] / 2**20:,.0f} MiB on all of it")
+            print(
+                f"job ({label}): median {med:.2f} s = {tokens / med:,.0f} tokens/s, {mb / med:.2f} MB/s of text "
+                f"({manifest['counts']['rows']:,} rows, {manifest['counts']['documents_written']:,} documents; fastest {min(job_times[workers]):.2f} s)"
+            )
+            print(
+                f"  peak RSS of the job's process tree: {peak_half[workers] / 2**20:,.0f} MiB on half the corpus, {peaks[workers] / 2**20:,.0f} MiB on all of it"
+            )
         for workers, label in modes:
             med = statistics.median(job_times[workers])
-            print(f"ratio job / encode_batch, {label}: {base_med / med:.2f} (medians; against the fastest baseline run "
-                  f"{base_best / med:.2f})  (target >= 0.6)")
+            print(
+                f"ratio job / encode_batch, {label}: {base_med / med:.2f} (medians; against the fastest baseline run "
+                f"{base_best / med:.2f})  (target >= 0.6)"
+            )
         print(f"load average before: {load_before}, after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
 

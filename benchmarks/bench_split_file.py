@@ -49,12 +49,16 @@ MANIFEST_FIELDS_THAT_DIFFER = ("build_id", "created_at", "command", "options")
 def write_corpus(path: Path, copies: int) -> tuple[int, list[str]]:
     """The sample as one plain JSONL file (``copies`` times, ids made distinct); returns (bytes, some texts)."""
     with open(SAMPLE, "rb") as f:
-        raw = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), encoding="utf-8").read()
+        raw = io.TextIOWrapper(
+            zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), encoding="utf-8"
+        ).read()
     rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
     with open(path, "w", encoding="utf-8") as out:
         for c in range(copies):
             for r in rows:
-                out.write(json.dumps({**r, "id": f"{r['id']}" if c == 0 else f"{r['id']}-copy{c}"}, ensure_ascii=False) + "\n")
+                out.write(
+                    json.dumps({**r, "id": f"{r['id']}" if c == 0 else f"{r['id']}-copy{c}"}, ensure_ascii=False) + "\n"
+                )
     return path.stat().st_size, [r["text"] for r in rows[:2000]]
 
 
@@ -84,7 +88,11 @@ class CpuSampler:
                     cpu = t.user + t.system  # not children_*: reaped workers would count twice
                     if p.pid not in self.label:
                         cmd = " ".join(p.cmdline())
-                        self.label[p.pid] = "job" if p.pid == self.root.pid else ("worker" if "sdk_worker" in cmd or "worker_pool" in cmd else "other")
+                        self.label[p.pid] = (
+                            "job"
+                            if p.pid == self.root.pid
+                            else ("worker" if "sdk_worker" in cmd or "worker_pool" in cmd else "other")
+                        )
                 except psutil.Error:
                     continue
                 self.cpu[p.pid] = cpu
@@ -103,10 +111,29 @@ class CpuSampler:
         return sorted(out, key=lambda r: -r[2])
 
 
-def run_job(corpus: Path, tokenizer: Path, out: Path, workers: int, split_bytes: int | None, threads: int | None = None) -> tuple[float, list]:
-    cmd = [sys.executable, "-m", "pipeline.build_shards", "--input", str(corpus), "--input-format", "jsonl", "--output", str(out),
-           "--tokenizer", str(tokenizer), "--num-shards", "8", "--overwrite",
-           "--direct_running_mode", "multi_processing", "--direct_num_workers", str(workers)]
+def run_job(
+    corpus: Path, tokenizer: Path, out: Path, workers: int, split_bytes: int | None, threads: int | None = None
+) -> tuple[float, list]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.build_shards",
+        "--input",
+        str(corpus),
+        "--input-format",
+        "jsonl",
+        "--output",
+        str(out),
+        "--tokenizer",
+        str(tokenizer),
+        "--num-shards",
+        "8",
+        "--overwrite",
+        "--direct_running_mode",
+        "multi_processing",
+        "--direct_num_workers",
+        str(workers),
+    ]
     if split_bytes is not None:
         cmd += ["--split-bytes", str(split_bytes)]
     if threads is not None:
@@ -127,7 +154,9 @@ def artifact_bytes(out: Path) -> dict[str, bytes]:
     manifest = json.loads(files.pop("manifest.json"))
     for k in MANIFEST_FIELDS_THAT_DIFFER:
         manifest.pop(k)
-    files["manifest.json (minus " + ", ".join(MANIFEST_FIELDS_THAT_DIFFER) + ")"] = json.dumps(manifest, sort_keys=True).encode()
+    files["manifest.json (minus " + ", ".join(MANIFEST_FIELDS_THAT_DIFFER) + ")"] = json.dumps(
+        manifest, sort_keys=True
+    ).encode()
     return files
 
 
@@ -147,7 +176,9 @@ def main() -> None:
         tmp = Path(tmp)
         corpus = tmp / "pages.jsonl"
         size, texts = write_corpus(corpus, args.copies)
-        print(f"input: one plain JSONL file of {size / 1e6:.1f} MB ({args.copies} cop{'y' if args.copies == 1 else 'ies'} of the Wikipedia sample)")
+        print(
+            f"input: one plain JSONL file of {size / 1e6:.1f} MB ({args.copies} cop{'y' if args.copies == 1 else 'ies'} of the Wikipedia sample)"
+        )
         spec = tokenizer.make_spec(tokenizer.train(texts, vocab_size=28996), "trained")
         (tmp / "tokenizer.json").write_text(spec.json)
         # (name, workers, --split-bytes, --encoder-threads); by default a worker gets cores / workers encoder threads
@@ -163,19 +194,32 @@ def main() -> None:
                 out = tmp / f"out-{workers}-{split}-{threads}"
                 elapsed, procs = run_job(corpus, tmp / "tokenizer.json", out, workers, split, threads)
                 times[name].append(elapsed)
-                busy = ", ".join(f"{label} {cpu:.1f} CPU-s ({share:.0%} of samples >50% busy)" for label, _, cpu, share in procs[:4] if cpu > 0.5)
+                busy = ", ".join(
+                    f"{label} {cpu:.1f} CPU-s ({share:.0%} of samples >50% busy)"
+                    for label, _, cpu, share in procs[:4]
+                    if cpu > 0.5
+                )
                 cores = sum(cpu for *_, cpu, _ in procs) / elapsed
-                print(f"round {rnd + 1} {name:27s} load {' '.join(load)}: {elapsed:6.1f} s, {cores:.2f} cores busy on average; {busy}")
+                print(
+                    f"round {rnd + 1} {name:27s} load {' '.join(load)}: {elapsed:6.1f} s, {cores:.2f} cores busy on average; {busy}"
+                )
                 got = artifact_bytes(out)
                 first = outputs.setdefault("first", got)
                 same = got == first
                 if not same:
-                    print("   OUTPUT DIFFERS from the first run:", [k for k in set(first) | set(got) if first.get(k) != got.get(k)])
+                    print(
+                        "   OUTPUT DIFFERS from the first run:",
+                        [k for k in set(first) | set(got) if first.get(k) != got.get(k)],
+                    )
         one, two = statistics.median(times["1 worker"]), statistics.median(times["2 workers"])
         single = statistics.median(times["1 worker, 1 encoder thread"])
-        print(f"median: 1 worker {one:.1f} s, 2 workers {two:.1f} s: ratio 2 workers / 1 worker = {two / one:.2f} "
-              f"(0.50 if one worker kept one core busy and nothing were fixed; the busy cores per run are above)")
-        print(f"        1 worker with 1 encoder thread {single:.1f} s: 2 workers take {two / single:.2f} of its time (ideal 0.50)")
+        print(
+            f"median: 1 worker {one:.1f} s, 2 workers {two:.1f} s: ratio 2 workers / 1 worker = {two / one:.2f} "
+            f"(0.50 if one worker kept one core busy and nothing were fixed; the busy cores per run are above)"
+        )
+        print(
+            f"        1 worker with 1 encoder thread {single:.1f} s: 2 workers take {two / single:.2f} of its time (ideal 0.50)"
+        )
         if not args.no_split_run:
             whole = statistics.median(times["2 workers, --split-bytes 0"])
             print(f"        2 workers without splitting {whole:.1f} s: ratio {whole / one:.2f}")

@@ -71,8 +71,13 @@ def make_batch(args, vocab_size: int) -> dict[str, torch.Tensor]:
         ids = [rng.integers(5, vocab_size, size=n) for _ in range(args.batch_size)]
         ws = [np.concatenate([[True], rng.random(n - 1) < 0.75]) for _ in range(args.batch_size)]
         special, counts = SPECIAL, np.ones(vocab_size)
-    masker = Masker(MaskingConfig(scheme="span", seed=0), vocab_size=vocab_size, special_token_ids=special,
-                    unigram_counts=counts, max_seq_len=args.seq_len)
+    masker = Masker(
+        MaskingConfig(scheme="span", seed=0),
+        vocab_size=vocab_size,
+        special_token_ids=special,
+        unigram_counts=counts,
+        max_seq_len=args.seq_len,
+    )
     return masker(Rows.from_lists(ids, ws), np.arange(len(ids)), epoch=0)
 
 
@@ -118,7 +123,9 @@ def build(args, device: torch.device) -> tuple[list[Contender], dict]:
     torch.manual_seed(0)
     hf = transformers.BertForMaskedLM(hf_cfg).to(device).train()
     hf_inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}
-    contenders.append(Contender(f"HF BertForMaskedLM ({hf.config._attn_implementation})", hf, lambda: hf(**hf_inputs).loss))
+    contenders.append(
+        Contender(f"HF BertForMaskedLM ({hf.config._attn_implementation})", hf, lambda: hf(**hf_inputs).loss)
+    )
     return contenders, batch
 
 
@@ -143,12 +150,16 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_flush_denormal(True)
     contenders, batch = build(args, device)
     targets = int((batch["labels"] != -100).sum())
-    print(f"{platform.node()} | {platform.processor() or platform.machine()} | {os.cpu_count()} cores | torch "
-          f"{torch.__version__} ({torch.get_num_threads()} threads) | {device} | "
-          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"preset {args.preset}, vocab {args.vocab_size}, batch {args.batch_size} x {batch['input_ids'].shape[1]} tokens, "
-          f"{targets} MLM targets ({100 * targets / batch['attention_mask'].sum().item():.1f}%), "
-          f"{args.warmup} warm-up + {args.repeats} x {args.steps} timed steps per model, interleaved")
+    print(
+        f"{platform.node()} | {platform.processor() or platform.machine()} | {os.cpu_count()} cores | torch "
+        f"{torch.__version__} ({torch.get_num_threads()} threads) | {device} | "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    )
+    print(
+        f"preset {args.preset}, vocab {args.vocab_size}, batch {args.batch_size} x {batch['input_ids'].shape[1]} tokens, "
+        f"{targets} MLM targets ({100 * targets / batch['attention_mask'].sum().item():.1f}%), "
+        f"{args.warmup} warm-up + {args.repeats} x {args.steps} timed steps per model, interleaved"
+    )
     for c in contenders:
         for _ in range(args.warmup):
             c.step(device)
@@ -161,21 +172,27 @@ def main(argv: list[str] | None = None) -> int:
             c.cpu_times.append((time.process_time() - c0) / args.steps)
     base = contenders[-1] if contenders[-1].name.startswith("HF") else None
     med = statistics.median
-    print(f"{'model':<34} {'params':>12} {'wall/step':>10} {'min':>8} {'max':>8} {'vs HF':>6} {'CPU/step':>10} {'vs HF':>6}")
+    print(
+        f"{'model':<34} {'params':>12} {'wall/step':>10} {'min':>8} {'max':>8} {'vs HF':>6} {'CPU/step':>10} {'vs HF':>6}"
+    )
     for c in contenders:
         params = sum(q.numel() for q in {id(q): q for q in c.model.parameters()}.values())
         wall_ratio = f"{med(c.times) / med(base.times):.3f}" if base is not None else "-"
         cpu_ratio = f"{med(c.cpu_times) / med(base.cpu_times):.3f}" if base is not None else "-"
-        print(f"{c.name:<34} {params:>12,} {med(c.times) * 1000:>7.0f} ms {min(c.times) * 1000:>5.0f} ms "
-              f"{max(c.times) * 1000:>5.0f} ms {wall_ratio:>6} {med(c.cpu_times) * 1000:>7.0f} ms {cpu_ratio:>6}")
+        print(
+            f"{c.name:<34} {params:>12,} {med(c.times) * 1000:>7.0f} ms {min(c.times) * 1000:>5.0f} ms "
+            f"{max(c.times) * 1000:>5.0f} ms {wall_ratio:>6} {med(c.cpu_times) * 1000:>7.0f} ms {cpu_ratio:>6}"
+        )
     if base is not None:
         ours = contenders[0]
         r = med(ours.times) / med(base.times)
         rc = med(ours.cpu_times) / med(base.cpu_times)
         rmin = min(ours.times) / min(base.times)
         verdict = "target met: no slower" if rc <= 1.0 else "SLOWER than HF"
-        print(f"ratio ours (MLM+SBO) / HF BertForMaskedLM: median wall {r:.3f}, median CPU time {rc:.3f}, "
-              f"best-of-rounds wall {rmin:.3f}  ({verdict}, by CPU time)")
+        print(
+            f"ratio ours (MLM+SBO) / HF BertForMaskedLM: median wall {r:.3f}, median CPU time {rc:.3f}, "
+            f"best-of-rounds wall {rmin:.3f}  ({verdict}, by CPU time)"
+        )
     return 0
 
 

@@ -77,7 +77,9 @@ def write_wikitext(rows: list[dict], path: Path) -> int:
 def run_job(args: list[str]) -> tuple[float, float]:
     """Run ``python -m <args>``; return (wall seconds, CPU seconds of the process and its children)."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     _, err = proc.communicate()
     wall = time.perf_counter() - started
     if proc.returncode:
@@ -122,8 +124,10 @@ def main() -> None:
     sizes = {"small": pages[: len(pages) // 2], "large": pages}
     cand_sizes = {"small": pages[:40], "large": pages[: 80 if args.quick else 160]}
     results: dict[str, dict] = {}
-    print(f"machine: {platform.machine()}, {os.cpu_count()} vCPUs, Python {platform.python_version()}, load average "
-          f"{os.getloadavg()[0]:.1f} at start (shared machine: other jobs compete for the cores)")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} vCPUs, Python {platform.python_version()}, load average "
+        f"{os.getloadavg()[0]:.1f} at start (shared machine: other jobs compete for the cores)"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         texts = [p["text"] for p in pages]
@@ -133,7 +137,10 @@ def main() -> None:
         started = time.perf_counter()
         tok = tokenizer.train(texts, vocab_size=28996)
         t_large = time.perf_counter() - started
-        mb_q, mb_all = sum(len(t.encode()) for t in texts[: len(texts) // 4]) / 1e6, sum(len(t.encode()) for t in texts) / 1e6
+        mb_q, mb_all = (
+            sum(len(t.encode()) for t in texts[: len(texts) // 4]) / 1e6,
+            sum(len(t.encode()) for t in texts) / 1e6,
+        )
         train_rate = (mb_all - mb_q) / max(1e-9, t_large - t_small)
         print(f"tokenizer training (in process, Rust trainer, all cores): {train_rate:.2f} MB/s wall (marginal)")
         spec = tokenizer.make_spec(tok, "trained")
@@ -154,18 +161,40 @@ def main() -> None:
             d.mkdir()
             nbytes = write_jsonl_zst(rows, d / "part-000.jsonl.zst")
             out = tmp / f"art-{name}"
-            wall, cpu = run_job(["pipeline.build_shards", "--input", str(d / "*.jsonl.zst"), "--output", str(out),
-                                 "--tokenizer", str(tmp / "tokenizer.json"), "--num-shards", "4"])
+            wall, cpu = run_job(
+                [
+                    "pipeline.build_shards",
+                    "--input",
+                    str(d / "*.jsonl.zst"),
+                    "--output",
+                    str(out),
+                    "--tokenizer",
+                    str(tmp / "tokenizer.json"),
+                    "--num-shards",
+                    "4",
+                ]
+            )
             m = json.loads((out / "manifest.json").read_text())
-            runs[name] = dict(mb=nbytes / 1e6, tokens=m["counts"]["tokens"], cpu=cpu, wall=wall,
-                              shard_bytes=sum(s["bytes"] for s in m["shards"]))
+            runs[name] = dict(
+                mb=nbytes / 1e6,
+                tokens=m["counts"]["tokens"],
+                cpu=cpu,
+                wall=wall,
+                shard_bytes=sum(s["bytes"] for s in m["shards"]),
+            )
         s, l = runs["small"], runs["large"]
         tok_rate = marginal((s["tokens"], s["cpu"]), (l["tokens"], l["cpu"]))
         mb_rate = marginal((s["mb"], s["cpu"]), (l["mb"], l["cpu"]))
-        results["build_shards"] = dict(mb_per_cpu_s=mb_rate, tokens_per_mb=l["tokens"] / l["mb"], shard_bytes_per_token=l["shard_bytes"] / l["tokens"])
-        print(f"build_shards: {l['mb']:.1f} MB -> {l['tokens']:,} tokens in {l['wall']:.1f} s wall, {l['cpu']:.1f} CPU-s; "
-              f"marginal {tok_rate:,.0f} tokens/CPU-s = {mb_rate:.2f} MB/CPU-s (ratio to raw encode {tok_rate / base_rate:.2f}); "
-              f"{l['tokens'] / l['mb']:,.0f} tokens per MB of text; shards {l['shard_bytes'] / l['tokens']:.2f} bytes/token")
+        results["build_shards"] = dict(
+            mb_per_cpu_s=mb_rate,
+            tokens_per_mb=l["tokens"] / l["mb"],
+            shard_bytes_per_token=l["shard_bytes"] / l["tokens"],
+        )
+        print(
+            f"build_shards: {l['mb']:.1f} MB -> {l['tokens']:,} tokens in {l['wall']:.1f} s wall, {l['cpu']:.1f} CPU-s; "
+            f"marginal {tok_rate:,.0f} tokens/CPU-s = {mb_rate:.2f} MB/CPU-s (ratio to raw encode {tok_rate / base_rate:.2f}); "
+            f"{l['tokens'] / l['mb']:,.0f} tokens per MB of text; shards {l['shard_bytes'] / l['tokens']:.2f} bytes/token"
+        )
 
         # build_shards with spaCy candidates
         runs = {}
@@ -174,15 +203,30 @@ def main() -> None:
             d.mkdir()
             nbytes = write_jsonl_zst(rows, d / "part-000.jsonl.zst")
             out = tmp / f"cart-{name}"
-            wall, cpu = run_job(["pipeline.build_shards", "--input", str(d / "*.jsonl.zst"), "--output", str(out),
-                                 "--tokenizer", str(tmp / "tokenizer.json"), "--num-shards", "4", "--mask-candidates", "entities,noun_phrases"])
+            wall, cpu = run_job(
+                [
+                    "pipeline.build_shards",
+                    "--input",
+                    str(d / "*.jsonl.zst"),
+                    "--output",
+                    str(out),
+                    "--tokenizer",
+                    str(tmp / "tokenizer.json"),
+                    "--num-shards",
+                    "4",
+                    "--mask-candidates",
+                    "entities,noun_phrases",
+                ]
+            )
             m = json.loads((out / "manifest.json").read_text())
             runs[name] = dict(mb=nbytes / 1e6, tokens=m["counts"]["tokens"], cpu=cpu, wall=wall)
         s, l = runs["small"], runs["large"]
         mb_rate = marginal((s["mb"], s["cpu"]), (l["mb"], l["cpu"]))
         results["build_shards_candidates"] = dict(mb_per_cpu_s=mb_rate)
-        print(f"build_shards --mask-candidates entities,noun_phrases: {l['mb']:.2f} MB in {l['wall']:.1f} s wall, {l['cpu']:.1f} CPU-s; "
-              f"marginal {mb_rate * 1e3:.0f} KB/CPU-s")
+        print(
+            f"build_shards --mask-candidates entities,noun_phrases: {l['mb']:.2f} MB in {l['wall']:.1f} s wall, {l['cpu']:.1f} CPU-s; "
+            f"marginal {mb_rate * 1e3:.0f} KB/CPU-s"
+        )
 
         # n-gram dictionary
         runs = {}
@@ -196,25 +240,36 @@ def main() -> None:
         s, l = runs["small"], runs["large"]
         mb_rate = marginal((s["mb"], s["cpu"]), (l["mb"], l["cpu"]))
         results["build_ngram_dictionary"] = dict(mb_per_cpu_s=mb_rate)
-        print(f"build_ngram_dictionary (n=2..5, min count 11, apriori): {l['mb']:.1f} MB in {l['wall']:.1f} s wall, "
-              f"{l['cpu']:.1f} CPU-s, {l['entries']:,} entries; marginal {mb_rate:.2f} MB/CPU-s")
+        print(
+            f"build_ngram_dictionary (n=2..5, min count 11, apriori): {l['mb']:.1f} MB in {l['wall']:.1f} s wall, "
+            f"{l['cpu']:.1f} CPU-s, {l['entries']:,} entries; marginal {mb_rate:.2f} MB/CPU-s"
+        )
 
-    print(f"\nEstimates: vCPU-hours = size / rate; wall = vCPU-hours / ({args.workers} workers x {WORKER_VCPUS} vCPUs), "
-          f"job start-up and the last shards not included; a worker vCPU assumed as fast as one here.")
+    print(
+        f"\nEstimates: vCPU-hours = size / rate; wall = vCPU-hours / ({args.workers} workers x {WORKER_VCPUS} vCPUs), "
+        f"job start-up and the last shards not included; a worker vCPU assumed as fast as one here."
+    )
     print(f"{'corpus':32} {'job':34} {'vCPU-hours':>11} {'wall':>9}")
     for corpus, size in CORPORA.items():
-        for job, label in (("build_shards", "build_shards"), ("build_shards_candidates", "build_shards + entities,noun_phrases"),
-                           ("build_ngram_dictionary", "build_ngram_dictionary")):
+        for job, label in (
+            ("build_shards", "build_shards"),
+            ("build_shards_candidates", "build_shards + entities,noun_phrases"),
+            ("build_ngram_dictionary", "build_ngram_dictionary"),
+        ):
             hours = size / 1e6 / results[job]["mb_per_cpu_s"] / 3600
             print(f"{corpus:32} {label:34} {hours:11.1f} {fmt_hours(hours / (args.workers * WORKER_VCPUS)):>9}")
-    print(f"tokenizer training on a 1 GB sample in the launching process: about {fmt_hours(1e3 / train_rate / 3600)} "
-          f"at {train_rate:.2f} MB/s ({os.cpu_count()} vCPUs)")
+    print(
+        f"tokenizer training on a 1 GB sample in the launching process: about {fmt_hours(1e3 / train_rate / 3600)} "
+        f"at {train_rate:.2f} MB/s ({os.cpu_count()} vCPUs)"
+    )
     t_per_mb = results["build_shards"]["tokens_per_mb"]
     b_per_t = results["build_shards"]["shard_bytes_per_token"]
     for corpus, size in CORPORA.items():
         tokens = size / 1e6 * t_per_mb
         shard_gb = tokens * b_per_t / 1e9
-        print(f"{corpus:32} ~{tokens / 1e9:.2f} B tokens, ~{shard_gb:.1f} GB of shards: --num-shards {max(1, round(shard_gb / 0.25))} for 250 MB shards")
+        print(
+            f"{corpus:32} ~{tokens / 1e9:.2f} B tokens, ~{shard_gb:.1f} GB of shards: --num-shards {max(1, round(shard_gb / 0.25))} for 250 MB shards"
+        )
 
     trainer_estimate()
 
@@ -233,17 +288,25 @@ def trainer_estimate() -> None:
     per_seq = model.flops_per_sequence(SPANBERT_SEQ, targets)
     total = per_seq * SPANBERT_BATCH * SPANBERT_STEPS
     tokens = SPANBERT_BATCH * SPANBERT_SEQ * SPANBERT_STEPS
-    print(f"\nTrainer (estimate, not a measurement): SpanBERT-large, {params / 1e6:.0f} M parameters, {SPANBERT_STEPS / 1e6:.1f} M steps "
-          f"x {SPANBERT_BATCH} x {SPANBERT_SEQ} tokens = {tokens / 1e9:.0f} B tokens")
-    print(f"  model FLOPs per sequence (fwd+bwd, {targets:.0f} MLM/SBO targets): {per_seq:.3e} "
-          f"(6 x params x tokens alone: {6 * params * SPANBERT_SEQ:.3e}); whole run {total:.3e} FLOPs")
+    print(
+        f"\nTrainer (estimate, not a measurement): SpanBERT-large, {params / 1e6:.0f} M parameters, {SPANBERT_STEPS / 1e6:.1f} M steps "
+        f"x {SPANBERT_BATCH} x {SPANBERT_SEQ} tokens = {tokens / 1e9:.0f} B tokens"
+    )
+    print(
+        f"  model FLOPs per sequence (fwd+bwd, {targets:.0f} MLM/SBO targets): {per_seq:.3e} "
+        f"(6 x params x tokens alone: {6 * params * SPANBERT_SEQ:.3e}); whole run {total:.3e} FLOPs"
+    )
     for mfu in (0.40, 0.45, 0.50):
         flops = A100_BF16_TFLOPS * 1e12 * mfu
         gpu_days = total / flops / 86400
-        print(f"  A100 bf16 at {mfu:.0%} MFU: {flops * SPANBERT_SEQ / per_seq:,.0f} tokens/s per GPU; {gpu_days:.0f} GPU-days = "
-              + ", ".join(f"{gpu_days / n:.1f} days on {n}" for n in (8, 32, 64)))
-    print("  cross-check: 32 V100 for 15 days (SpanBERT's reported set-up, as recalled) = "
-          f"{total / (32 * 15 * 86400) / 1e12:.1f} TFLOP/s per V100")
+        print(
+            f"  A100 bf16 at {mfu:.0%} MFU: {flops * SPANBERT_SEQ / per_seq:,.0f} tokens/s per GPU; {gpu_days:.0f} GPU-days = "
+            + ", ".join(f"{gpu_days / n:.1f} days on {n}" for n in (8, 32, 64))
+        )
+    print(
+        "  cross-check: 32 V100 for 15 days (SpanBERT's reported set-up, as recalled) = "
+        f"{total / (32 * 15 * 86400) / 1e12:.1f} TFLOP/s per V100"
+    )
 
 
 if __name__ == "__main__":

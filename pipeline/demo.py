@@ -32,7 +32,9 @@ def _banner(text: str) -> None:
 
 def build_artifact(workdir: Path) -> Path:
     artifact = workdir / "artifact"
-    _banner(f"1/3 building the artifact from {CORPUS.relative_to(REPO)} (tokenizer training, punkt, spaCy candidates, Arrow shards, report)")
+    _banner(
+        f"1/3 building the artifact from {CORPUS.relative_to(REPO)} (tokenizer training, punkt, spaCy candidates, Arrow shards, report)"
+    )
     argv = [
         "--input", str(CORPUS), "--input-format", "jsonl", "--output", str(artifact), "--overwrite",
         "--train-tokenizer", "--vocab-size", "4000", "--num-shards", "4", "--max-seq-len", "128",
@@ -82,7 +84,10 @@ def train(artifact: Path, workdir: Path, steps: int) -> Path:
         shutil.rmtree(run_dir)
     cmd, env = _launcher_command(artifact, run_dir, steps)
     _banner(f"3/3 pre-training the tiny preset for {steps} steps under the deepspeed launcher")
-    print("   " + " ".join(c if c != str(Path(sys.executable).parent / "deepspeed") else "deepspeed" for c in cmd), flush=True)
+    print(
+        "   " + " ".join(c if c != str(Path(sys.executable).parent / "deepspeed") else "deepspeed" for c in cmd),
+        flush=True,
+    )
     started = time.time()
     proc = subprocess.run(cmd, cwd=REPO, env=env)
     if proc.returncode:

@@ -20,7 +20,9 @@ class _S3File:
 
     def write(self, data) -> int:
         if len(data) and self._raw is None:
-            self._raw = FileSystems.create(self._path, mime_type=self._mime_type, compression_type=CompressionTypes.UNCOMPRESSED)
+            self._raw = FileSystems.create(
+                self._path, mime_type=self._mime_type, compression_type=CompressionTypes.UNCOMPRESSED
+            )
         return self._raw.write(data) if len(data) else 0
 
     def close(self) -> None:

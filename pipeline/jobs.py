@@ -41,7 +41,9 @@ class _NoPandas:
     @staticmethod
     def find_spec(name, path=None, target=None):
         if name == "pandas":
-            raise ModuleNotFoundError("spanprep's job runs without pandas (pipeline.jobs.without_pandas)", name="pandas")
+            raise ModuleNotFoundError(
+                "spanprep's job runs without pandas (pipeline.jobs.without_pandas)", name="pandas"
+            )
         return None
 
 
@@ -80,7 +82,8 @@ LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "Swit
 # Names of options whose values are secrets (Beam's --s3_secret_access_key, --s3_session_token,
 # --azure_connection_string, ...). Only these: --tokenizer or --vocab-size are not secrets.
 SECRET_OPTION = re.compile(
-    r"secret|password|passwd|session_token|access_token|auth_token|api_key|access_key|credential|connection_string", re.IGNORECASE
+    r"secret|password|passwd|session_token|access_token|auth_token|api_key|access_key|credential|connection_string",
+    re.IGNORECASE,
 )
 
 
@@ -171,7 +174,9 @@ def match_inputs(patterns: list[str], example: str = "*.jsonl") -> list[tuple[st
         for m in result.metadata_list:
             if "://" not in m.path and os.path.isdir(m.path):
                 if m.path.rstrip("/") == pattern.rstrip("/"):
-                    raise UsageError(f"--input {pattern}: is a directory; give its files, e.g. --input '{pattern.rstrip('/')}/{example}'")
+                    raise UsageError(
+                        f"--input {pattern}: is a directory; give its files, e.g. --input '{pattern.rstrip('/')}/{example}'"
+                    )
                 continue  # a glob such as dir/* also matches sub-directories: they hold no records themselves
             files[m.path] = m.size_in_bytes
         if not files:

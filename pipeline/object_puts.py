@@ -42,7 +42,10 @@ def _s3_put(path: str, data: bytes, mime_type: str, if_absent: bool) -> bool:
     try:
         client.put_object(Bucket=bucket, Key=key, Body=data, ContentType=mime_type, **extra)
     except client.exceptions.ClientError as e:
-        if if_absent and e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+        if if_absent and e.response.get("Error", {}).get("Code") in (
+            "PreconditionFailed",
+            "ConditionalRequestConflict",
+        ):
             return False
         raise OSError(f"{path}: PutObject failed: {e}") from None
     except BotoCoreError as e:  # no credentials, endpoint unreachable, ...

@@ -54,15 +54,20 @@ def has_url_credentials(text: str) -> bool:
 
 
 # The extra a URL scheme needs, and a module that shows whether it is installed.
-_SCHEME_LIBRARIES = {"gs": ("google.cloud.storage", "apache-beam[gcp]"), "s3": ("boto3", "apache-beam[aws]"),
-                     "azfs": ("azure.storage.blob", "apache-beam[azure]")}
+_SCHEME_LIBRARIES = {
+    "gs": ("google.cloud.storage", "apache-beam[gcp]"),
+    "s3": ("boto3", "apache-beam[aws]"),
+    "azfs": ("azure.storage.blob", "apache-beam[azure]"),
+}
 
 
 def check_location(option: str, url: str) -> None:
     """Refuse, before anything runs, a URL carrying credentials or needing a library that is not installed."""
     if has_url_credentials(url):
-        raise OutputError(f"{option} {redact_url(url)}: credentials in a URL are not supported (and never written anywhere); "
-                         "give them through the filesystem's own options or environment")
+        raise OutputError(
+            f"{option} {redact_url(url)}: credentials in a URL are not supported (and never written anywhere); "
+            "give them through the filesystem's own options or environment"
+        )
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme in _SCHEME_LIBRARIES:
         module, extra = _SCHEME_LIBRARIES[scheme]
@@ -71,7 +76,9 @@ def check_location(option: str, url: str) -> None:
         except ModuleNotFoundError:
             found = False
         if not found:
-            raise OutputError(f"{option} {url}: {scheme}:// needs the cloud libraries, which are not installed (pip install '{extra}')")
+            raise OutputError(
+                f"{option} {url}: {scheme}:// needs the cloud libraries, which are not installed (pip install '{extra}')"
+            )
 
 
 def is_local(path: str) -> bool:
@@ -129,7 +136,9 @@ def read_lock(output: str) -> dict | None:
             return {"build_id": None}
 
 
-def prepare_output(output: str, overwrite: bool, subdirs: tuple[str, ...] = (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR)) -> str:
+def prepare_output(
+    output: str, overwrite: bool, subdirs: tuple[str, ...] = (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR)
+) -> str:
     """Check and claim ``output`` for a new build, creating its ``subdirs``; return the build id.
 
     Raises :class:`OutputError`. The default ``subdirs`` are the artifact's; the n-gram dictionary has none.
@@ -140,7 +149,9 @@ def prepare_output(output: str, overwrite: bool, subdirs: tuple[str, ...] = (fmt
     files = existing_files(output) if FileSystems.exists(output) or not is_local(output) else []
     if files:
         if not overwrite:
-            raise OutputError(f"--output {shown} exists and is not empty (it holds {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}); pass --overwrite to replace it")
+            raise OutputError(
+                f"--output {shown} exists and is not empty (it holds {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}); pass --overwrite to replace it"
+            )
         lock = read_lock(output)
         if lock:
             holder = f"build {lock.get('build_id')} started {lock.get('started_at')} on {lock.get('host')}"
@@ -152,10 +163,16 @@ def prepare_output(output: str, overwrite: bool, subdirs: tuple[str, ...] = (fmt
         except OSError as e:
             raise OutputError(f"--output {shown}: cannot create it ({e.strerror})") from None
     build_id = uuid.uuid4().hex
-    lock = {"build_id": build_id, "started_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(), "host": socket.gethostname()}
+    lock = {
+        "build_id": build_id,
+        "started_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "host": socket.gethostname(),
+    }
     if not _create_exclusively(_lock_path(output), json.dumps(lock, sort_keys=True).encode("utf-8")):
         other = read_lock(output) or {}
-        raise OutputError(f"--output {shown}: another build ({other.get('build_id')}) is writing there; wait for it or pass --overwrite")
+        raise OutputError(
+            f"--output {shown}: another build ({other.get('build_id')}) is writing there; wait for it or pass --overwrite"
+        )
     for sub in subdirs:
         path = f"{output.rstrip('/')}/{sub}"
         if not FileSystems.exists(path):

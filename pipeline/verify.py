@@ -52,7 +52,9 @@ def _check_file(art: Artifact, relative: str, expected_bytes: int | None, expect
         report.fail(f"{relative}: {nbytes:,} bytes, manifest says {expected_bytes:,} (truncated or appended to)")
         return False
     if sha != expected_sha:
-        report.fail(f"{relative}: sha256 {sha} differs from the manifest's {expected_sha} (the file was modified or corrupted)")
+        report.fail(
+            f"{relative}: sha256 {sha} differs from the manifest's {expected_sha} (the file was modified or corrupted)"
+        )
         return False
     return True
 
@@ -70,12 +72,18 @@ ALLOWED_SPECIAL = {"doc-sentences": ("unk",), "full-sentences": ("unk", "sep")}
 
 def forbidden_special_ids(manifest: dict) -> list[int]:
     allowed = ALLOWED_SPECIAL.get(manifest["pack"], ("unk",))
-    return sorted(i for name, i in manifest["tokenizer"]["special_token_ids"].items() if name not in allowed and i is not None)
+    return sorted(
+        i for name, i in manifest["tokenizer"]["special_token_ids"].items() if name not in allowed and i is not None
+    )
 
 
 def _expected_files(m: dict) -> set[str]:
     tok, uni = m["tokenizer"], m["unigram"]
-    return {fmt.MANIFEST_FILE, tok["file"], uni["file"]} | {s["path"] for s in m["shards"]} | {d["path"] for d in m["dead_letter"]}
+    return (
+        {fmt.MANIFEST_FILE, tok["file"], uni["file"]}
+        | {s["path"] for s in m["shards"]}
+        | {d["path"] for d in m["dead_letter"]}
+    )
 
 
 def _check_no_stray_files(art: Artifact, m: dict, report: Report) -> None:
@@ -95,13 +103,17 @@ def _check_no_stray_files(art: Artifact, m: dict, report: Report) -> None:
         if relative in expected or relative == fmt.CARD_FILE or relative.startswith(fmt.REPORT_DIR + "/"):
             continue
         if relative == fmt.LOCK_FILE:
-            report.fail(f"{relative}: a build is still writing this artifact, or was killed before finishing (rebuild with --overwrite)")
+            report.fail(
+                f"{relative}: a build is still writing this artifact, or was killed before finishing (rebuild with --overwrite)"
+            )
         else:
             report.fail(f"{relative}: not in the manifest (left over from another run, or added later)")
     report.count("files listed", n)
 
 
-def _check_shard_rows(art: Artifact, index: int, entry: dict, report: Report, totals: dict, unigram: np.ndarray) -> None:
+def _check_shard_rows(
+    art: Artifact, index: int, entry: dict, report: Report, totals: dict, unigram: np.ndarray
+) -> None:
     m = art.manifest
     relative = entry["path"]
     limit = m["max_row_tokens"]
@@ -125,8 +137,14 @@ def _check_shard_rows(art: Artifact, index: int, entry: dict, report: Report, to
             return
         where = f"{relative} batch {b}"
         last = b == reader.num_record_batches - 1
-        if batch.num_rows > fmt.ROWS_PER_BATCH or batch.num_rows == 0 or (not last and batch.num_rows != fmt.ROWS_PER_BATCH):
-            report.fail(f"{where}: {batch.num_rows} rows; every batch but a shard's last must hold exactly {fmt.ROWS_PER_BATCH}")
+        if (
+            batch.num_rows > fmt.ROWS_PER_BATCH
+            or batch.num_rows == 0
+            or (not last and batch.num_rows != fmt.ROWS_PER_BATCH)
+        ):
+            report.fail(
+                f"{where}: {batch.num_rows} rows; every batch but a shard's last must hold exactly {fmt.ROWS_PER_BATCH}"
+            )
         offsets, ids = _list_parts(batch, "input_ids")
         lengths = np.diff(offsets)
         rows += batch.num_rows
@@ -142,7 +160,9 @@ def _check_shard_rows(art: Artifact, index: int, entry: dict, report: Report, to
         report.count("tokens checked for special ids", int(ids.size))
         if smuggled.any():
             found = sorted(set(ids[smuggled].tolist()))
-            report.fail(f"{where}: {int(smuggled.sum())} special token id(s) {found} inside rows (rows hold text only; FORMAT.md)")
+            report.fail(
+                f"{where}: {int(smuggled.sum())} special token id(s) {found} inside rows (rows hold text only; FORMAT.md)"
+            )
         unigram += np.bincount(ids.astype(np.int64), minlength=vocab)[:vocab]
         for col in ("word_start", "sentence_start"):
             o2, flags = _list_parts(batch, col)
@@ -210,10 +230,14 @@ def verify(uri: str, quick: bool = False) -> Report:
     if _check_file(art, tok["file"], None, tok["sha256"], report):
         t = Tokenizer.from_str(art.tokenizer_json())
         if t.get_vocab_size(with_added_tokens=True) != tok["vocab_size"]:
-            report.fail(f"{tok['file']}: vocabulary of {t.get_vocab_size()} differs from the manifest's {tok['vocab_size']}")
+            report.fail(
+                f"{tok['file']}: vocabulary of {t.get_vocab_size()} differs from the manifest's {tok['vocab_size']}"
+            )
         for name, token in tok["special_tokens"].items():
             if t.token_to_id(token) != tok["special_token_ids"][name]:
-                report.fail(f"{tok['file']}: {token} has id {t.token_to_id(token)}, manifest says {tok['special_token_ids'][name]}")
+                report.fail(
+                    f"{tok['file']}: {token} has id {t.token_to_id(token)}, manifest says {tok['special_token_ids'][name]}"
+                )
     uni = m["unigram"]
     unigram_ok = _check_file(art, uni["file"], uni.get("bytes"), uni["sha256"], report)
 
@@ -239,7 +263,9 @@ def verify(uri: str, quick: bool = False) -> Report:
 
     c = m["counts"]
     if c["documents_read"] != c["documents_written"] + c["documents_dead_lettered"]:
-        report.fail(f"counts: documents_read {c['documents_read']:,} != documents_written {c['documents_written']:,} + documents_dead_lettered {c['documents_dead_lettered']:,}")
+        report.fail(
+            f"counts: documents_read {c['documents_read']:,} != documents_written {c['documents_written']:,} + documents_dead_lettered {c['documents_dead_lettered']:,}"
+        )
     if sum(c["dead_lettered_by_reason"].values()) != c["documents_dead_lettered"]:
         report.fail("counts: dead_lettered_by_reason does not add up to documents_dead_lettered")
     if sum(d["records"] for d in m["dead_letter"]) != c["documents_dead_lettered"]:
@@ -254,19 +280,28 @@ def verify(uri: str, quick: bool = False) -> Report:
             report.fail("row-level checks skipped: fix the shards above first")
         return report
 
-    totals = {"rows": 0, "tokens": 0, "documents": 0, "histogram": np.zeros(len(m["row_length_histogram"]["counts"]), np.int64)}
+    totals = {
+        "rows": 0,
+        "tokens": 0,
+        "documents": 0,
+        "histogram": np.zeros(len(m["row_length_histogram"]["counts"]), np.int64),
+    }
     unigram = np.zeros(art.vocab_size, dtype=np.int64)
     for i in good_shards:
         _check_shard_rows(art, i, m["shards"][i], report, totals, unigram)
     if m["pack"] == "doc-sentences" and totals["documents"] != c["documents_written"]:
-        report.fail(f"counts: shards hold {totals['documents']:,} documents, manifest says documents_written {c['documents_written']:,}")
+        report.fail(
+            f"counts: shards hold {totals['documents']:,} documents, manifest says documents_written {c['documents_written']:,}"
+        )
     if totals["histogram"].tolist() != list(m["row_length_histogram"]["counts"]):
         report.fail("row_length_histogram differs from the row lengths in the shards")
     if unigram_ok:
         try:
             counts = art.unigram_counts()
             if not np.array_equal(counts, unigram):
-                report.fail(f"{uni['file']}: counts differ from the tokens in the shards at {int((counts != unigram).sum())} ids")
+                report.fail(
+                    f"{uni['file']}: counts differ from the tokens in the shards at {int((counts != unigram).sum())} ids"
+                )
             if int(counts.sum()) != uni["total"]:
                 report.fail(f"{uni['file']}: total {int(counts.sum())} != manifest {uni['total']}")
         except (fmt.FormatError, pa.ArrowInvalid) as e:

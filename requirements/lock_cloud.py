@@ -30,9 +30,23 @@ HEADER = """\
 def main() -> None:
     cloud = tomllib.loads((HERE.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]["cloud"]
     report = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed", "--report", "-",
-         "-c", str(HERE / "constraints.txt"), *cloud],
-        check=True, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--dry-run",
+            "--ignore-installed",
+            "--report",
+            "-",
+            "-c",
+            str(HERE / "constraints.txt"),
+            *cloud,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     lines = []
     for item in json.loads(report)["install"]:

@@ -94,8 +94,15 @@ class Artifact:
     def check_shard(self, relative: str, mode: str = "once") -> str:
         """Check a shard's size and (``mode`` once/always) sha256 against the manifest; a mismatch raises
         :class:`schemas.integrity.ShardMismatchError` naming the shard. See :func:`schemas.integrity.verify_file`."""
-        return integrity.verify_file(self.fs, self.path(relative), self.shard_entry(relative), self.display(relative),
-                                     mode=mode, fingerprint=self.fingerprint, location=self.display(relative))
+        return integrity.verify_file(
+            self.fs,
+            self.path(relative),
+            self.shard_entry(relative),
+            self.display(relative),
+            mode=mode,
+            fingerprint=self.fingerprint,
+            location=self.display(relative),
+        )
 
     def check_shards(self, relatives: list[str], mode: str = "once", start: int = 0) -> dict[str, int]:
         """:meth:`check_shard` for each of ``relatives``, beginning at index ``start`` (mod their number) and
@@ -123,7 +130,9 @@ class Artifact:
         fmt.check_schema_metadata(reader.schema, where)
         expected = fmt.shard_schema(self.vocab_size)
         if not reader.schema.equals(expected, check_metadata=False):
-            raise fmt.FormatError(f"{where}: schema differs from the format's shard schema:\n{reader.schema}\nexpected:\n{expected}")
+            raise fmt.FormatError(
+                f"{where}: schema differs from the format's shard schema:\n{reader.schema}\nexpected:\n{expected}"
+            )
         return reader
 
     def tokenizer_json(self, data: bytes | None = None) -> str:

@@ -83,7 +83,9 @@ def split_uri(uri: str) -> tuple[pafs.FileSystem, str]:
         # Google's client libraries (and so Beam and gcsfs) send gs:// to a GCS-compatible server named by
         # STORAGE_EMULATOR_HOST; pyarrow does not read it, so give it as endpoint_override (no credentials).
         scheme, _, host = emulator.rpartition("://")
-        return pafs.GcsFileSystem(anonymous=True, endpoint_override=host.rstrip("/"), scheme=scheme or "http"), uri[len("gs://") :]
+        return pafs.GcsFileSystem(anonymous=True, endpoint_override=host.rstrip("/"), scheme=scheme or "http"), uri[
+            len("gs://") :
+        ]
     if "://" in uri:
         return pafs.FileSystem.from_uri(uri)
     return pafs.LocalFileSystem(), os.path.abspath(uri)
@@ -162,7 +164,9 @@ def parse_version(version: str) -> tuple[int, int]:
 def check_format_version(version: str | None, where: str) -> tuple[int, int]:
     """Raise :class:`FormatError` naming ``where`` unless ``version`` has a major version we know."""
     if version is None:
-        raise FormatError(f"{where}: no format version found; this is not a {FORMAT_NAME} artifact (or it predates versioning)")
+        raise FormatError(
+            f"{where}: no format version found; this is not a {FORMAT_NAME} artifact (or it predates versioning)"
+        )
     major, minor = parse_version(version)
     if major not in SUPPORTED_MAJOR_VERSIONS:
         known = ", ".join(f"{m}.x" for m in SUPPORTED_MAJOR_VERSIONS)
@@ -177,7 +181,9 @@ def check_schema_metadata(schema: pa.Schema, where: str) -> tuple[int, int]:
     """Check the version stamped in an Arrow file's schema metadata."""
     meta = schema.metadata or {}
     if meta.get(META_FORMAT) != FORMAT_NAME.encode():
-        raise FormatError(f"{where}: Arrow schema metadata lacks {META_FORMAT.decode()}={FORMAT_NAME}; not a spanprep shard")
+        raise FormatError(
+            f"{where}: Arrow schema metadata lacks {META_FORMAT.decode()}={FORMAT_NAME}; not a spanprep shard"
+        )
     raw = meta.get(META_FORMAT_VERSION)
     return check_format_version(raw.decode() if raw is not None else None, where)
 

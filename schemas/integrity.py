@@ -92,8 +92,16 @@ def cache_dir() -> str:
 
 
 def _marker_name(fingerprint: str, location: str, entry: Mapping[str, Any], info: pafs.FileInfo) -> str:
-    key = json.dumps([fingerprint, location, entry.get("path"), entry.get("sha256"), info.size,
-                      info.mtime_ns if info.mtime is not None else None])
+    key = json.dumps(
+        [
+            fingerprint,
+            location,
+            entry.get("path"),
+            entry.get("sha256"),
+            info.size,
+            info.mtime_ns if info.mtime is not None else None,
+        ]
+    )
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -114,8 +122,17 @@ def locked(path: str, *, shared: bool = False, blocking: bool = True) -> Iterato
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def verify_file(fs: pafs.FileSystem, path: str, entry: Mapping[str, Any], where: str, *, mode: str = "once",
-                fingerprint: str = "", location: str = "", cache: str | None = None) -> str:
+def verify_file(
+    fs: pafs.FileSystem,
+    path: str,
+    entry: Mapping[str, Any],
+    where: str,
+    *,
+    mode: str = "once",
+    fingerprint: str = "",
+    location: str = "",
+    cache: str | None = None,
+) -> str:
     """Check one file against its manifest ``entry`` ({"bytes", "sha256", ...}); return what was done:
     ``"size"`` (mode off), ``"hashed"``, or ``"cached"`` (mode once, a marker of an earlier check on this node).
 

@@ -53,44 +53,77 @@ def require(condition: bool, message: str) -> None:
 class ModelConfig:
     """A BERT encoder with the MLM head and (objective ``mlm+sbo``) SpanBERT's span boundary head."""
 
-    vocab_size: int = opt(28996, "WordPiece vocabulary size; the trainer takes it from the artifact's tokenizer (28,996 = cased BERT, SpanBERT's vocabulary)")
+    vocab_size: int = opt(
+        28996,
+        "WordPiece vocabulary size; the trainer takes it from the artifact's tokenizer (28,996 = cased BERT, SpanBERT's vocabulary)",
+    )
     hidden_size: int = opt(768, "width of the encoder (BERT-base 768, BERT-large 1024)")
     num_layers: int = opt(12, "number of Transformer layers (BERT-base 12, BERT-large 24)")
     num_heads: int = opt(12, "attention heads per layer; must divide hidden_size (BERT-base 12, BERT-large 16)")
     intermediate_size: int = opt(3072, "width of the feed-forward layer (4 x hidden_size in BERT)")
-    max_position_embeddings: int = opt(512, "learned absolute positions; must be >= the artifact's max_seq_len (512 in BERT and SpanBERT)")
-    type_vocab_size: int = opt(2, "token type (segment) embeddings; 2 as in BERT so exported models fine-tune on pairs, 0 = none (pre-training uses one segment)")
+    max_position_embeddings: int = opt(
+        512, "learned absolute positions; must be >= the artifact's max_seq_len (512 in BERT and SpanBERT)"
+    )
+    type_vocab_size: int = opt(
+        2,
+        "token type (segment) embeddings; 2 as in BERT so exported models fine-tune on pairs, 0 = none (pre-training uses one segment)",
+    )
     hidden_dropout: float = opt(0.1, "dropout on embeddings and after every sub-layer (BERT 0.1)")
     attention_dropout: float = opt(0.1, "dropout on attention probabilities (BERT 0.1)")
     layer_norm_eps: float = opt(1e-12, "LayerNorm epsilon (BERT 1e-12)")
     initializer_range: float = opt(0.02, "standard deviation of the normal initialisation (BERT 0.02)")
     pad_token_id: int = opt(0, "id of [PAD]; the trainer takes it from the artifact's tokenizer")
-    objective: Literal["mlm+sbo", "mlm"] = opt("mlm+sbo", "mlm+sbo: SpanBERT (masked LM + span boundary objective); mlm: the BERT-1seq baseline")
-    nsp: bool = opt(False, "next sentence prediction head and loss (BERT, and SpanBERT's 2seq baselines); needs --segments 2")
-    sbo_max_span_positions: int = opt(32, "SBO position embeddings: positions within a span the head can encode (the masking collator clips to this)")
+    objective: Literal["mlm+sbo", "mlm"] = opt(
+        "mlm+sbo", "mlm+sbo: SpanBERT (masked LM + span boundary objective); mlm: the BERT-1seq baseline"
+    )
+    nsp: bool = opt(
+        False, "next sentence prediction head and loss (BERT, and SpanBERT's 2seq baselines); needs --segments 2"
+    )
+    sbo_max_span_positions: int = opt(
+        32, "SBO position embeddings: positions within a span the head can encode (the masking collator clips to this)"
+    )
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                     "max_position_embeddings", "sbo_max_span_positions"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "sbo_max_span_positions",
+        ):
             value = getattr(self, name)
-            require(isinstance(value, int) and not isinstance(value, bool) and value > 0,
-                     f"model.{name} must be a positive integer, got {value!r}")
-        require(isinstance(self.type_vocab_size, int) and self.type_vocab_size >= 0,
-                 f"model.type_vocab_size must be an integer >= 0, got {self.type_vocab_size!r}")
-        require(self.hidden_size % self.num_heads == 0,
-                 f"model.hidden_size ({self.hidden_size}) must be a multiple of model.num_heads ({self.num_heads})")
+            require(
+                isinstance(value, int) and not isinstance(value, bool) and value > 0,
+                f"model.{name} must be a positive integer, got {value!r}",
+            )
+        require(
+            isinstance(self.type_vocab_size, int) and self.type_vocab_size >= 0,
+            f"model.type_vocab_size must be an integer >= 0, got {self.type_vocab_size!r}",
+        )
+        require(
+            self.hidden_size % self.num_heads == 0,
+            f"model.hidden_size ({self.hidden_size}) must be a multiple of model.num_heads ({self.num_heads})",
+        )
         for name in ("hidden_dropout", "attention_dropout"):
             value = getattr(self, name)
             require(0.0 <= value < 1.0, f"model.{name} must be in [0, 1), got {value!r}")
         require(self.layer_norm_eps > 0, f"model.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
         require(self.initializer_range > 0, f"model.initializer_range must be > 0, got {self.initializer_range!r}")
-        require(0 <= self.pad_token_id < self.vocab_size,
-                 f"model.pad_token_id ({self.pad_token_id}) must be a token id below vocab_size ({self.vocab_size})")
-        require(self.objective in OBJECTIVES,
-                 f"model.objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        require(
+            0 <= self.pad_token_id < self.vocab_size,
+            f"model.pad_token_id ({self.pad_token_id}) must be a token id below vocab_size ({self.vocab_size})",
+        )
+        require(
+            self.objective in OBJECTIVES,
+            f"model.objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}",
+        )
         require(isinstance(self.nsp, bool), f"model.nsp must be true or false, got {self.nsp!r}")
-        require(not self.nsp or self.type_vocab_size >= 2,
-                 f"model.nsp needs token types A and B: --type-vocab-size must be >= 2, got {self.type_vocab_size}")
+        require(
+            not self.nsp or self.type_vocab_size >= 2,
+            f"model.nsp needs token types A and B: --type-vocab-size must be >= 2, got {self.type_vocab_size}",
+        )
 
     @property
     def head_dim(self) -> int:
@@ -131,7 +164,10 @@ class OptimConfig:
     """
 
     lr: float = opt(1e-4, "peak learning rate (BERT and SpanBERT 1e-4)")
-    warmup_steps: int | None = opt(None, "optimizer steps of linear warmup from 0 to lr; must be < --max-steps. Not given: 1%% of --max-steps (BERT and SpanBERT: 10k of 1M), rounded; the resolved value is in RUN_DIR/config.json")
+    warmup_steps: int | None = opt(
+        None,
+        "optimizer steps of linear warmup from 0 to lr; must be < --max-steps. Not given: 1%% of --max-steps (BERT and SpanBERT: 10k of 1M), rounded; the resolved value is in RUN_DIR/config.json",
+    )
     adam_beta1: float = opt(0.9, "Adam beta1")
     adam_beta2: float = opt(0.999, "Adam beta2 (BERT 0.999; RoBERTa uses 0.98 with large batches)")
     adam_eps: float = opt(1e-8, "Adam epsilon (SpanBERT 1e-8)")
@@ -140,9 +176,15 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         require(self.lr > 0, f"optim.lr must be > 0, got {self.lr!r}")
-        require(self.warmup_steps is None or (isinstance(self.warmup_steps, int) and not isinstance(self.warmup_steps, bool)
-                                                and self.warmup_steps >= 0),
-                 f"optim.warmup_steps must be an integer >= 0 (or not given: 1% of max_steps), got {self.warmup_steps!r}")
+        require(
+            self.warmup_steps is None
+            or (
+                isinstance(self.warmup_steps, int)
+                and not isinstance(self.warmup_steps, bool)
+                and self.warmup_steps >= 0
+            ),
+            f"optim.warmup_steps must be an integer >= 0 (or not given: 1% of max_steps), got {self.warmup_steps!r}",
+        )
         for name in ("adam_beta1", "adam_beta2"):
             value = getattr(self, name)
             require(0.0 <= value < 1.0, f"optim.{name} must be in [0, 1), got {value!r}")
@@ -177,28 +219,49 @@ class WarmupLinearDecay:
 class RunConfig:
     """What to train on, where to write, how long, and how often to evaluate, log and checkpoint."""
 
-    data: str = opt("", "the preprocessed-corpus artifact (local directory or gs://, s3://, hdfs:// URI)", required=True)
-    output_dir: str = opt("", "RUN_DIR: checkpoints/, monitor/ (CSV), tensorboard/ and config.json go here", required=True)
+    data: str = opt(
+        "", "the preprocessed-corpus artifact (local directory or gs://, s3://, hdfs:// URI)", required=True
+    )
+    output_dir: str = opt(
+        "", "RUN_DIR: checkpoints/, monitor/ (CSV), tensorboard/ and config.json go here", required=True
+    )
     max_steps: int = opt(0, "optimizer steps to train for (the schedule decays to zero at this step)", required=True)
-    deepspeed_config: str = opt("auto", "DeepSpeed JSON (ZeRO stage, precision, micro batch, accumulation); auto = trainer/configs/zero2.json on GPU, zero2_cpu.json on CPU")
+    deepspeed_config: str = opt(
+        "auto",
+        "DeepSpeed JSON (ZeRO stage, precision, micro batch, accumulation); auto = trainer/configs/zero2.json on GPU, zero2_cpu.json on CPU",
+    )
     seed: int = opt(1234, "seed of the initialisation, the data order, the masks and dropout")
     save_every: int = opt(1000, "checkpoint every N optimizer steps (0: only at the end and on SIGTERM/SIGINT)")
     keep_checkpoints: int = opt(3, "keep the newest N checkpoints, delete older ones (0 keeps all)")
     eval_every: int = opt(1000, "evaluate on the held-out shards every N steps (0: never)")
     eval_batches: int = opt(50, "micro-batches per rank in each evaluation")
     log_every: int = opt(10, "write metrics to the monitor every N steps")
-    resume: bool = opt(False, "continue from the latest checkpoint in OUTPUT_DIR/checkpoints (model, optimizer, schedule, step, data position)")
-    elastic_resume: bool = opt(True, "--resume may change the number of ranks: a checkpoint written by another number converts to a DeepSpeed universal checkpoint first (--no-elastic-resume refuses instead)")
-    peak_tflops: float = opt(0.0, "peak dense TFLOP/s of one accelerator for model FLOPs utilisation; 0 = look it up for known GPUs (A100, H100, ...); never on CPU")
+    resume: bool = opt(
+        False,
+        "continue from the latest checkpoint in OUTPUT_DIR/checkpoints (model, optimizer, schedule, step, data position)",
+    )
+    elastic_resume: bool = opt(
+        True,
+        "--resume may change the number of ranks: a checkpoint written by another number converts to a DeepSpeed universal checkpoint first (--no-elastic-resume refuses instead)",
+    )
+    peak_tflops: float = opt(
+        0.0,
+        "peak dense TFLOP/s of one accelerator for model FLOPs utilisation; 0 = look it up for known GPUs (A100, H100, ...); never on CPU",
+    )
     progress: bool = opt(True, "show a progress bar on rank 0")
     log_level: Literal["debug", "info", "warning", "error"] = opt("warning", "level of DeepSpeed's own log messages")
 
     def __post_init__(self) -> None:
         require(bool(self.data), "run.data: give the artifact with --data ARTIFACT")
         require(bool(self.output_dir), "run.output_dir: give a run directory with --output-dir RUN_DIR")
-        require(isinstance(self.seed, int) and 0 <= self.seed < 2**32, f"run.seed must be an integer in [0, 2**32), got {self.seed!r}")
-        require(isinstance(self.max_steps, int) and self.max_steps > 0,
-                 f"run.max_steps must be a positive integer, got {self.max_steps!r}")
+        require(
+            isinstance(self.seed, int) and 0 <= self.seed < 2**32,
+            f"run.seed must be an integer in [0, 2**32), got {self.seed!r}",
+        )
+        require(
+            isinstance(self.max_steps, int) and self.max_steps > 0,
+            f"run.max_steps must be a positive integer, got {self.max_steps!r}",
+        )
         for name in ("save_every", "keep_checkpoints", "eval_every"):
             value = getattr(self, name)
             require(isinstance(value, int) and value >= 0, f"run.{name} must be an integer >= 0, got {value!r}")
@@ -206,8 +269,10 @@ class RunConfig:
             value = getattr(self, name)
             require(isinstance(value, int) and value > 0, f"run.{name} must be a positive integer, got {value!r}")
         require(self.peak_tflops >= 0, f"run.peak_tflops must be >= 0, got {self.peak_tflops!r}")
-        require(self.log_level in ("debug", "info", "warning", "error"),
-                 f"run.log_level must be debug, info, warning or error, got {self.log_level!r}")
+        require(
+            self.log_level in ("debug", "info", "warning", "error"),
+            f"run.log_level must be debug, info, warning or error, got {self.log_level!r}",
+        )
 
 
 DEFAULT_WARMUP_SHARE = 0.01  # BERT and SpanBERT: 10k warmup steps of 1M
@@ -224,9 +289,11 @@ def resolve_schedule(optim: OptimConfig, run: RunConfig) -> OptimConfig:
 
 def check_schedule(optim: OptimConfig, run: RunConfig) -> None:
     """Cross-check the schedule against the run length (``optim.warmup_steps`` resolved)."""
-    require(optim.warmup_steps is not None and optim.warmup_steps < run.max_steps,
-             f"--warmup-steps ({optim.warmup_steps}) must be smaller than --max-steps ({run.max_steps}); "
-             f"BERT warms up for about 1% of training")
+    require(
+        optim.warmup_steps is not None and optim.warmup_steps < run.max_steps,
+        f"--warmup-steps ({optim.warmup_steps}) must be smaller than --max-steps ({run.max_steps}); "
+        f"BERT warms up for about 1% of training",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,5 +418,7 @@ def config_from_dict(cls, d):
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = set(d) - known
     if unknown:
-        raise ValueError(f"{cls.__name__}: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+        raise ValueError(
+            f"{cls.__name__}: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
+        )
     return cls(**d)

@@ -228,14 +228,20 @@ def export(checkpoint_dir: str, out: str, tag: str | None = None) -> dict:
         json.dump(hf_config(cfg), f, indent=2, sort_keys=True)
     with open(tokenizer_path, encoding="utf-8") as f:
         tokenizer_json = f.read()
-    write_tokenizer_files(tokenizer_json, meta["tokenizer"], int(meta.get("max_seq_len", cfg.max_position_embeddings)), out)
+    write_tokenizer_files(
+        tokenizer_json, meta["tokenizer"], int(meta.get("max_seq_len", cfg.max_position_embeddings)), out
+    )
     return {"tag": tag, "step": meta.get("step"), "parameters": sum(t.numel() for t in hf_state.values()), "out": out}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.export", description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint_dir", help="DeepSpeed checkpoint directory (holds 'latest'), e.g. RUN_DIR/checkpoints")
-    parser.add_argument("--out", required=True, help="output directory (or gs:// / s3:// URI) for the Hugging Face files")
+    parser.add_argument(
+        "checkpoint_dir", help="DeepSpeed checkpoint directory (holds 'latest'), e.g. RUN_DIR/checkpoints"
+    )
+    parser.add_argument(
+        "--out", required=True, help="output directory (or gs:// / s3:// URI) for the Hugging Face files"
+    )
     parser.add_argument("--tag", default=None, help="checkpoint to export (default: the one 'latest' names)")
     args = parser.parse_args(argv)
     try:
@@ -243,8 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ExportError, ConfigError) as e:
         print(f"export: error: {e}", file=sys.stderr)
         return 2
-    print(f"exported {args.checkpoint_dir}/{summary['tag']} (step {summary['step']}, "
-          f"{summary['parameters']:,} parameters) to {summary['out']}")
+    print(
+        f"exported {args.checkpoint_dir}/{summary['tag']} (step {summary['step']}, "
+        f"{summary['parameters']:,} parameters) to {summary['out']}"
+    )
     return 0
 
 

@@ -47,9 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trainer/finetune.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1, help="set by the deepspeed launcher")
     add_dataclass_arguments(p.add_argument_group("fine-tuning"), FinetuneConfig, skip=("deepspeed_config",))
-    p.add_argument("--deepspeed_config", "--deepspeed-config", dest="deepspeed_config", default=None,
-                   help=FinetuneConfig.__dataclass_fields__["deepspeed_config"].metadata["help"])
-    add_dataclass_arguments(p.add_argument_group("optimizer"), OptimConfig, skip=OPTIM_FIELDS_SET_BY_FINETUNE, dest_prefix="optim.")
+    p.add_argument(
+        "--deepspeed_config",
+        "--deepspeed-config",
+        dest="deepspeed_config",
+        default=None,
+        help=FinetuneConfig.__dataclass_fields__["deepspeed_config"].metadata["help"],
+    )
+    add_dataclass_arguments(
+        p.add_argument_group("optimizer"), OptimConfig, skip=OPTIM_FIELDS_SET_BY_FINETUNE, dest_prefix="optim."
+    )
     return p
 
 

@@ -72,7 +72,9 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
         B, T, H = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p if self.training else 0.0)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p if self.training else 0.0
+        )
         return self.proj(y.transpose(1, 2).reshape(B, T, H))
 
 
@@ -173,12 +175,18 @@ class SpanBert(nn.Module):
             nn.init.zeros_(module.bias)
 
     # -- encoder -------------------------------------------------------------------------------
-    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-               token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Hidden states [B, T, H] of the last layer."""
         T = input_ids.size(1)
         if T > self.config.max_position_embeddings:
-            raise ValueError(f"sequence length {T} exceeds max_position_embeddings {self.config.max_position_embeddings}")
+            raise ValueError(
+                f"sequence length {T} exceeds max_position_embeddings {self.config.max_position_embeddings}"
+            )
         # SDPA's boolean mask: True where a query may attend to a key; [B, 1, 1, T] broadcasts over heads/queries.
         attn_mask = attention_mask.bool()[:, None, None, :] if attention_mask is not None else None
         x = self.embeddings(input_ids, token_type_ids)
@@ -186,13 +194,21 @@ class SpanBert(nn.Module):
             x = layer(x, attn_mask)
         return x
 
-    def mlm_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                   token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def mlm_logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """MLM logits [B, T, V] at every position (what Hugging Face ``BertForMaskedLM`` returns)."""
         return self.mlm_head(self.encode(input_ids, attention_mask, token_type_ids))
 
-    def nsp_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                   token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def nsp_logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """NSP logits [B, 2] (Hugging Face ``BertForPreTraining``'s ``seq_relationship_logits``); needs ``nsp``."""
         if self.nsp_head is None:
             raise ValueError("this model has no NSP head (ModelConfig.nsp is false)")
@@ -251,7 +267,9 @@ class SpanBert(nn.Module):
             loss = loss + sbo_loss
         if self.nsp_head is not None:
             if next_sentence_label is None or token_type_ids is None:
-                raise ValueError("the NSP objective needs next_sentence_label and token_type_ids in the batch (--segments 2)")
+                raise ValueError(
+                    "the NSP objective needs next_sentence_label and token_type_ids in the batch (--segments 2)"
+                )
             nsp_logits = self.nsp_head(encoded[:, 0])  # [B, 2] from [CLS]
             out["nsp_loss"] = F.cross_entropy(nsp_logits.float(), next_sentence_label)  # mean over pairs, as BERT
             out["num_pairs"] = torch.tensor(B, device=input_ids.device)
@@ -289,4 +307,3 @@ class SpanBert(nn.Module):
         if c.nsp:
             head += 2 * (H * H + 2 * H)
         return 3.0 * (encoder + head)
-

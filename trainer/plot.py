@@ -132,8 +132,18 @@ def _pyplot():
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"font.size": 9.5, "axes.titlesize": 11, "axes.titleweight": "bold", "axes.spines.top": False,
-                         "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.25, "savefig.dpi": 110})
+    plt.rcParams.update(
+        {
+            "font.size": 9.5,
+            "axes.titlesize": 11,
+            "axes.titleweight": "bold",
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.grid": True,
+            "grid.alpha": 0.25,
+            "savefig.dpi": 110,
+        }
+    )
     return plt
 
 
@@ -158,8 +168,15 @@ def _draw(ax, s: Series, label: str, style: str, color: str) -> None:
 def _mark_restarts(ax, series: list[Series]) -> None:
     for step in sorted({r for s in series for r in s.restarts}):
         ax.axvline(step, color="#6b7280", linestyle=":", linewidth=1)
-        ax.annotate("resumed", (step, 1), xycoords=("data", "axes fraction"), xytext=(2, -10), textcoords="offset points",
-                    fontsize=8, color="#6b7280")
+        ax.annotate(
+            "resumed",
+            (step, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(2, -10),
+            textcoords="offset points",
+            fontsize=8,
+            color="#6b7280",
+        )
 
 
 def _save(plt, fig, path: str) -> None:
@@ -178,12 +195,16 @@ def plot_run(run_dir: str, out: str | None = None) -> list[str]:
     title_run = os.path.basename(os.path.abspath(run_dir).rstrip("/"))
     written = []
     for file, (title, panels) in FIGURES.items():
-        panels = [(sub, ylabel, [(metrics[m], label, style) for m, label, style in wanted if m in metrics])
-                  for sub, ylabel, wanted in panels]
+        panels = [
+            (sub, ylabel, [(metrics[m], label, style) for m, label, style in wanted if m in metrics])
+            for sub, ylabel, wanted in panels
+        ]
         panels = [p for p in panels if p[2]]
         if not panels:
             continue
-        fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels) + 2.6 * (len(panels) == 1), 3.4), squeeze=False)
+        fig, axes = plt.subplots(
+            1, len(panels), figsize=(4.6 * len(panels) + 2.6 * (len(panels) == 1), 3.4), squeeze=False
+        )
         for ax, (sub, ylabel, present) in zip(axes[0], panels):
             for s, label, style in present:
                 _draw(ax, s, label, style, COLORS.get(s.name, "#374151"))
@@ -215,7 +236,9 @@ def plot_run(run_dir: str, out: str | None = None) -> list[str]:
         path = os.path.join(out, "throughput.png")
         _save(plt, fig, path)
         written.append(path)
-    known = {m for _, panels in FIGURES.values() for _, _, wanted in panels for m, _, _ in wanted} | {m for m, _ in THROUGHPUT}
+    known = {m for _, panels in FIGURES.values() for _, _, wanted in panels for m, _, _ in wanted} | {
+        m for m, _ in THROUGHPUT
+    }
     others = sorted(n for n in metrics if n not in known and not n.startswith(IGNORED_PREFIXES))
     if others:
         fig, axes = plt.subplots(len(others), 1, figsize=(7.2, 2.0 * len(others) + 0.6), sharex=True, squeeze=False)
@@ -228,7 +251,9 @@ def plot_run(run_dir: str, out: str | None = None) -> list[str]:
         _save(plt, fig, path)
         written.append(path)
     if not written:
-        raise PlotError(f"{run_dir}: none of the monitor's metrics is one this tool plots: {', '.join(sorted(metrics))}")
+        raise PlotError(
+            f"{run_dir}: none of the monitor's metrics is one this tool plots: {', '.join(sorted(metrics))}"
+        )
     return written
 
 

@@ -55,15 +55,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1, help="set by the deepspeed launcher")
     g = p.add_argument_group("run")
     add_dataclass_arguments(g, RunConfig, skip=("deepspeed_config",))
-    g.add_argument("--deepspeed_config", "--deepspeed-config", dest="deepspeed_config", default=None,
-                   help=RunConfig.__dataclass_fields__["deepspeed_config"].metadata["help"])
+    g.add_argument(
+        "--deepspeed_config",
+        "--deepspeed-config",
+        dest="deepspeed_config",
+        default=None,
+        help=RunConfig.__dataclass_fields__["deepspeed_config"].metadata["help"],
+    )
     g = p.add_argument_group("model")
     g.add_argument("--preset", choices=list(PRESETS), default="base", help="model sizes (default: base)")
     add_dataclass_arguments(g, ModelConfig)
     add_dataclass_arguments(p.add_argument_group("optimizer"), OptimConfig)
-    add_dataclass_arguments(p.add_argument_group("data"), DataConfig, skip=engine.DATA_FIELDS_SET_BY_TRAINER, dest_prefix="data.")
-    add_dataclass_arguments(p.add_argument_group("masking"), MaskingConfig, skip=MASKING_FIELDS_SET_BY_TRAINER,
-                            dest_prefix="masking.")
+    add_dataclass_arguments(
+        p.add_argument_group("data"), DataConfig, skip=engine.DATA_FIELDS_SET_BY_TRAINER, dest_prefix="data."
+    )
+    add_dataclass_arguments(
+        p.add_argument_group("masking"), MaskingConfig, skip=MASKING_FIELDS_SET_BY_TRAINER, dest_prefix="masking."
+    )
     for action in p._actions:
         if action.dest == "masking.scheme":
             action.choices = list(SCHEMES)

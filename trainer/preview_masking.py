@@ -52,7 +52,9 @@ def _lists(values: np.ndarray, lengths: np.ndarray, typ: pa.DataType) -> pa.Arra
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, typ))
 
 
-def preview(data: str, scheme: str, num: int, seed: int, epoch: int, out: str, max_seq_len: int = 512, mask_ratio: float = 0.15) -> dict:
+def preview(
+    data: str, scheme: str, num: int, seed: int, epoch: int, out: str, max_seq_len: int = 512, mask_ratio: float = 0.15
+) -> dict:
     """Write the preview file and return the statistics (see the module docstring)."""
     if num < 1:
         raise ValueError(f"--num must be at least 1; got {num}")
@@ -66,8 +68,12 @@ def preview(data: str, scheme: str, num: int, seed: int, epoch: int, out: str, m
     room = fmt.max_row_tokens(max_seq_len)
     max_row = int(artifact.manifest.get("max_row_tokens", room))
     if max_row > room:
-        raise ValueError(f"{data}: rows hold up to {max_row} tokens; --max-seq-len {max_seq_len} leaves room for {room}")
-    reader = BlockReader(artifact, artifact.vocab_size, room, cfg.candidate_column, cfg.excluded_entity_labels, capacity=4)
+        raise ValueError(
+            f"{data}: rows hold up to {max_row} tokens; --max-seq-len {max_seq_len} leaves room for {room}"
+        )
+    reader = BlockReader(
+        artifact, artifact.vocab_size, room, cfg.candidate_column, cfg.excluded_entity_labels, capacity=4
+    )
     where = []
     for k in range(len(blocks.rows)):
         for r in range(int(blocks.rows[k])):
@@ -117,7 +123,8 @@ def format_stats(s: dict) -> str:
     lines = [
         f"scheme {s['scheme']}, seed {s['seed']}, epoch {s['epoch']}: {s['rows']} examples -> {s['out']}",
         f"masked ratio            {s['masked_ratio']:.4f}  ({s['targets']} targets / {s['maskable_tokens']} maskable tokens)",
-        f"masked units (spans)    {s['units']}" + (f"  ({s['candidate_units']} from candidate spans)" if s["candidate_units"] else ""),
+        f"masked units (spans)    {s['units']}"
+        + (f"  ({s['candidate_units']} from candidate spans)" if s["candidate_units"] else ""),
         f"mean span length        {s['mean_unit_words']:.3f} words, {s['mean_unit_tokens']:.3f} tokens",
         f"spans masked / replaced / kept   {s['share_masked']:.3f} / {s['share_replaced']:.3f} / {s['share_kept']:.3f}",
         f"targets with a masked SBO boundary   {s['masked_boundary_share']:.4f}  ({s['masked_boundary_targets']} of {s['targets_checked']})",
@@ -128,7 +135,9 @@ def format_stats(s: dict) -> str:
 def run(argv=None) -> dict:
     args = parse_args(argv)
     try:
-        stats = preview(args.data, args.scheme, args.num, args.seed, args.epoch, args.out, args.max_seq_len, args.mask_ratio)
+        stats = preview(
+            args.data, args.scheme, args.num, args.seed, args.epoch, args.out, args.max_seq_len, args.mask_ratio
+        )
     except (fmt.FormatError, ValueError, OSError) as e:
         raise SystemExit(f"preview_masking: error: {e}") from None
     print(format_stats(stats))

@@ -16,7 +16,16 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipeline.candidates.spacy_spans import DEFAULT_MAX_CHARS, NLTK_NP_GRAMMAR, SPACY_KINDS, Chunker, annotate, default_spacy_model, describe, load_spacy
+from pipeline.candidates.spacy_spans import (
+    DEFAULT_MAX_CHARS,
+    NLTK_NP_GRAMMAR,
+    SPACY_KINDS,
+    Chunker,
+    annotate,
+    default_spacy_model,
+    describe,
+    load_spacy,
+)
 from pipeline.elements import AnnotatedDocument, Document
 
 MODELS = "models"
@@ -38,14 +47,24 @@ class _AnnotateFn(beam.DoFn):
         name = self._model or default_spacy_model()
         self._nlp = load_spacy(name, self._kinds, self._np_chunker)
         self._description = json.dumps(describe(self._nlp, name), sort_keys=True)
-        self._chunker = Chunker(NLTK_NP_GRAMMAR) if self._np_chunker == "nltk" and "noun_phrases" in self._kinds else None
+        self._chunker = (
+            Chunker(NLTK_NP_GRAMMAR) if self._np_chunker == "nltk" and "noun_phrases" in self._kinds else None
+        )
 
     def start_bundle(self):
         self._used = False
 
     def process(self, batch: list[Document]):
         self._used = True
-        results = annotate(self._nlp, [d.text for d in batch], self._kinds, self._np_chunker, self._chunker, self._max_chars, self._batch_size)
+        results = annotate(
+            self._nlp,
+            [d.text for d in batch],
+            self._kinds,
+            self._np_chunker,
+            self._chunker,
+            self._max_chars,
+            self._batch_size,
+        )
         for doc, spans in zip(batch, results):
             for cs in spans:
                 self._spans[cs.kind].inc(len(cs.starts))
@@ -63,7 +82,14 @@ class FindMaskCandidates(beam.PTransform):
     each distinct spaCy model the workers used; ``model=None`` means each worker's default).
     """
 
-    def __init__(self, model: str | None, kinds: Iterable[str], np_chunker: str = "spacy", max_chars: int = DEFAULT_MAX_CHARS, batch_size: int = 32):
+    def __init__(
+        self,
+        model: str | None,
+        kinds: Iterable[str],
+        np_chunker: str = "spacy",
+        max_chars: int = DEFAULT_MAX_CHARS,
+        batch_size: int = 32,
+    ):
         super().__init__()
         kinds = tuple(k for k in SPACY_KINDS if k in set(kinds))
         if not kinds:

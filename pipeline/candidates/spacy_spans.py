@@ -61,7 +61,9 @@ def load_spacy(model: str, kinds: Iterable[str], np_chunker: str):
     disable = [name for name in nlp.pipe_names if name not in needed]
     missing = needed - set(nlp.pipe_names)
     if missing:
-        raise ValueError(f"spaCy model {model!r} lacks the component(s) {', '.join(sorted(missing))} needed for {', '.join(sorted(kinds))}")
+        raise ValueError(
+            f"spaCy model {model!r} lacks the component(s) {', '.join(sorted(missing))} needed for {', '.join(sorted(kinds))}"
+        )
     for name in disable:
         nlp.disable_pipe(name)
     return nlp
@@ -71,7 +73,12 @@ def describe(nlp, name: str) -> dict:
     """What the manifest records about the spaCy model that found the candidates."""
     import spacy
 
-    return {"name": name, "package": nlp.meta.get("name"), "version": nlp.meta.get("version"), "spacy": spacy.__version__}
+    return {
+        "name": name,
+        "package": nlp.meta.get("name"),
+        "version": nlp.meta.get("version"),
+        "spacy": spacy.__version__,
+    }
 
 
 def split_text(text: str, max_chars: int) -> list[int]:
@@ -112,7 +119,15 @@ class Chunker:
             yield first.idx, last.idx + len(last.text)
 
 
-def annotate(nlp, texts: list[str], kinds: tuple[str, ...], np_chunker: str, chunker: Chunker | None, max_chars: int, batch_size: int) -> list[tuple[CharSpans, ...]]:
+def annotate(
+    nlp,
+    texts: list[str],
+    kinds: tuple[str, ...],
+    np_chunker: str,
+    chunker: Chunker | None,
+    max_chars: int,
+    batch_size: int,
+) -> list[tuple[CharSpans, ...]]:
     """Candidate spans of each text (character offsets into that text)."""
     pieces: list[tuple[int, int, str]] = []  # (text index, offset, piece)
     for i, text in enumerate(texts):
@@ -122,9 +137,15 @@ def annotate(nlp, texts: list[str], kinds: tuple[str, ...], np_chunker: str, chu
     found = [{k: [] for k in kinds} for _ in texts]
     for (i, offset, _), doc in zip(pieces, nlp.pipe((p for _, _, p in pieces), batch_size=batch_size)):
         if "entities" in kinds:
-            found[i]["entities"].extend((offset + e.start_char, offset + e.end_char, e.label_) for e in doc.ents if e.label_ not in NUMERIC_ENTITY_LABELS)
+            found[i]["entities"].extend(
+                (offset + e.start_char, offset + e.end_char, e.label_)
+                for e in doc.ents
+                if e.label_ not in NUMERIC_ENTITY_LABELS
+            )
         if "noun_phrases" in kinds:
-            chunks = chunker.chunks(doc) if np_chunker == "nltk" else ((c.start_char, c.end_char) for c in doc.noun_chunks)
+            chunks = (
+                chunker.chunks(doc) if np_chunker == "nltk" else ((c.start_char, c.end_char) for c in doc.noun_chunks)
+            )
             found[i]["noun_phrases"].extend((offset + s, offset + e, None) for s, e in chunks)
     out = []
     for spans in found:

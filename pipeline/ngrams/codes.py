@@ -174,13 +174,25 @@ class Progress:
         now = time.monotonic()
         if now - self._last >= PROGRESS_EVERY_SECONDS:
             self._last = now
-            _LOG.info("%s: %d lines, %d tokens, %.1f MB so far in this worker bundle (%.0f s)",
-                      self._label, self.lines, self.tokens, self.bytes / 1e6, now - self._started)
+            _LOG.info(
+                "%s: %d lines, %d tokens, %.1f MB so far in this worker bundle (%.0f s)",
+                self._label,
+                self.lines,
+                self.tokens,
+                self.bytes / 1e6,
+                now - self._started,
+            )
 
     def done(self) -> None:
         elapsed = time.monotonic() - self._started
         if self.lines:
-            _LOG.info("%s: bundle done: %d lines, %d tokens, %.1f MB in %.1f s", self._label, self.lines,
-                      self.tokens, self.bytes / 1e6, elapsed)
+            _LOG.info(
+                "%s: bundle done: %d lines, %d tokens, %.1f MB in %.1f s",
+                self._label,
+                self.lines,
+                self.tokens,
+                self.bytes / 1e6,
+                elapsed,
+            )
         elif self.tokens:
             _LOG.info("%s: bundle done: %d word-id positions in %.1f s", self._label, self.tokens, elapsed)

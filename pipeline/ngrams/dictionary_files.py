@@ -48,14 +48,16 @@ def write_arrow(path: str, entries: list[tuple[str, int]]) -> dict[str, Any]:
         with pa.ipc.new_file(pa.PythonFile(out, mode="w"), ARROW_SCHEMA) as writer:
             for start in range(0, len(entries), ARROW_BATCH_ROWS):
                 rows = entries[start : start + ARROW_BATCH_ROWS]
-                writer.write_batch(pa.record_batch(
-                    [
-                        pa.array([ngram for ngram, _ in rows], pa.string()),
-                        pa.array([ngram.count(" ") + 1 for ngram, _ in rows], pa.int8()),
-                        pa.array([count for _, count in rows], pa.int64()),
-                    ],
-                    schema=ARROW_SCHEMA,
-                ))
+                writer.write_batch(
+                    pa.record_batch(
+                        [
+                            pa.array([ngram for ngram, _ in rows], pa.string()),
+                            pa.array([ngram.count(" ") + 1 for ngram, _ in rows], pa.int8()),
+                            pa.array([count for _, count in rows], pa.int64()),
+                        ],
+                        schema=ARROW_SCHEMA,
+                    )
+                )
     return out.record()
 
 
@@ -108,16 +110,15 @@ class _WriteDictionaryFiles(beam.DoFn):
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
-            "created_by": {"package": "spanprep", "version": __version__,
-                           "job": "pipeline.build_ngram_dictionary"},
+            "created_by": {"package": "spanprep", "version": __version__, "job": "pipeline.build_ngram_dictionary"},
             "options": self._options,
             "rules": {
                 "threshold": f"count >= {self._rules.min_count} (inclusive)",
                 "n": f"{self._rules.min_n} <= n <= {self._rules.max_n}",
                 "barriers": "n-grams never cross a line, a heading line or <unk>; heading lines never count",
                 "punctuation": "@-@ @,@ @.@, or a token made only of Unicode punctuation (P*) or symbol (S*) "
-                "characters" + ("; n-grams containing one are dropped" if self._rules.drop_punctuation
-                                else "; counted like words"),
+                "characters"
+                + ("; n-grams containing one are dropped" if self._rules.drop_punctuation else "; counted like words"),
                 "lowercase": self._rules.lowercase,
                 "sort": SORT_ORDER,
             },

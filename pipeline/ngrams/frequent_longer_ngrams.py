@@ -78,8 +78,10 @@ class _CountLongerPerBundle(beam.DoFn):
         ok = np.flatnonzero((q[:-2] >= 0) & (q[1:-1] >= 0) & (q[2:] >= 0))
         if not len(ok):
             return None
-        cover = np.cumsum(np.bincount(ok, minlength=size + 1)[:size]
-                          - np.bincount(np.minimum(ok + n + 1, size), minlength=size + 1)[:size])
+        cover = np.cumsum(
+            np.bincount(ok, minlength=size + 1)[:size]
+            - np.bincount(np.minimum(ok + n + 1, size), minlength=size + 1)[:size]
+        )
         kept = np.flatnonzero(cover > 0)
         new_run = np.ones(len(kept), dtype=bool)
         new_run[1:] = np.diff(kept) != 1

@@ -52,7 +52,10 @@ class FrequentNgrams(beam.PTransform):
             tables.append(pair_tables)
             for n in range(3, rules.max_n + 1):
                 n_tables, id_chunks = id_chunks | f"Frequent{n}grams" >> FrequentLongerNgrams(
-                    n=n, min_count=rules.min_count, shorter_tables=tables[-1], max_keys_per_bundle=max_keys,
+                    n=n,
+                    min_count=rules.min_count,
+                    shorter_tables=tables[-1],
+                    max_keys_per_bundle=max_keys,
                     pass_on=n < rules.max_n,
                 )
                 tables.append(n_tables)

@@ -9,7 +9,19 @@ from apache_beam.io import fileio
 from apache_beam.metrics import Metrics
 
 from pipeline.elements import DeadLetter, Document
-from pipeline.read.ranges import DEFAULT_SPLIT_BYTES, FileHash, Range, RangeRead, WholeFile, combine_summaries, hash_file, plan_file, plan_reads, read_range, scan_range
+from pipeline.read.ranges import (
+    DEFAULT_SPLIT_BYTES,
+    FileHash,
+    Range,
+    RangeRead,
+    WholeFile,
+    combine_summaries,
+    hash_file,
+    plan_file,
+    plan_reads,
+    read_range,
+    scan_range,
+)
 from pipeline.read.records import ReaderOptions, read_file
 
 log = logging.getLogger(__name__)
@@ -92,8 +104,13 @@ class ReadDocuments(beam.PTransform):
 
     LISTED_FILES_MAX = 1000  # more file names would weigh on the job graph (Dataflow limits its size)
 
-    def __init__(self, patterns: list[str], options: ReaderOptions, split_bytes: int = DEFAULT_SPLIT_BYTES,
-                 files: list[tuple[str, int]] | None = None):
+    def __init__(
+        self,
+        patterns: list[str],
+        options: ReaderOptions,
+        split_bytes: int = DEFAULT_SPLIT_BYTES,
+        files: list[tuple[str, int]] | None = None,
+    ):
         super().__init__()
         self._patterns = list(patterns)
         self._options = options
@@ -117,7 +134,9 @@ class ReadDocuments(beam.PTransform):
             | "SpreadScans" >> beam.Reshuffle()
             | "Scan" >> beam.ParDo(_ScanFn(self._options)).with_outputs(_HASHES, main="scans")
         )
-        records = self._read(scanned["scans"] | "GroupByFile" >> beam.GroupByKey() | "PlanReads" >> beam.FlatMapTuple(plan_reads))
+        records = self._read(
+            scanned["scans"] | "GroupByFile" >> beam.GroupByKey() | "PlanReads" >> beam.FlatMapTuple(plan_reads)
+        )
         summaries = (
             (records[INPUT_SUMMARIES], scanned[_HASHES])
             | "SummaryParts" >> beam.Flatten()

@@ -174,8 +174,12 @@ def plan_reads(path: str, scans: Iterable[RangeScan | WholeFile]) -> list[WholeF
     if len(scans) == 1 and isinstance(scans[0], WholeFile):
         return scans
     scans = sorted(scans, key=lambda s: s.index)
-    if [s.index for s in scans] != list(range(scans[0].count)) or any(a.end != b.start for a, b in zip(scans, scans[1:])):
-        raise RuntimeError(f"{path}: the scanned ranges do not tile the file: {[(s.index, s.start, s.end) for s in scans]}")
+    if [s.index for s in scans] != list(range(scans[0].count)) or any(
+        a.end != b.start for a, b in zip(scans, scans[1:])
+    ):
+        raise RuntimeError(
+            f"{path}: the scanned ranges do not tile the file: {[(s.index, s.start, s.end) for s in scans]}"
+        )
     reads, line, ordinal, is_open = [], 1, 0, False
     for s in scans:
         reads.append(RangeRead(path, s.index, s.start, s.end, line, ordinal, is_open))

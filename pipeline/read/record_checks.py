@@ -48,7 +48,7 @@ def skip_bom(chunks: Iterator[bytes], found: list[bool]) -> Iterator[bytes]:
             break
     if head.startswith(UTF8_BOM):
         found[0] = True
-        head = head[len(UTF8_BOM):]
+        head = head[len(UTF8_BOM) :]
     if head:
         yield head
     yield from chunks

@@ -22,10 +22,35 @@ from typing import BinaryIO, Callable, Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.elements import CORRUPT_INPUT, DOCUMENT_TOO_LONG, EMPTY_TEXT, INVALID_UNICODE, INVALID_UTF8, LINE_TOO_LONG, MALFORMED_JSON, MISSING_TEXT, NON_STRING_TEXT, TOO_DEEP, TRUNCATED_INPUT, DeadLetter, Document, InputSummary, Record, Source, preview
+from pipeline.elements import (
+    CORRUPT_INPUT,
+    DOCUMENT_TOO_LONG,
+    EMPTY_TEXT,
+    INVALID_UNICODE,
+    INVALID_UTF8,
+    LINE_TOO_LONG,
+    MALFORMED_JSON,
+    MISSING_TEXT,
+    NON_STRING_TEXT,
+    TOO_DEEP,
+    TRUNCATED_INPUT,
+    DeadLetter,
+    Document,
+    InputSummary,
+    Record,
+    Source,
+    preview,
+)
 from pipeline.read import wikitext
 from pipeline.read.record_checks import MAX_JSON_DEPTH, UTF8_BOM, json_depth_exceeds, skip_bom, unencodable_at
-from pipeline.read.streams import CorruptInputError, HashingReader, TruncatedInputError, compression_of, decompressed_chunks, iter_lines
+from pipeline.read.streams import (
+    CorruptInputError,
+    HashingReader,
+    TruncatedInputError,
+    compression_of,
+    decompressed_chunks,
+    iter_lines,
+)
 
 DEFAULT_MAX_RECORD_BYTES = 16 << 20
 
@@ -67,7 +92,13 @@ def _decode(line: bytes, src: Source) -> tuple[str | None, DeadLetter | None]:
     try:
         return line.decode("utf-8"), None
     except UnicodeDecodeError as e:
-        return None, DeadLetter(INVALID_UTF8, f"invalid UTF-8 at byte {e.start} of the record: {e.reason}", src, f"{os.path.basename(src.path)}:{src.line}", preview(line))
+        return None, DeadLetter(
+            INVALID_UTF8,
+            f"invalid UTF-8 at byte {e.start} of the record: {e.reason}",
+            src,
+            f"{os.path.basename(src.path)}:{src.line}",
+            preview(line),
+        )
 
 
 def _finish_text(doc_id: str, text: str, src: Source, may_hold_surrogates: bool = True) -> Record:
@@ -76,10 +107,22 @@ def _finish_text(doc_id: str, text: str, src: Source, may_hold_surrogates: bool 
     the record may hold one."""
     bad = unencodable_at(text) if may_hold_surrogates else None
     if bad is not None:
-        return DeadLetter(INVALID_UNICODE, f"text holds a lone surrogate (U+{ord(text[bad]):04X}) at character {bad}: not valid Unicode, no tokenizer can take it", src, doc_id, preview(text))
+        return DeadLetter(
+            INVALID_UNICODE,
+            f"text holds a lone surrogate (U+{ord(text[bad]):04X}) at character {bad}: not valid Unicode, no tokenizer can take it",
+            src,
+            doc_id,
+            preview(text),
+        )
     text, cleaned = clean_text(text)
     if not text.strip():
-        return DeadLetter(EMPTY_TEXT, "text is empty or whitespace only" + (" after removing control characters" if cleaned else ""), src, doc_id, preview(text))
+        return DeadLetter(
+            EMPTY_TEXT,
+            "text is empty or whitespace only" + (" after removing control characters" if cleaned else ""),
+            src,
+            doc_id,
+            preview(text),
+        )
     return Document(doc_id, text, src, cleaned)
 
 
@@ -88,7 +131,12 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions, first_ordin
         src = Source(path, line_no, offset)
         fallback_id = f"{name}:{line_no}"
         if line is None:
-            yield DeadLetter(LINE_TOO_LONG, f"record of {length:,} bytes exceeds --max-record-bytes={opts.max_record_bytes:,}", src, fallback_id)
+            yield DeadLetter(
+                LINE_TOO_LONG,
+                f"record of {length:,} bytes exceeds --max-record-bytes={opts.max_record_bytes:,}",
+                src,
+                fallback_id,
+            )
             continue
         if not line.strip():
             continue  # blank lines are not records
@@ -97,7 +145,9 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions, first_ordin
             yield bad
             continue
         if json_depth_exceeds(line):
-            yield DeadLetter(TOO_DEEP, f"JSON nests deeper than {MAX_JSON_DEPTH} levels", src, fallback_id, preview(raw))
+            yield DeadLetter(
+                TOO_DEEP, f"JSON nests deeper than {MAX_JSON_DEPTH} levels", src, fallback_id, preview(raw)
+            )
             continue
         try:
             obj = json.loads(raw)
@@ -105,19 +155,41 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions, first_ordin
             yield DeadLetter(MALFORMED_JSON, f"{e.msg} at column {e.colno}", src, fallback_id, preview(raw))
             continue
         if not isinstance(obj, dict):
-            yield DeadLetter(MALFORMED_JSON, f"expected a JSON object, got {type(obj).__name__}", src, fallback_id, preview(raw))
+            yield DeadLetter(
+                MALFORMED_JSON, f"expected a JSON object, got {type(obj).__name__}", src, fallback_id, preview(raw)
+            )
             continue
         value = obj.get(opts.id_field)
-        doc_id = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value) else fallback_id
+        doc_id = (
+            str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value) else fallback_id
+        )
         if unencodable_at(doc_id) is not None:
-            yield DeadLetter(INVALID_UNICODE, f"field {opts.id_field!r} holds a lone surrogate: not valid Unicode", src, fallback_id, preview(raw))
+            yield DeadLetter(
+                INVALID_UNICODE,
+                f"field {opts.id_field!r} holds a lone surrogate: not valid Unicode",
+                src,
+                fallback_id,
+                preview(raw),
+            )
             continue
         if opts.text_field not in obj:
-            yield DeadLetter(MISSING_TEXT, f"no field {opts.text_field!r} (fields: {', '.join(sorted(obj)[:10])})", src, doc_id, preview(raw))
+            yield DeadLetter(
+                MISSING_TEXT,
+                f"no field {opts.text_field!r} (fields: {', '.join(sorted(obj)[:10])})",
+                src,
+                doc_id,
+                preview(raw),
+            )
             continue
         text = obj[opts.text_field]
         if not isinstance(text, str):
-            yield DeadLetter(NON_STRING_TEXT, f"field {opts.text_field!r} is {type(text).__name__}, not a string", src, doc_id, preview(raw))
+            yield DeadLetter(
+                NON_STRING_TEXT,
+                f"field {opts.text_field!r} is {type(text).__name__}, not a string",
+                src,
+                doc_id,
+                preview(raw),
+            )
             continue
         yield _finish_text(doc_id, text, src, may_hold_surrogates=b"\\ud" in line or b"\\uD" in line)
 
@@ -203,7 +275,9 @@ class _DocBuilder:
             return
         self.parts.append(text)
 
-    def next_line(self, src: Source, line: bytes | None, length: int, starts: DocumentStarts) -> tuple[list[Record], str | None]:
+    def next_line(
+        self, src: Source, line: bytes | None, length: int, starts: DocumentStarts
+    ) -> tuple[list[Record], str | None]:
         """Move to the next line: the document it closes (if it starts one) and its text, or None when
         the line rejects its document (too long, or not UTF-8)."""
         text = decoded(line)
@@ -213,7 +287,9 @@ class _DocBuilder:
             self.start(src)
         if text is None:
             if line is None:
-                self.fail(LINE_TOO_LONG, f"line {src.line} of {length:,} bytes exceeds --max-record-bytes={self.limit:,}")
+                self.fail(
+                    LINE_TOO_LONG, f"line {src.line} of {length:,} bytes exceeds --max-record-bytes={self.limit:,}"
+                )
             else:
                 self.fail(INVALID_UTF8, f"line {src.line}: {_decode(line, src)[1].detail}")
         return closed, text

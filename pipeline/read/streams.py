@@ -112,7 +112,9 @@ def decompressed_chunks(raw: HashingReader, compression: str) -> Iterator[bytes]
         raise TruncatedInputError(raw.bytes, out_bytes, compression)
 
 
-def iter_lines(chunks: Iterator[bytes], max_line_bytes: int, first_offset: int = 0, first_line: int = 1) -> Iterator[tuple[int, int, bytes | None, int]]:
+def iter_lines(
+    chunks: Iterator[bytes], max_line_bytes: int, first_offset: int = 0, first_line: int = 1
+) -> Iterator[tuple[int, int, bytes | None, int]]:
     """Split a chunk stream into lines without holding more than ``max_line_bytes`` of one line.
 
     Yields ``(line_number, byte_offset, line_or_None, line_length)`` with the newline stripped, numbering

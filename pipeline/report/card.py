@@ -42,14 +42,19 @@ def _fence(text: str, lang: str = "") -> str:
     return f"{ticks}{lang}\n{text}\n{ticks}"
 
 
-def build_card(m: dict, *, pretty_name: str, license: str | None, source_license: str | None, language: str | None,
-               uri: str) -> str:
+def build_card(
+    m: dict, *, pretty_name: str, license: str | None, source_license: str | None, language: str | None, uri: str
+) -> str:
     c = m["counts"]
     cand = m.get("candidates") or {}
     kinds = [k for k in fmt.CANDIDATE_KINDS if k in cand.get("kinds", [])]
     opts = m.get("options", {})
     lang = language or PUNKT_LANGUAGES.get(str(opts.get("language", "")).lower())
-    lic_line = f"license: {json.dumps(license)}" if license else f"license: {DEFAULT_LICENSE}  # not given: set it with python -m pipeline.report --license <id>"
+    lic_line = (
+        f"license: {json.dumps(license)}"
+        if license
+        else f"license: {DEFAULT_LICENSE}  # not given: set it with python -m pipeline.report --license <id>"
+    )
     front = [
         "---",
         f"pretty_name: {json.dumps(pretty_name)}",
@@ -88,8 +93,16 @@ def build_card(m: dict, *, pretty_name: str, license: str | None, source_license
         f"{plural(c['documents_written'], 'document')}, in {plural(len(m['shards']), 'Arrow IPC file')} (`{fmt.SHARDS_DIR}/*.arrow`, zstd). "
         f"One row is one training sequence without its special tokens: a trainer adds `[CLS]` before and `[SEP]` after "
         f"(max_seq_len {m['max_seq_len']}). Packing: `{m['pack']}`"
-        + (" (whole sentences, never across documents, as SpanBERT)." if m["pack"] == "doc-sentences" else " (across documents with [SEP], RoBERTa FULL-SENTENCES).")
-        + (f" Mask candidates are stored per row as token spans: {', '.join(KIND_NAMES[k] for k in kinds)}." if kinds else " No mask candidates were stored (the span columns are empty)."),
+        + (
+            " (whole sentences, never across documents, as SpanBERT)."
+            if m["pack"] == "doc-sentences"
+            else " (across documents with [SEP], RoBERTa FULL-SENTENCES)."
+        )
+        + (
+            f" Mask candidates are stored per row as token spans: {', '.join(KIND_NAMES[k] for k in kinds)}."
+            if kinds
+            else " No mask candidates were stored (the span columns are empty)."
+        ),
         "",
         f"Format `{m['format']}` version {m['format_version']} (spanprep's `schemas/FORMAT.md`). Files: `manifest.json` "
         "(counts, checksums, options; written last), `tokenizer.json` (the exact tokenizer), `unigram.arrow` (token "
@@ -123,12 +136,16 @@ def build_card(m: dict, *, pretty_name: str, license: str | None, source_license
         model = cand.get("spacy_model") or {}
         bits = []
         if model:
-            bits.append(f"spaCy model `{model.get('name')}` {model.get('version', '')} (spaCy {model.get('spacy', '?')})")
+            bits.append(
+                f"spaCy model `{model.get('name')}` {model.get('version', '')} (spaCy {model.get('spacy', '?')})"
+            )
         if cand.get("np_chunker"):
             bits.append(f"noun phrases from `{cand['np_chunker']}`")
         if cand.get("ngram_dictionary"):
             d = cand["ngram_dictionary"]
-            bits.append(f"n-gram dictionary `{d.get('path')}` ({int(d.get('entries', 0)):,} entries, sha256 `{d.get('sha256')}`)")
+            bits.append(
+                f"n-gram dictionary `{d.get('path')}` ({int(d.get('entries', 0)):,} entries, sha256 `{d.get('sha256')}`)"
+            )
         lines += ["", "Mask candidates: " + "; ".join(bits) + "."]
     lines += [
         "",
@@ -142,12 +159,16 @@ def build_card(m: dict, *, pretty_name: str, license: str | None, source_license
         "",
         "| input | bytes | sha256 | documents read | truncated |",
         "|---|---:|---|---:|---|",
-        *[f"| `{_md(i['path'])}` | {i['bytes']:,} | `{i['sha256']}` | {i['documents_read']:,} | {'yes' if i.get('truncated') else 'no'} |" for i in m["inputs"]],
+        *[
+            f"| `{_md(i['path'])}` | {i['bytes']:,} | `{i['sha256']}` | {i['documents_read']:,} | {'yes' if i.get('truncated') else 'no'} |"
+            for i in m["inputs"]
+        ],
         "",
         "### Licence of the sources",
         "",
-        source_license.strip() if source_license else
-        "Not stated: whoever made this card did not give `--source-license`. Check the terms of the sources above "
+        source_license.strip()
+        if source_license
+        else "Not stated: whoever made this card did not give `--source-license`. Check the terms of the sources above "
         "before you use or share this dataset.",
         "",
         "### Licence of this dataset",
@@ -160,29 +181,55 @@ def build_card(m: dict, *, pretty_name: str, license: str | None, source_license
         "",
         "| count | value |",
         "|---|---:|",
-        *[f"| `{k}` | {c[k]:,} |" for k in ("documents_read", "documents_written", "documents_dead_lettered", "documents_cleaned",
-                                            "duplicate_doc_ids", "inputs_with_byte_order_mark", "rows", "tokens", "sentences", "sentences_cut") if k in c],
+        *[
+            f"| `{k}` | {c[k]:,} |"
+            for k in (
+                "documents_read",
+                "documents_written",
+                "documents_dead_lettered",
+                "documents_cleaned",
+                "duplicate_doc_ids",
+                "inputs_with_byte_order_mark",
+                "rows",
+                "tokens",
+                "sentences",
+                "sentences_cut",
+            )
+            if k in c
+        ],
         *[f"| `dead_lettered_by_reason.{_md(r)}` | {n:,} |" for r, n in sorted(c["dead_lettered_by_reason"].items())],
         *[f"| `candidates.spans.{k}` | {int(cand.get('spans', {}).get(k, 0)):,} |" for k in kinds],
-        *[f"| `candidates.dropped_at_row_boundary.{k}` | {int(cand.get('dropped_at_row_boundary', {}).get(k, 0)):,} |" for k in kinds],
+        *[
+            f"| `candidates.dropped_at_row_boundary.{k}` | {int(cand.get('dropped_at_row_boundary', {}).get(k, 0)):,} |"
+            for k in kinds
+        ],
         "",
         "## How to use it",
         "",
         "With pyarrow (one shard):",
         "",
-        _fence(f'import pyarrow.ipc as ipc\ntable = ipc.open_file("{uri}/{m["shards"][0]["path"] if m["shards"] else "shards/part-00000-of-00001.arrow"}").read_all()', "python"),
+        _fence(
+            f'import pyarrow.ipc as ipc\ntable = ipc.open_file("{uri}/{m["shards"][0]["path"] if m["shards"] else "shards/part-00000-of-00001.arrow"}").read_all()',
+            "python",
+        ),
         "",
         "With Hugging Face `datasets`:",
         "",
-        _fence(f'import datasets\nds = datasets.load_dataset("arrow", data_files="{uri}/{fmt.SHARDS_DIR}/*.arrow", split="train")', "python"),
+        _fence(
+            f'import datasets\nds = datasets.load_dataset("arrow", data_files="{uri}/{fmt.SHARDS_DIR}/*.arrow", split="train")',
+            "python",
+        ),
         "",
         "Pre-training SpanBERT on it with spanprep's trainer:",
         "",
-        _fence(f"deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json --data {shlex.quote(uri)} \\\n"
-               f"    --preset base --max-steps 100000 --output-dir runs/base", "bash"),
+        _fence(
+            f"deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json --data {shlex.quote(uri)} \\\n"
+            f"    --preset base --max-steps 100000 --output-dir runs/base",
+            "bash",
+        ),
         "",
         f"Check it first (checksums, counts, invariants): `python -m pipeline.verify {shlex.quote(uri)}`. The decoded text: "
-        "`tokenizers.Tokenizer.from_file(\"tokenizer.json\").decode(ids)`.",
+        '`tokenizers.Tokenizer.from_file("tokenizer.json").decode(ids)`.',
         "",
         "## Limitations",
         "",
@@ -194,8 +241,10 @@ def build_card(m: dict, *, pretty_name: str, license: str | None, source_license
         f"- {c['documents_dead_lettered']:,} input records were rejected and are not in the shards (see `dead_letter/`).",
     ]
     if kinds:
-        lines.append("- Mask candidates come from automatic tools (spaCy's statistical tagger, parser and NER; greedy dictionary "
-                     "matching) and contain their errors; a candidate cut by a row boundary is dropped, not clipped.")
+        lines.append(
+            "- Mask candidates come from automatic tools (spaCy's statistical tagger, parser and NER; greedy dictionary "
+            "matching) and contain their errors; a candidate cut by a row boundary is dropped, not clipped."
+        )
     lines += [
         "- Documents with the same id are kept"
         + (f" ({c.get('duplicate_doc_ids', 0):,} duplicate ids here)" if c.get("duplicate_doc_ids") else "")

@@ -23,7 +23,7 @@ def _segment_texts(tok, ids: list[int], bounds: list[int]) -> list[str]:
     for a, b in zip(bounds, bounds[1:]):
         full = tok.decode(ids[:b], skip_special_tokens=False)
         if full.startswith(prev):
-            out.append(full[len(prev):])
+            out.append(full[len(prev) :])
         else:  # the decoder rewrote earlier text: decode the piece alone
             out.append((" " if a else "") + tok.decode(ids[a:b], skip_special_tokens=False))
         prev = full
@@ -60,7 +60,7 @@ def render_example(tok, ex: Example, kinds: list[str]) -> str:
                 elif a > 0 and cover[k][a - 1] > 0 and a not in end_sets[k]:
                     lead_classes.append(KIND_CSS[k])  # the space inside a span that goes on
         lead = text[: len(text) - len(text.lstrip())]
-        for classes, piece in ((lead_classes, lead), (body_classes, text[len(lead):])):
+        for classes, piece in ((lead_classes, lead), (body_classes, text[len(lead) :])):
             if classes and piece:
                 parts.append(f'<span class="{" ".join(classes)}">{html.escape(piece)}</span>')
             else:
@@ -118,12 +118,18 @@ def _n(value: int | float) -> str:
 
 
 def _table(headers: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> str:
-    head = "".join(f'<th class="n">{_e(h)}</th>' if i in numeric else f"<th>{_e(h)}</th>" for i, h in enumerate(headers))
+    head = "".join(
+        f'<th class="n">{_e(h)}</th>' if i in numeric else f"<th>{_e(h)}</th>" for i, h in enumerate(headers)
+    )
     body = []
     for row in rows:
         cells = []
         for i, v in enumerate(row):
-            raw = v if isinstance(v, _Html) else _e(v if not isinstance(v, (int, float)) or isinstance(v, bool) else _n(v))
+            raw = (
+                v
+                if isinstance(v, _Html)
+                else _e(v if not isinstance(v, (int, float)) or isinstance(v, bool) else _n(v))
+            )
             number = isinstance(v, (int, float)) and not isinstance(v, bool)
             cells.append(f'<td class="n">{raw}</td>' if i in numeric and number else f"<td>{raw}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -155,7 +161,9 @@ class Figure:
     caption: str
 
 
-def build_html(art: Artifact, stats: Stats, figures: list[Figure], dictionary: Dictionary | None, tok, pretty_name: str) -> str:
+def build_html(
+    art: Artifact, stats: Stats, figures: list[Figure], dictionary: Dictionary | None, tok, pretty_name: str
+) -> str:
     m = art.manifest
     c = m["counts"]
     cand = m.get("candidates") or {}
@@ -170,7 +178,7 @@ def build_html(art: Artifact, stats: Stats, figures: list[Figure], dictionary: D
         f"<style>{CSS}</style></head><body><main>",
         f"<h1>{_e(pretty_name)}</h1>",
         f'<p class="sub">spanprep preprocessed corpus <code>{_e(art.uri)}</code> · format {_e(m["format_version"])} · '
-        f'built {_e(m.get("created_at", "?"))} by spanprep {_e(m.get("created_by", {}).get("version", "?"))} · '
+        f"built {_e(m.get('created_at', '?'))} by spanprep {_e(m.get('created_by', {}).get('version', '?'))} · "
         f'dataset card: <a href="../{README_FILE}">README.md</a> · <a href="../{fmt.MANIFEST_FILE}">manifest.json</a></p>',
     ]
     # -- key figures -------------------------------------------------------------------------
@@ -178,24 +186,42 @@ def build_html(art: Artifact, stats: Stats, figures: list[Figure], dictionary: D
     cards = [
         ("documents written", _n(c["documents_written"]), f"of {_n(c['documents_read'])} read"),
         ("dead-lettered", _n(dead), f"{percent(dead, c['documents_read'])} of documents read"),
-        ("rows", _n(c["rows"]), f"≤ {m['max_row_tokens']} tokens each, mean {c['tokens'] / c['rows']:.0f}" if c["rows"] else "no rows"),
+        (
+            "rows",
+            _n(c["rows"]),
+            f"≤ {m['max_row_tokens']} tokens each, mean {c['tokens'] / c['rows']:.0f}" if c["rows"] else "no rows",
+        ),
         ("tokens", _n(c["tokens"]), f"{plural(len(m['shards']), 'shard')}, {total_bytes / 1e6:,.1f} MB"),
     ]
     if kinds:
         spans = cand.get("spans", {})
-        cards.append(("candidate spans", _n(sum(spans.get(k, 0) for k in kinds)), ", ".join(f"{KIND_NAMES[k]} {_n(spans.get(k, 0))}" for k in kinds)))
+        cards.append(
+            (
+                "candidate spans",
+                _n(sum(spans.get(k, 0) for k in kinds)),
+                ", ".join(f"{KIND_NAMES[k]} {_n(spans.get(k, 0))}" for k in kinds),
+            )
+        )
     else:
         cards.append(("candidate spans", "none", "built without --mask-candidates"))
-    out.append('<div class="cards">' + "".join(
-        f'<div class="card"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div><div class="d">{_e(d)}</div></div>' for k, v, d in cards
-    ) + "</div>")
+    out.append(
+        '<div class="cards">'
+        + "".join(
+            f'<div class="card"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div><div class="d">{_e(d)}</div></div>'
+            for k, v, d in cards
+        )
+        + "</div>"
+    )
 
     tok_info = m["tokenizer"]
     docs_rows = [
         ["documents read", c["documents_read"]],
         ["documents written", c["documents_written"]],
         ["documents dead-lettered", c["documents_dead_lettered"]],
-        *[[_Html(f"&nbsp;&nbsp;reason <code>{_e(r)}</code>"), n] for r, n in sorted(c["dead_lettered_by_reason"].items())],
+        *[
+            [_Html(f"&nbsp;&nbsp;reason <code>{_e(r)}</code>"), n]
+            for r, n in sorted(c["dead_lettered_by_reason"].items())
+        ],
         ["documents cleaned (control characters removed)", c.get("documents_cleaned", 0)],
         ["duplicate document ids", c.get("duplicate_doc_ids", 0)],
     ]
@@ -221,8 +247,14 @@ def build_html(art: Artifact, stats: Stats, figures: list[Figure], dictionary: D
     if kinds:
         for k in kinds:
             covered = stats.tokens_covered.get(k, 0)
-            cand_rows.append([KIND_NAMES[k], cand.get("spans", {}).get(k, 0), cand.get("dropped_at_row_boundary", {}).get(k, 0),
-                              percent(covered, stats.tokens_read)])
+            cand_rows.append(
+                [
+                    KIND_NAMES[k],
+                    cand.get("spans", {}).get(k, 0),
+                    cand.get("dropped_at_row_boundary", {}).get(k, 0),
+                    percent(covered, stats.tokens_read),
+                ]
+            )
         model = cand.get("spacy_model") or {}
     out.append("<h2>Summary</h2>")
     out.append('<div class="tables">')
@@ -235,8 +267,13 @@ def build_html(art: Artifact, stats: Stats, figures: list[Figure], dictionary: D
             extra.append(f"spaCy {model.get('name', '?')} {model.get('version', '')}")
         if cand.get("np_chunker"):
             extra.append(f"noun phrases by {cand['np_chunker']}")
-        out.append("<div>" + _table(["mask candidates", "spans", "cut by a row end (dropped)", "tokens covered*"], cand_rows, {1, 2, 3})
-                   + f'<p class="d">{_e("; ".join(extra))}. *in {_e(stats.scope())}.</p></div>')
+        out.append(
+            "<div>"
+            + _table(
+                ["mask candidates", "spans", "cut by a row end (dropped)", "tokens covered*"], cand_rows, {1, 2, 3}
+            )
+            + f'<p class="d">{_e("; ".join(extra))}. *in {_e(stats.scope())}.</p></div>'
+        )
     out.append("</div>")
     if dead:
         firsts = _dead_letter_examples(art)
@@ -246,45 +283,71 @@ def build_html(art: Artifact, stats: Stats, figures: list[Figure], dictionary: D
             reason = d["path"].rsplit("/", 1)[-1].removesuffix(".jsonl")
             src = rec.get("source") or {}
             where = f"{src.get('path', '?')}:{src.get('line', '?')}" if src else ""
-            dl_rows.append([_Html(f'<a href="../{_e(d["path"])}"><code>{_e(reason)}</code></a>'), d["records"],
-                            f"{where} {rec.get('detail', '')}".strip(), (rec.get("preview") or "")[:160]])
+            dl_rows.append(
+                [
+                    _Html(f'<a href="../{_e(d["path"])}"><code>{_e(reason)}</code></a>'),
+                    d["records"],
+                    f"{where} {rec.get('detail', '')}".strip(),
+                    (rec.get("preview") or "")[:160],
+                ]
+            )
         out.append("<h2>Dead letters</h2>")
         out.append(_table(["reason (file)", "records", "first: where and why", "first: preview"], dl_rows, {1}))
     # -- plots -------------------------------------------------------------------------------
     out.append("<h2>Plots</h2>")
-    out.append(f'<p class="sub">Row lengths, documents and shards come from the manifest (every row); the other plots from {_e(stats.scope())}.</p>')
+    out.append(
+        f'<p class="sub">Row lengths, documents and shards come from the manifest (every row); the other plots from {_e(stats.scope())}.</p>'
+    )
     for f in figures:
-        out.append(f'<figure><img src="{_e(f.file)}" alt="{_e(f.alt)}"><figcaption>{_e(f.caption)}</figcaption></figure>')
+        out.append(
+            f'<figure><img src="{_e(f.file)}" alt="{_e(f.alt)}"><figcaption>{_e(f.caption)}</figcaption></figure>'
+        )
     # -- n-gram dictionary ---------------------------------------------------------------------
     if cand.get("ngram_dictionary"):
         out.append("<h2>N-gram dictionary</h2>")
         info = cand["ngram_dictionary"]
-        out.append(f"<p>{_n(int(info.get('entries', 0)))} entries (n ≤ {_e(info.get('max_n', '?'))}) from <code>{_e(info.get('path'))}</code>.</p>")
+        out.append(
+            f"<p>{_n(int(info.get('entries', 0)))} entries (n ≤ {_e(info.get('max_n', '?'))}) from <code>{_e(info.get('path'))}</code>.</p>"
+        )
         if dictionary is None or not dictionary.reachable:
             out.append(f'<p class="note">{_e(dictionary.message if dictionary else "not reachable")}</p>')
         else:
             if not dictionary.message.endswith("matches the manifest)"):
                 out.append(f'<p class="note">{_e(dictionary.message)}</p>')
-            rows = [[n, entries, " · ".join(f"{r['ngram']} ({r['count']:,})" for r in top)]
-                    for n, (entries, top) in sorted(dictionary.per_n.items())]
+            rows = [
+                [n, entries, " · ".join(f"{r['ngram']} ({r['count']:,})" for r in top)]
+                for n, (entries, top) in sorted(dictionary.per_n.items())
+            ]
             out.append(_table(["n", "entries", "most frequent (occurrences)"], rows, {0, 1}))
     # -- examples ----------------------------------------------------------------------------
     out.append("<h2>Example rows</h2>")
     if stats.examples:
         legend = " ".join(f'<span class="{KIND_CSS[k]}">{_e(KIND_NAMES[k])}</span>' for k in kinds)
         chosen = "rows with at least one candidate span" if kinds else "rows"
-        out.append(f'<p class="legend">{len(stats.examples)} {chosen} chosen at random (seed {stats.seed}) from {_e(stats.scope())}, decoded with '
-                   f"the artifact's tokenizer.json. {('Marks: ' + legend + '; entity labels are raised after the entity.') if kinds else ''}</p>")
+        out.append(
+            f'<p class="legend">{len(stats.examples)} {chosen} chosen at random (seed {stats.seed}) from {_e(stats.scope())}, decoded with '
+            f"the artifact's tokenizer.json. {('Marks: ' + legend + '; entity labels are raised after the entity.') if kinds else ''}</p>"
+        )
         for ex in stats.examples:
             counts = ", ".join(f"{len(ex.spans[k])} {KIND_NAMES[k]}" for k in kinds)
-            meta = f"document {ex.doc_id}, row {ex.seq_index} · {len(ex.input_ids)} tokens" + (f" · {counts}" if counts else "") + f" · {ex.shard}"
-            out.append(f'<div class="example"><div class="meta">{_e(meta)}</div><div class="text">{render_example(tok, ex, kinds)}</div></div>')
+            meta = (
+                f"document {ex.doc_id}, row {ex.seq_index} · {len(ex.input_ids)} tokens"
+                + (f" · {counts}" if counts else "")
+                + f" · {ex.shard}"
+            )
+            out.append(
+                f'<div class="example"><div class="meta">{_e(meta)}</div><div class="text">{render_example(tok, ex, kinds)}</div></div>'
+            )
     else:
         out.append('<p class="note">no row to show</p>')
     out.append(
         f"<footer>Made by <code>python -m pipeline.report</code> from the manifest and the shards. Check the artifact with "
         f"<code>python -m pipeline.verify {_e(art.uri)}</code>. Format: schemas/FORMAT.md, version {_e(m['format_version'])}."
-        + (f" Tokens per document: {len(doc_tokens):,} documents, median {int(np.median(doc_tokens)):,}, mean {doc_tokens.mean():,.0f}, max {int(doc_tokens.max()):,}." if len(doc_tokens) else "")
+        + (
+            f" Tokens per document: {len(doc_tokens):,} documents, median {int(np.median(doc_tokens)):,}, mean {doc_tokens.mean():,.0f}, max {int(doc_tokens.max()):,}."
+            if len(doc_tokens)
+            else ""
+        )
         + "</footer>"
     )
     out.append("</main></body></html>")

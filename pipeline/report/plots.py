@@ -49,15 +49,31 @@ def _message_figure(plt, title: str, message: str):
     fig, ax = plt.subplots(figsize=(7.2, 1.6))
     ax.set_axis_off()
     ax.set_title(title, loc="left")
-    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=11, color="#4b5563", wrap=True,
-            bbox={"boxstyle": "round,pad=0.8", "facecolor": "#f3f4f6", "edgecolor": "#d1d5db"}, transform=ax.transAxes)
+    ax.text(
+        0.5,
+        0.5,
+        message,
+        ha="center",
+        va="center",
+        fontsize=11,
+        color="#4b5563",
+        wrap=True,
+        bbox={"boxstyle": "round,pad=0.8", "facecolor": "#f3f4f6", "edgecolor": "#d1d5db"},
+        transform=ax.transAxes,
+    )
     return fig
 
 
 def _label_bars(ax, bars, values, fmt_value=lambda v: f"{v:,}") -> None:
     for bar, v in zip(bars, values):
-        ax.annotate(fmt_value(v), (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(3, 0),
-                    textcoords="offset points", va="center", fontsize=8.5)
+        ax.annotate(
+            fmt_value(v),
+            (bar.get_width(), bar.get_y() + bar.get_height() / 2),
+            xytext=(3, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=8.5,
+        )
 
 
 def plot_documents(plt, m: dict):
@@ -65,7 +81,9 @@ def plot_documents(plt, m: dict):
     if not c["documents_read"]:
         return _message_figure(plt, "Documents", "no documents were read (empty input)")
     labels = ["read", "written"] + [f"dead-lettered: {r}" for r in sorted(c["dead_lettered_by_reason"])]
-    values = [c["documents_read"], c["documents_written"]] + [c["dead_lettered_by_reason"][r] for r in sorted(c["dead_lettered_by_reason"])]
+    values = [c["documents_read"], c["documents_written"]] + [
+        c["dead_lettered_by_reason"][r] for r in sorted(c["dead_lettered_by_reason"])
+    ]
     colors = ["#6b7280", "#16a34a"] + ["#dc2626"] * (len(values) - 2)
     fig, ax = plt.subplots(figsize=(7.2, 0.4 * len(values) + 1.1))
     bars = ax.barh(range(len(values)), values, color=colors)
@@ -86,7 +104,13 @@ def plot_row_lengths(plt, m: dict):
     fig, ax = plt.subplots(figsize=(7.2, 3.2))
     lefts = np.arange(len(counts)) * width
     ax.bar(lefts + 0.5, counts, width=width, align="edge", color="#4f46e5", edgecolor="white", linewidth=0.5)
-    ax.axvline(m["max_row_tokens"], color="#dc2626", linestyle="--", linewidth=1, label=f"row limit ({m['max_row_tokens']} tokens)")
+    ax.axvline(
+        m["max_row_tokens"],
+        color="#dc2626",
+        linestyle="--",
+        linewidth=1,
+        label=f"row limit ({m['max_row_tokens']} tokens)",
+    )
     ax.legend(frameon=False, fontsize=8.5, loc="best")
     ax.set_xlabel(f"tokens per row (bins of {width})")
     ax.set_ylabel("rows")
@@ -112,7 +136,11 @@ def plot_shards(plt, m: dict):
 def plot_doc_tokens(plt, stats: Stats):
     title = "Tokens per document"
     if not stats.doc_level:
-        return _message_figure(plt, title, "full-sentences packing: rows cross documents, so tokens per document\ncannot be read from the rows")
+        return _message_figure(
+            plt,
+            title,
+            "full-sentences packing: rows cross documents, so tokens per document\ncannot be read from the rows",
+        )
     if not stats.doc_tokens:
         return _message_figure(plt, title, "no document was read")
     x = np.asarray(stats.doc_tokens, dtype=np.int64)
@@ -142,7 +170,9 @@ def _grouped_bars(ax, series: dict[str, np.ndarray], start: int, stop: int, norm
         vals = np.array([h[v] if v < len(h) else 0 for v in xs[:-1]] + [h[stop:].sum()], dtype=float)
         if normalise and vals.sum():
             vals = vals / h.sum()
-        ax.bar(xs + (j - (len(kinds) - 1) / 2) * width, vals, width=width, color=KIND_COLORS[kind], label=KIND_NAMES[kind])
+        ax.bar(
+            xs + (j - (len(kinds) - 1) / 2) * width, vals, width=width, color=KIND_COLORS[kind], label=KIND_NAMES[kind]
+        )
     labels = [str(v) for v in xs]
     labels[-1] = f"{stop}+"
     ax.set_xticks(xs, labels, fontsize=8)
@@ -198,7 +228,9 @@ def plot_span_lengths(plt, m: dict, stats: Stats):
 def plot_entity_labels(plt, m: dict, stats: Stats):
     title = "Entity labels"
     if "entities" not in (m.get("candidates") or {}).get("kinds", []):
-        return _message_figure(plt, title, "no entity candidates: the artifact was built without --mask-candidates entities")
+        return _message_figure(
+            plt, title, "no entity candidates: the artifact was built without --mask-candidates entities"
+        )
     if not stats.entity_labels:
         return _message_figure(plt, title, "no entity span in the rows read")
     top = sorted(stats.entity_labels.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_LABELS]

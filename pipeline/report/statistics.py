@@ -62,8 +62,10 @@ class Stats:
         """How much of the artifact the statistics cover, for captions."""
         if not self.sampled:
             return f"all {self.rows_read:,} rows"
-        return (f"a sample of {self.rows_read:,} of {self.rows_total:,} rows ({self.batches_read:,} of "
-                f"{self.batches_total:,} record batches, chosen with seed {self.seed})")
+        return (
+            f"a sample of {self.rows_read:,} of {self.rows_total:,} rows ({self.batches_read:,} of "
+            f"{self.batches_total:,} record batches, chosen with seed {self.seed})"
+        )
 
 
 def _add(acc: dict[str, np.ndarray], key: str, values: np.ndarray) -> None:
@@ -156,8 +158,20 @@ class _Collector:
             if len(self.heap) == self.want_examples and -self.heap[0][0] <= key:
                 continue
             row = batch.slice(int(i), 1).to_pylist()[0]
-            spans = {k: [(d["start"], d["end"], d.get("label", "")) for d in row[col]] for k, col in fmt.CANDIDATE_KINDS.items()}
-            ex = Example(shard, b, int(i), row["doc_id"], row["seq_index"], list(row["input_ids"]), list(row["word_start"]), spans)
+            spans = {
+                k: [(d["start"], d["end"], d.get("label", "")) for d in row[col]]
+                for k, col in fmt.CANDIDATE_KINDS.items()
+            }
+            ex = Example(
+                shard,
+                b,
+                int(i),
+                row["doc_id"],
+                row["seq_index"],
+                list(row["input_ids"]),
+                list(row["word_start"]),
+                spans,
+            )
             item = (-key, len(self.heap) + b * 1000003 + int(i), ex)
             if len(self.heap) < self.want_examples:
                 heapq.heappush(self.heap, item)
@@ -195,8 +209,13 @@ def collect(
             stats.sampled = True
             picks = np.sort(np.random.default_rng(seed).choice(stats.batches_total, size=k, replace=False))
             bounds = np.concatenate([[0], np.cumsum(counts)])
-            chosen = {i: set((picks[(picks >= bounds[i]) & (picks < bounds[i + 1])] - bounds[i]).tolist()) for i in range(len(shards))}
-            say(f"{stats.rows_total:,} rows > --max-rows {max_rows:,}: sampling {k:,} of {stats.batches_total:,} record batches (seed {seed})")
+            chosen = {
+                i: set((picks[(picks >= bounds[i]) & (picks < bounds[i + 1])] - bounds[i]).tolist())
+                for i in range(len(shards))
+            }
+            say(
+                f"{stats.rows_total:,} rows > --max-rows {max_rows:,}: sampling {k:,} of {stats.batches_total:,} record batches (seed {seed})"
+            )
     c = _Collector(art, stats, examples, seed)
     started = time.time()
     for i, rel in enumerate(shards):
@@ -268,8 +287,10 @@ def read_dictionary(info: dict | None, limit: int = TOP_NGRAMS, per_n_limit: int
         rows = table.filter(pc.equal(table["n"], n))
         per_n[int(n)] = (rows.num_rows, rows.slice(0, per_n_limit).to_pylist())
     if sha256 != info.get("sha256"):
-        message = (f"{path}: {ngram_format.ARROW_FILE} differs from the one used for this artifact (sha256 {sha256[:12]}… vs "
-                   f"{str(info.get('sha256'))[:12]}… in the manifest): the n-grams below may not be the ones used")
+        message = (
+            f"{path}: {ngram_format.ARROW_FILE} differs from the one used for this artifact (sha256 {sha256[:12]}… vs "
+            f"{str(info.get('sha256'))[:12]}… in the manifest): the n-grams below may not be the ones used"
+        )
     else:
         message = f"{path} (sha256 matches the manifest)"
     return Dictionary(path, True, message, table.slice(0, limit).to_pylist(), per_n)

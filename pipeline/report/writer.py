@@ -105,45 +105,95 @@ def write_report(
         parts = []
         for k in kinds:
             if stats.spans_read.get(k):
-                mean_t = float((np.arange(len(stats.span_tokens[k])) * stats.span_tokens[k]).sum()) / stats.spans_read[k]
+                mean_t = (
+                    float((np.arange(len(stats.span_tokens[k])) * stats.span_tokens[k]).sum()) / stats.spans_read[k]
+                )
                 mean_w = float((np.arange(len(stats.span_words[k])) * stats.span_words[k]).sum()) / stats.spans_read[k]
                 parts.append(f"{KIND_NAMES[k]} {mean_t:.1f} tokens / {mean_w:.1f} words")
-        return "Mean span length: " + "; ".join(parts) + f" (in {stats.scope()}); the last bar gathers {MAX_PLOTTED_SPAN_LEN} and longer."
+        return (
+            "Mean span length: "
+            + "; ".join(parts)
+            + f" (in {stats.scope()}); the last bar gathers {MAX_PLOTTED_SPAN_LEN} and longer."
+        )
 
     doc_arr = np.asarray(stats.doc_tokens, dtype=np.int64)
     plan = [
-        ("documents.png", "Documents read, written and dead-lettered by reason", lambda: plot_documents(plt, m),
-         f"{c['documents_read']:,} documents read, {c['documents_written']:,} written, {c['documents_dead_lettered']:,} dead-lettered"
-         + (f" ({dl})." if dl else ".")),
-        ("row_lengths.png", "Histogram of row lengths in tokens", lambda: plot_row_lengths(plt, m),
-         f"{c['rows']:,} rows, {c['tokens']:,} tokens; {full:,} rows ({percent(full, c['rows'])}) are in the last bin, "
-         f"up to the limit of {m['max_row_tokens']} tokens."),
-        ("doc_tokens.png", "Histogram of tokens per document", lambda: plot_doc_tokens(plt, stats),
-         (f"Tokens per document (sum of its rows' lengths) over {len(doc_arr):,} documents"
-          + (" whose first row was sampled" if stats.sampled else "")
-          + f": median {int(np.median(doc_arr)):,}, mean {doc_arr.mean():,.0f}, max {int(doc_arr.max()):,}.")
-         if len(doc_arr) else "Tokens per document: not available (see the plot)."),
-        ("shards.png", "Tokens per shard", lambda: plot_shards(plt, m),
-         f"{len(tokens)} shards; tokens per shard from {min(tokens, default=0):,} to {max(tokens, default=0):,} "
-         f"(documents go to shards by a hash of their id)."),
-        ("spans_per_row.png", "Candidate spans per row by kind", lambda: plot_spans_per_row(plt, m, stats),
-         (why_no_spans.capitalize() + ".") if why_no_spans else f"How many candidate spans a row holds, by kind, in {stats.scope()}."),
-        ("span_lengths.png", "Candidate span lengths in tokens and in words by kind", lambda: plot_span_lengths(plt, m, stats),
-         (why_no_spans.capitalize() + ".") if why_no_spans else words_caption()),
-        ("entity_labels.png", "Most frequent entity labels", lambda: plot_entity_labels(plt, m, stats),
-         (f"Top {min(TOP_LABELS, len(stats.entity_labels))} of {len(stats.entity_labels)} spaCy entity labels over "
-          f"{sum(stats.entity_labels.values()):,} entity spans in {stats.scope()}.") if stats.entity_labels
-         else (why_no_spans or "no entity span in the rows read").capitalize() + "."),
+        (
+            "documents.png",
+            "Documents read, written and dead-lettered by reason",
+            lambda: plot_documents(plt, m),
+            f"{c['documents_read']:,} documents read, {c['documents_written']:,} written, {c['documents_dead_lettered']:,} dead-lettered"
+            + (f" ({dl})." if dl else "."),
+        ),
+        (
+            "row_lengths.png",
+            "Histogram of row lengths in tokens",
+            lambda: plot_row_lengths(plt, m),
+            f"{c['rows']:,} rows, {c['tokens']:,} tokens; {full:,} rows ({percent(full, c['rows'])}) are in the last bin, "
+            f"up to the limit of {m['max_row_tokens']} tokens.",
+        ),
+        (
+            "doc_tokens.png",
+            "Histogram of tokens per document",
+            lambda: plot_doc_tokens(plt, stats),
+            (
+                f"Tokens per document (sum of its rows' lengths) over {len(doc_arr):,} documents"
+                + (" whose first row was sampled" if stats.sampled else "")
+                + f": median {int(np.median(doc_arr)):,}, mean {doc_arr.mean():,.0f}, max {int(doc_arr.max()):,}."
+            )
+            if len(doc_arr)
+            else "Tokens per document: not available (see the plot).",
+        ),
+        (
+            "shards.png",
+            "Tokens per shard",
+            lambda: plot_shards(plt, m),
+            f"{len(tokens)} shards; tokens per shard from {min(tokens, default=0):,} to {max(tokens, default=0):,} "
+            f"(documents go to shards by a hash of their id).",
+        ),
+        (
+            "spans_per_row.png",
+            "Candidate spans per row by kind",
+            lambda: plot_spans_per_row(plt, m, stats),
+            (why_no_spans.capitalize() + ".")
+            if why_no_spans
+            else f"How many candidate spans a row holds, by kind, in {stats.scope()}.",
+        ),
+        (
+            "span_lengths.png",
+            "Candidate span lengths in tokens and in words by kind",
+            lambda: plot_span_lengths(plt, m, stats),
+            (why_no_spans.capitalize() + ".") if why_no_spans else words_caption(),
+        ),
+        (
+            "entity_labels.png",
+            "Most frequent entity labels",
+            lambda: plot_entity_labels(plt, m, stats),
+            (
+                f"Top {min(TOP_LABELS, len(stats.entity_labels))} of {len(stats.entity_labels)} spaCy entity labels over "
+                f"{sum(stats.entity_labels.values()):,} entity spans in {stats.scope()}."
+            )
+            if stats.entity_labels
+            else (why_no_spans or "no entity span in the rows read").capitalize() + ".",
+        ),
     ]
     if dictionary is not None and dictionary.reachable and dictionary.top:
-        plan.append(("ngrams.png", "Most frequent n-grams of the dictionary", lambda: plot_ngrams(plt, dictionary.top),
-                     f"The {min(TOP_NGRAMS, len(dictionary.top))} most frequent entries of the n-gram dictionary {dictionary.path}."))
+        plan.append(
+            (
+                "ngrams.png",
+                "Most frequent n-grams of the dictionary",
+                lambda: plot_ngrams(plt, dictionary.top),
+                f"The {min(TOP_NGRAMS, len(dictionary.top))} most frequent entries of the n-gram dictionary {dictionary.path}.",
+            )
+        )
 
     # Everything is made in memory first, so a failure leaves the previous report as it was.
     figures = [Figure(file, alt, caption) for file, alt, _, caption in plan]
     pngs = {file: png(make()) for file, _, make, _ in plan}
     page = build_html(art, stats, figures, dictionary, tok, name)
-    card = build_card(m, pretty_name=name, license=license, source_license=source_license, language=language, uri=art.uri)
+    card = build_card(
+        m, pretty_name=name, license=license, source_license=source_license, language=language, uri=art.uri
+    )
     try:
         art.fs.delete_dir_contents(art.path(fmt.REPORT_DIR), missing_dir_ok=True)
         art.fs.create_dir(art.path(fmt.REPORT_DIR), recursive=True)
@@ -153,6 +203,12 @@ def write_report(
         _write(art, f"{fmt.REPORT_DIR}/{file}", data)
     _write(art, f"{fmt.REPORT_DIR}/{INDEX_FILE}", page.encode("utf-8"))
     _write(art, README_FILE, card.encode("utf-8"))
-    say(f"wrote {art.display(fmt.REPORT_DIR + '/' + INDEX_FILE)} and {art.display(README_FILE)} in {time.time() - started:.1f} s")
-    return {"index": art.display(f"{fmt.REPORT_DIR}/{INDEX_FILE}"), "card": art.display(README_FILE),
-            "plots": [art.display(f"{fmt.REPORT_DIR}/{f.file}") for f in figures], "stats": stats}
+    say(
+        f"wrote {art.display(fmt.REPORT_DIR + '/' + INDEX_FILE)} and {art.display(README_FILE)} in {time.time() - started:.1f} s"
+    )
+    return {
+        "index": art.display(f"{fmt.REPORT_DIR}/{INDEX_FILE}"),
+        "card": art.display(README_FILE),
+        "plots": [art.display(f"{fmt.REPORT_DIR}/{f.file}") for f in figures],
+        "stats": stats,
+    }

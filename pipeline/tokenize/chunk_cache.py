@@ -79,8 +79,16 @@ class _Chunks:
     text), and at every ``cut``. With ``direct`` true, runs of punctuation alone (no glued token in them) are
     marked ``direct``: their ids are their bytes' (one token per character), no cache needed."""
 
-    def __init__(self, data: bytes, cuts: np.ndarray, glued: np.ndarray, classes: bytes, direct: bool,
-                 max_chunk_bytes: int, key_mask: np.uint64):
+    def __init__(
+        self,
+        data: bytes,
+        cuts: np.ndarray,
+        glued: np.ndarray,
+        classes: bytes,
+        direct: bool,
+        max_chunk_bytes: int,
+        key_mask: np.uint64,
+    ):
         b = np.frombuffer(data, np.uint8)
         n = len(b)
         cls = np.frombuffer(data.translate(classes), np.uint8)  # a 256-byte table: far faster than a numpy gather
@@ -219,8 +227,18 @@ def shared_cache(key, make: "Callable[[], ChunkCache]") -> "ChunkCache":
 class ChunkCache:
     """Encodes batches of documents chunk by chunk through the cache; see the module docstring."""
 
-    def __init__(self, marked, marker: str, marker_id: int, continuation: np.ndarray, *, max_bytes: int = 64 << 20,
-                 max_chunk_bytes: int = 64, punctuation_cuts: bool = True, key_mask: int = (1 << 64) - 1):
+    def __init__(
+        self,
+        marked,
+        marker: str,
+        marker_id: int,
+        continuation: np.ndarray,
+        *,
+        max_bytes: int = 64 << 20,
+        max_chunk_bytes: int = 64,
+        punctuation_cuts: bool = True,
+        key_mask: int = (1 << 64) - 1,
+    ):
         if max_bytes < 1 or max_chunk_bytes < 1:
             raise ValueError("max_bytes and max_chunk_bytes must be positive")
         self._tok = marked
@@ -266,8 +284,15 @@ class ChunkCache:
         if len(data) != len(big):  # not ASCII: character positions to byte positions
             byte_at = np.append(np.flatnonzero(np.frombuffer(data.translate(_LEAD_BYTE), bool)), len(data))
             doc_at, sent, glued = byte_at[char_at], byte_at[sent], byte_at[glued]
-        chunks = _Chunks(data, np.concatenate([doc_at, sent.ravel()]), glued, self._class_table, self._punctuation_ids is not None,
-                         self._max_chunk_bytes, self._key_mask)
+        chunks = _Chunks(
+            data,
+            np.concatenate([doc_at, sent.ravel()]),
+            glued,
+            self._class_table,
+            self._punctuation_ids is not None,
+            self._max_chunk_bytes,
+            self._key_mask,
+        )
         if len(chunks.starts) == 0:
             empty = np.zeros(0, np.int32)
             return [(empty, np.zeros(0, bool), np.zeros(k, np.int64)) for k in per_doc.tolist()]
@@ -326,11 +351,17 @@ class ChunkCache:
             collisions += unlike
         token_at, total = exclusive_cumsum(count)
         out = np.empty(total, np.int32)
-        for src, which, table in ((cached_ids, found, None), (new_ids, missed, None), (chunks.bytes, direct, self._punctuation_ids)):
+        for src, which, table in (
+            (cached_ids, found, None),
+            (new_ids, missed, None),
+            (chunks.bytes, direct, self._punctuation_ids),
+        ):
             c = count[which]
             one, runs = which[c == 1], which[c > 1]  # most chunks are one token: a plain gather, no index runs
             got = src[np.concatenate([source[one], run_indices(source[runs], c[c > 1])])]
-            out[np.concatenate([token_at[one], run_indices(token_at[runs], c[c > 1])])] = got if table is None else table[got]
+            out[np.concatenate([token_at[one], run_indices(token_at[runs], c[c > 1])])] = (
+                got if table is None else table[got]
+            )
         with self._lock:
             self.hits += len(found)
             self.misses += len(missed)
@@ -346,7 +377,9 @@ class ChunkCache:
         keys, first, which = np.unique(chunks.keys[keyed], return_index=True, return_inverse=True)
         representatives = keyed[first]
         twin = representatives[which]
-        alike = chunks.same_as(keyed, chunks.lengths[twin], chunks.first_words[twin], lambda k, j: chunks.word(twin[k], j))
+        alike = chunks.same_as(
+            keyed, chunks.lengths[twin], chunks.first_words[twin], lambda k, j: chunks.word(twin[k], j)
+        )
         alone = np.concatenate([missed[~chunks.cacheable[missed]], keyed[~alike]])
         pieces = np.concatenate([representatives, alone])
         starts, ends = chunks.starts[pieces].tolist(), chunks.ends[pieces].tolist()
@@ -377,7 +410,9 @@ class ChunkCache:
         """Add the missed chunks (distinct keys) that the cache does not hold yet; empty it first when they
         would not fit in its budget, and add only as many as an empty cache holds."""
         with self._lock:
-            present, _ = self._table.lookup(keys)  # another thread may have added some, or a different chunk holds the key
+            present, _ = self._table.lookup(
+                keys
+            )  # another thread may have added some, or a different chunk holds the key
             keys, representatives = keys[~present], representatives[~present]
             piece_at, piece_count = piece_at[~present], piece_count[~present]
             if not len(keys):
@@ -387,10 +422,26 @@ class ChunkCache:
                 self._table.clear()
                 self.clears += 1
                 fits = len(keys)
-                while fits and self._table.nbytes_with(fits, int(n_words[:fits].sum()), int(piece_count[:fits].sum())) > self._max_bytes:
+                while (
+                    fits
+                    and self._table.nbytes_with(fits, int(n_words[:fits].sum()), int(piece_count[:fits].sum()))
+                    > self._max_bytes
+                ):
                     fits //= 2
-                keys, representatives, piece_at, piece_count = keys[:fits], representatives[:fits], piece_at[:fits], piece_count[:fits]
+                keys, representatives, piece_at, piece_count = (
+                    keys[:fits],
+                    representatives[:fits],
+                    piece_at[:fits],
+                    piece_count[:fits],
+                )
                 if not fits:
                     return
             words, n_words = chunks.words(representatives)
-            self._table.add(keys, chunks.lengths[representatives], words, n_words, ids[run_indices(piece_at, piece_count)], piece_count)
+            self._table.add(
+                keys,
+                chunks.lengths[representatives],
+                words,
+                n_words,
+                ids[run_indices(piece_at, piece_count)],
+                piece_count,
+            )

@@ -88,7 +88,9 @@ class ChunkTable:
         return 32 * entries + 8 * (len(self._words) + words) + 4 * (len(self._ids) + ids) + 16 * slots
 
     def entries(self) -> Entries:
-        return Entries(self._ids.buf, self._ids_at.buf, self._ids_count.buf, self._words.buf, self._words_at.buf, self._length.buf)
+        return Entries(
+            self._ids.buf, self._ids_at.buf, self._ids_count.buf, self._words.buf, self._words_at.buf, self._length.buf
+        )
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(found, entry) per key (non-zero), by linear probing."""
@@ -106,8 +108,15 @@ class ChunkTable:
             pending, slot = pending[go_on], (slot[go_on] + 1) & mask
         return found, entries
 
-    def add(self, keys: np.ndarray, lengths: np.ndarray, words: np.ndarray, n_words: np.ndarray, ids: np.ndarray,
-            n_ids: np.ndarray) -> None:
+    def add(
+        self,
+        keys: np.ndarray,
+        lengths: np.ndarray,
+        words: np.ndarray,
+        n_words: np.ndarray,
+        ids: np.ndarray,
+        n_ids: np.ndarray,
+    ) -> None:
         """New entries for distinct keys that are not in the index: each entry's chunk length, its words
         (``n_words`` of them, one entry's after another) and its ids (``n_ids``, likewise)."""
         first = len(self._length)

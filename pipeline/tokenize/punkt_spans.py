@@ -74,8 +74,9 @@ class FastSpans:
 
     def __init__(self, tok: PunktSentenceTokenizer) -> None:
         if not supports(tok):
-            raise ValueError(f"FastSpans needs {PACKAGE} {PACKAGE_VERSION} with default rules and "
-                             f"line_breaks='ignore', got {tok!r}")
+            raise ValueError(
+                f"FastSpans needs {PACKAGE} {PACKAGE_VERSION} with default rules and line_breaks='ignore', got {tok!r}"
+            )
         self._params = tok.params
         self._rules = tok.rules
         self._period = _boundaries._compile_period_context_regex(self._rules)

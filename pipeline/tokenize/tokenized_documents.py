@@ -22,7 +22,15 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipeline.elements import NO_TOKENS, TOKENIZER_ERROR, AnnotatedDocument, DeadLetter, Document, TokenizedDocument, preview
+from pipeline.elements import (
+    NO_TOKENS,
+    TOKENIZER_ERROR,
+    AnnotatedDocument,
+    DeadLetter,
+    Document,
+    TokenizedDocument,
+    preview,
+)
 from pipeline.segmenter import Segmenter
 from pipeline.tokenize.sentence_encoding import DEFAULT_CACHE_BYTES, SentenceEncoder
 from pipeline.tokenize.sentences import sentence_spans
@@ -33,7 +41,9 @@ log = logging.getLogger(__name__)
 DEAD_LETTERS = "dead_letters"
 
 
-def char_spans_to_tokens(starts: np.ndarray, ends: np.ndarray, token_starts: np.ndarray, token_ends: np.ndarray, word_start: np.ndarray):
+def char_spans_to_tokens(
+    starts: np.ndarray, ends: np.ndarray, token_starts: np.ndarray, token_ends: np.ndarray, word_start: np.ndarray
+):
     """Map character spans to token spans ``[first, last + 1)`` covering them.
 
     A token belongs to a span when its characters overlap the span. The result is widened to
@@ -99,7 +109,9 @@ class _Encoded:
     def offsets(self) -> np.ndarray:
         if self._offsets is None:
             n = len(self.ids)
-            self._offsets = np.fromiter(itertools.chain.from_iterable(self._encoding.offsets), dtype=np.int64, count=2 * n).reshape(n, 2)
+            self._offsets = np.fromiter(
+                itertools.chain.from_iterable(self._encoding.offsets), dtype=np.int64, count=2 * n
+            ).reshape(n, 2)
         return self._offsets
 
     def first_tokens_at(self, text: str, chars: np.ndarray) -> np.ndarray:
@@ -150,8 +162,15 @@ class _Encoded:
 
 
 class _TokenizeFn(beam.DoFn):
-    def __init__(self, spec: TokenizerSpec, ids_dtype: str, language: str = "english", segmenter_path: str | None = None,
-                 encoder_threads: int = 1, cache_bytes: int = DEFAULT_CACHE_BYTES):
+    def __init__(
+        self,
+        spec: TokenizerSpec,
+        ids_dtype: str,
+        language: str = "english",
+        segmenter_path: str | None = None,
+        encoder_threads: int = 1,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ):
         self._spec = spec
         self._threads = max(1, encoder_threads)
         self._cache_bytes = cache_bytes
@@ -171,7 +190,9 @@ class _TokenizeFn(beam.DoFn):
         # Without character spans to align (no n-gram dictionary, no spaCy candidates) documents are encoded
         # sentence by sentence without offsets where that provably gives the same tokens (sentence_encoding),
         # through a cache of chunk encodings (chunk_cache).
-        self._sentences = None if self._segmenter is not None else SentenceEncoder.for_tokenizer(self._tok, self._cache_bytes)
+        self._sentences = (
+            None if self._segmenter is not None else SentenceEncoder.for_tokenizer(self._tok, self._cache_bytes)
+        )
         # The Rust calls run on our encoder threads (GIL released), each single-threaded: the tokenizers
         # library's own thread pool would compete with them and with this thread for the same cores, and its
         # idle threads spin (measured: 8% slower jobs on 2 cores). Parallelism comes from encoder threads
@@ -202,8 +223,12 @@ class _TokenizeFn(beam.DoFn):
             self._encoder.shutdown(wait=True)
         cache = self._sentences.cache if getattr(self, "_sentences", None) is not None else None
         if cache is not None and cache.hits + cache.misses:
-            log.debug("chunk cache: %d of %d chunks answered from the cache, %d entries",
-                      cache.hits, cache.hits + cache.misses, len(cache))
+            log.debug(
+                "chunk cache: %d of %d chunks answered from the cache, %d entries",
+                cache.hits,
+                cache.hits + cache.misses,
+                len(cache),
+            )
 
     def _start(self, batch: list):
         """Split the batch into sentences, choose each document's path, and hand the Rust calls to an encoder thread."""
@@ -218,8 +243,11 @@ class _TokenizeFn(beam.DoFn):
         sentences = [sentence_spans(d.text, self._language) for d in docs]
         fast = []
         if self._sentences is not None:
-            fast = [i for i, (d, cs, sent) in enumerate(zip(docs, spans, sentences))
-                    if not cs and len(d.text) <= ENCODE_PIECE_CHARS and self._sentences.applies(d.text, sent)]
+            fast = [
+                i
+                for i, (d, cs, sent) in enumerate(zip(docs, spans, sentences))
+                if not cs and len(d.text) <= ENCODE_PIECE_CHARS and self._sentences.applies(d.text, sent)
+            ]
         future = self._encoder.submit(self._encode_batch, docs, fast, sentences)
         return docs, spans, sentences, future
 
@@ -230,13 +258,17 @@ class _TokenizeFn(beam.DoFn):
         encoded: dict = {}
         if fast:
             try:
-                encoded.update(zip(fast, self._sentences.encode([docs[i].text for i in fast], [sentences[i] for i in fast])))
+                encoded.update(
+                    zip(fast, self._sentences.encode([docs[i].text for i in fast], [sentences[i] for i in fast]))
+                )
             except Exception:  # noqa: BLE001
                 pass
         short = [i for i, d in enumerate(docs) if i not in encoded and len(d.text) <= ENCODE_PIECE_CHARS]
         if short:
             try:
-                encoded.update(zip(short, self._tok.encode_batch([docs[i].text for i in short], add_special_tokens=False)))
+                encoded.update(
+                    zip(short, self._tok.encode_batch([docs[i].text for i in short], add_special_tokens=False))
+                )
             except Exception:  # noqa: BLE001 - tokenizers raises TypeError/bare Exception from Rust
                 pass
         return encoded
@@ -276,7 +308,13 @@ class _TokenizeFn(beam.DoFn):
         if n == 0:
             yield beam.pvalue.TaggedOutput(
                 DEAD_LETTERS,
-                DeadLetter(NO_TOKENS, "the tokenizer produced no tokens for this text", doc.source, doc.doc_id, preview(doc.text)),
+                DeadLetter(
+                    NO_TOKENS,
+                    "the tokenizer produced no tokens for this text",
+                    doc.source,
+                    doc.doc_id,
+                    preview(doc.text),
+                ),
             )
             return
         ids_arr = ids.astype(self._dtype)
@@ -343,6 +381,7 @@ class _TokenizeFn(beam.DoFn):
             return np.empty((0, 2), np.int32)
         return np.array(out, dtype=np.int32)
 
+
 def _sentence_word_bounds(sent: list[tuple[int, int]], w_starts: np.ndarray) -> list[tuple[int, int]]:
     """Word-index ranges of the sentences (n-grams never cross a sentence)."""
     if not sent:
@@ -374,10 +413,19 @@ class TokenizeDocuments(beam.PTransform):
     that produced no token at all, e.g. only characters the normalizer removes).
     """
 
-    def __init__(self, spec: TokenizerSpec, ids_dtype: str, segmenter_path: str | None = None, batch_size: int = 32,
-                 encoder_threads: int = 1, cache_bytes: int = DEFAULT_CACHE_BYTES):
+    def __init__(
+        self,
+        spec: TokenizerSpec,
+        ids_dtype: str,
+        segmenter_path: str | None = None,
+        batch_size: int = 32,
+        encoder_threads: int = 1,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ):
         super().__init__()
-        self._fn = _TokenizeFn(spec, ids_dtype, segmenter_path=segmenter_path, encoder_threads=encoder_threads, cache_bytes=cache_bytes)
+        self._fn = _TokenizeFn(
+            spec, ids_dtype, segmenter_path=segmenter_path, encoder_threads=encoder_threads, cache_bytes=cache_bytes
+        )
         self._batch_size = batch_size
 
     def expand(self, documents):

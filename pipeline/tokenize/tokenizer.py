@@ -31,7 +31,9 @@ class TokenizerError(ValueError):
 def _bert_pipeline(tok: Tokenizer, lowercase: bool) -> Tokenizer:
     # clean_text removes control characters, handle_chinese_chars isolates CJK characters;
     # accents are stripped only when lowercasing, as in BERT.
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase)
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
+    )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
     return tok
@@ -114,7 +116,9 @@ def _from_private(token: str) -> str:
     return "".join(out)
 
 
-def train(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, lowercase: bool = False, min_frequency: int = 2) -> Tokenizer:
+def train(
+    texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, lowercase: bool = False, min_frequency: int = 2
+) -> Tokenizer:
     """Train a BERT-style WordPiece vocabulary on ``texts``; the same texts give the same bytes.
 
     ``tokenizers``' own WordPiece trainer is not deterministic: it numbers the ``##``
@@ -133,7 +137,12 @@ def train(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, lowercase:
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS.values()), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS.values()),
+        show_progress=False,
+    )
     bpe.train_from_iterator((words(t) for t in texts), trainer)
     vocab: dict[str, int] = {}
     for token, i in sorted(bpe.get_vocab().items(), key=lambda kv: kv[1]):
@@ -172,7 +181,9 @@ class TokenizerSpec:
         """
         config = json.loads(self.json)
         unk = SPECIAL_TOKENS["unk"]
-        config["added_tokens"] = [t for t in config.get("added_tokens") or [] if not t.get("special") or t["content"] == unk]
+        config["added_tokens"] = [
+            t for t in config.get("added_tokens") or [] if not t.get("special") or t["content"] == unk
+        ]
         return Tokenizer.from_str(json.dumps(config))
 
     def describe(self) -> dict:
@@ -195,7 +206,9 @@ def make_spec(tok: Tokenizer, source: str, lowercase: bool | None = None) -> Tok
     tok.no_padding()
     missing = [t for t in SPECIAL_TOKENS.values() if tok.token_to_id(t) is None]
     if missing:
-        raise TokenizerError(f"the tokenizer lacks the special tokens {', '.join(missing)} (BERT's [PAD] [UNK] [CLS] [SEP] [MASK] are required)")
+        raise TokenizerError(
+            f"the tokenizer lacks the special tokens {', '.join(missing)} (BERT's [PAD] [UNK] [CLS] [SEP] [MASK] are required)"
+        )
     if lowercase is None:
         norm = tok.normalizer
         lowercase = bool(getattr(norm, "lowercase", False)) if norm is not None else False

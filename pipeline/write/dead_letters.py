@@ -25,11 +25,19 @@ class _WriteReasonFn(beam.DoFn):
     def process(self, reason_and_letters):
         reason, letters = reason_and_letters
         letters = sorted(letters, key=_sort_key)
-        data = "".join(json.dumps(d.as_dict(), ensure_ascii=False, sort_keys=True) + "\n" for d in letters).encode("utf-8")
+        data = "".join(json.dumps(d.as_dict(), ensure_ascii=False, sort_keys=True) + "\n" for d in letters).encode(
+            "utf-8"
+        )
         relative = f"{fmt.DEAD_LETTER_DIR}/{reason}.jsonl"
         atomic_write(f"{self._output}/{relative}", data)
         self._records.inc(len(letters))
-        yield {"path": relative, "reason": reason, "records": len(letters), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        yield {
+            "path": relative,
+            "reason": reason,
+            "records": len(letters),
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
 
 
 class WriteDeadLetters(beam.PTransform):

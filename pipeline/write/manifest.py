@@ -55,7 +55,9 @@ def unigram_table(counts: np.ndarray, tokenizer_spec: TokenizerSpec) -> pa.Table
     )
 
 
-def build_manifest(static: dict[str, Any], tokenizer: dict, inputs: list, shards: list, dead_letters: list, unigram: dict) -> dict:
+def build_manifest(
+    static: dict[str, Any], tokenizer: dict, inputs: list, shards: list, dead_letters: list, unigram: dict
+) -> dict:
     shards = sorted(shards, key=lambda s: s["index"])
     inputs = sorted(inputs, key=lambda s: s["path"])
     dead_letters = sorted(dead_letters, key=lambda d: d["path"])
@@ -131,8 +133,13 @@ class _WriteManifestFn(beam.DoFn):
         if models:
             if len(models) > 1:
                 log.warning("workers used different spaCy models: %s", models)
-            static = {**static, "candidates": {**static["candidates"], "spacy_model": models[0] if len(models) == 1 else models}}
-        manifest = build_manifest(static, tokenizer, [i.as_dict() for i in inputs], list(shards), list(dead_letters), unigram)
+            static = {
+                **static,
+                "candidates": {**static["candidates"], "spacy_model": models[0] if len(models) == 1 else models},
+            }
+        manifest = build_manifest(
+            static, tokenizer, [i.as_dict() for i in inputs], list(shards), list(dead_letters), unigram
+        )
         delete_tree(f"{out}/{TMP_DIR}")  # sorted runs of the shard writer, all merged by now
         build_id = static.get("build_id")
         if build_id:
@@ -157,5 +164,12 @@ class WriteManifest(beam.PTransform):
         return (
             results["shards"].pipeline
             | "Once" >> beam.Create([None])
-            | "Write" >> beam.ParDo(self._fn, side(results["input_summaries"]), side(results["shards"]), side(results["dead_letters"]), *extra)
+            | "Write"
+            >> beam.ParDo(
+                self._fn,
+                side(results["input_summaries"]),
+                side(results["shards"]),
+                side(results["dead_letters"]),
+                *extra,
+            )
         )

@@ -37,7 +37,9 @@ def _cut_long(start: int, end: int, word_start: np.ndarray, limit: int) -> list[
     return pieces
 
 
-def pack_ranges(sentence_starts: np.ndarray, n_tokens: int, word_start: np.ndarray, limit: int) -> tuple[list[tuple[int, int]], int]:
+def pack_ranges(
+    sentence_starts: np.ndarray, n_tokens: int, word_start: np.ndarray, limit: int
+) -> tuple[list[tuple[int, int]], int]:
     """Greedy DOC-SENTENCES packing of one token sequence.
 
     ``sentence_starts``: sorted token indices where sentences begin. Returns the row ranges
@@ -109,20 +111,29 @@ def pack_doc_sentences(doc: TokenizedDocument, limit: int) -> tuple[list[Row], d
     """Rows of one document, and statistics: ``sentences_cut`` and ``dropped`` spans per kind."""
     n = len(doc.ids)
     ranges, cut = pack_ranges(np.flatnonzero(doc.sentence_start), n, doc.word_start, limit)
-    return _rows_from_ranges([doc], np.array([0, n]), ranges, doc_sequence=True), {"sentences_cut": cut, **_dropped(doc, ranges)}
+    return _rows_from_ranges([doc], np.array([0, n]), ranges, doc_sequence=True), {
+        "sentences_cut": cut,
+        **_dropped(doc, ranges),
+    }
 
 
 def _dropped(doc: TokenizedDocument, ranges) -> dict:
-    return {"dropped": {kind: _spans_in_rows(spans, ranges)[1] if len(spans) else 0 for kind, spans in doc.spans.items()}}
+    return {
+        "dropped": {kind: _spans_in_rows(spans, ranges)[1] if len(spans) else 0 for kind, spans in doc.spans.items()}
+    }
 
 
-def _rows_from_ranges(docs: list[TokenizedDocument], doc_offsets: np.ndarray, ranges, doc_sequence: bool, stream=None) -> list[Row]:
+def _rows_from_ranges(
+    docs: list[TokenizedDocument], doc_offsets: np.ndarray, ranges, doc_sequence: bool, stream=None
+) -> list[Row]:
     rows = []
     if doc_sequence:
         (doc,) = docs
         ids, ws, ss = doc.ids, doc.word_start, doc.sentence_start
         # kinds without spans in this document (None): the same empty array and label list in every row
-        span_rows = {kind: _spans_in_rows(spans, ranges)[0] if len(spans) else None for kind, spans in doc.spans.items()}
+        span_rows = {
+            kind: _spans_in_rows(spans, ranges)[0] if len(spans) else None for kind, spans in doc.spans.items()
+        }
         for i, (s, e) in enumerate(ranges):
             spans = {}
             labels = {}
@@ -201,6 +212,8 @@ def pack_full_sentences(docs: list[TokenizedDocument], limit: int, separator_id:
         spans_all[kind] = np.concatenate(arrays) if arrays else np.empty((0, 2), np.int64)
         if any(kind in d.span_labels for d in docs):
             labels_all[kind] = [lab for d in docs for lab in d.span_labels.get(kind, [])]
-    rows = _rows_from_ranges(docs, np.array(offsets), trimmed, doc_sequence=False, stream=(ids, ws, ss, spans_all, labels_all))
+    rows = _rows_from_ranges(
+        docs, np.array(offsets), trimmed, doc_sequence=False, stream=(ids, ws, ss, spans_all, labels_all)
+    )
     dropped = {kind: _spans_in_rows(sp, trimmed)[1] for kind, sp in spans_all.items()}
     return rows, {"sentences_cut": cut, "dropped": dropped}

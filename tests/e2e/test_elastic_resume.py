@@ -56,13 +56,26 @@ def ds_config(tmp: Path, stage: int, ranks: int) -> Path:
 
 def probe(run_dir: Path, ranks: int, stage: int, artifact: Path, *extra: str) -> str:
     """Train (or resume) RUN_DIR on ``ranks`` ranks through the probe; returns stdout."""
-    cmd = [sys.executable, str(PROBE)] if ranks == 1 else \
-        [str(DEEPSPEED), "--num_gpus", str(ranks), "--master_port", str(free_port()), str(PROBE)]
-    cmd += ["--deepspeed_config", str(ds_config(run_dir.parent, stage, ranks)), "--data", str(artifact),
-            "--output-dir", str(run_dir), *COMMON, *extra]
+    cmd = (
+        [sys.executable, str(PROBE)]
+        if ranks == 1
+        else [str(DEEPSPEED), "--num_gpus", str(ranks), "--master_port", str(free_port()), str(PROBE)]
+    )
+    cmd += [
+        "--deepspeed_config",
+        str(ds_config(run_dir.parent, stage, ranks)),
+        "--data",
+        str(artifact),
+        "--output-dir",
+        str(run_dir),
+        *COMMON,
+        *extra,
+    ]
     env = {**run_env(), "SPANPREP_PROBE_DIR": str(run_dir / "probe")}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}"
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}"
+    )
     return proc.stdout
 
 
@@ -74,7 +87,9 @@ def global_stream(run_dir: Path) -> dict[int, list[int]]:
         for line in path.read_text().splitlines():
             rec = json.loads(line)
             per_step.setdefault(rec["step"], []).append((rank, rec["micro_batches"]))
-    return {step: [i for _, micro in sorted(parts) for batch in micro for i in batch] for step, parts in per_step.items()}
+    return {
+        step: [i for _, micro in sorted(parts) for batch in micro for i in batch] for step, parts in per_step.items()
+    }
 
 
 def consolidated(ckpt_dir: Path, tag: str, key: str | None) -> dict[str, torch.Tensor]:
@@ -141,21 +156,29 @@ def assert_continues_the_run(full: Path, resumed: Path, after: int) -> None:
 
 def assert_elastic_messages(stdout: str, run_dir: Path, saved_by: int, ranks: int, stage: int, step: int) -> None:
     ckpt = run_dir / "checkpoints"
-    assert (f"elastic resume: {ckpt}/global_step{step} was saved by {saved_by} ranks, this run has {ranks}; "
-            f"ZeRO stage {stage} partitions the optimizer state by rank") in stdout
+    assert (
+        f"elastic resume: {ckpt}/global_step{step} was saved by {saved_by} ranks, this run has {ranks}; "
+        f"ZeRO stage {stage} partitions the optimizer state by rank"
+    ) in stdout
     assert f"elastic resume: converted {ckpt}/global_step{step}_universal in " in stdout
-    assert (f"resumed from {ckpt}/global_step{step} at step {step} (saved by {saved_by} ranks, now {ranks} via the "
-            f"universal checkpoint; global batch {GLOBAL_BATCH} sequences;") in stdout
+    assert (
+        f"resumed from {ckpt}/global_step{step} at step {step} (saved by {saved_by} ranks, now {ranks} via the "
+        f"universal checkpoint; global batch {GLOBAL_BATCH} sequences;"
+    ) in stdout
     assert f"done: {MAX_STEPS} steps" in stdout
     resolved = json.loads((run_dir / "config.json").read_text())
     assert resolved["world_size"] == ranks and resolved["global_batch_size"] == GLOBAL_BATCH
-    assert resolved["elastic_resume"] == {"checkpoint": f"global_step{step}", "saved_world_size": saved_by,
-                                          "universal_checkpoint": True}
+    assert resolved["elastic_resume"] == {
+        "checkpoint": f"global_step{step}",
+        "saved_world_size": saved_by,
+        "universal_checkpoint": True,
+    }
     assert resolved["deepspeed"]["checkpoint"] == {"load_universal": True}
     # the universal copy is deleted once the resumed run has saved a checkpoint of its own
     assert not list(ckpt.glob("*_universal")) and not (ckpt / "latest_universal").exists()
     assert sorted(p.name for p in ckpt.glob("global_step*")) == sorted(
-        {f"global_step{step}", *(f"global_step{s}" for s in range(step + 2, MAX_STEPS + 1, 2))})
+        {f"global_step{step}", *(f"global_step{s}" for s in range(step + 2, MAX_STEPS + 1, 2))}
+    )
 
 
 def train_two_ranks(tmp: Path, stage: int, artifact: Path) -> Path:
@@ -205,8 +228,14 @@ def test_zero12_two_ranks_to_one(stage, demo_artifact, tmp_path, main_in_process
     code, err = main_in_process(*base, "--deepspeed_config", str(ds_config(tmp_path, 2, 1)), "--no-elastic-resume")
     assert code == 2 and f"{where} (saved by 2 ranks) with 1 ranks: --no-elastic-resume is set" in err, err
     code, err = main_in_process(*base, "--deepspeed_config", str(ds_config(tmp_path, 1, 1)))
-    assert code == 2 and (f"{where} (ZeRO stage 2, 2 ranks) with ZeRO stage 1 and 1 ranks: change the number of "
-                          f"ranks or the stage, not both at once") in err, err
+    assert (
+        code == 2
+        and (
+            f"{where} (ZeRO stage 2, 2 ranks) with ZeRO stage 1 and 1 ranks: change the number of "
+            f"ranks or the stage, not both at once"
+        )
+        in err
+    ), err
     assert not list((refused / "checkpoints").glob("*_universal"))
 
 
@@ -226,8 +255,11 @@ def test_conversion_is_reused_only_when_complete(tmp_path):
     (ckpt / "latest_universal").write_text("global_step4_universal")  # converted by hand with DeepSpeed's command
     assert convert_to_universal(str(ckpt), "global_step4") == ("global_step4_universal", False)
     (ckpt / "latest_universal").write_text("global_step2_universal")  # the pointer names another: incomplete
-    with pytest.raises(RuntimeError, match=r"DeepSpeed's ds_to_universal could not convert .*global_step4 \(exit 1; "
-                                           r"full output in .*global_step4_universal/ds_to_universal.log\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"DeepSpeed's ds_to_universal could not convert .*global_step4 \(exit 1; "
+        r"full output in .*global_step4_universal/ds_to_universal.log\)",
+    ):
         convert_to_universal(str(ckpt), "global_step4")
     assert not (done / "zero" / "optimizer_state.pt").exists()  # the incomplete conversion was thrown away
     remove_universal_checkpoints(str(ckpt))

@@ -35,7 +35,9 @@ RUNS = {  # head -> task-specific options (tiny slices: 32 training and 40 evalu
 
 def run(cmd: list[str], expect: int = 0) -> subprocess.CompletedProcess:
     proc = subprocess.run(cmd, cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=TIMEOUT)
-    assert proc.returncode == expect, f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}"
+    assert proc.returncode == expect, (
+        f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}"
+    )
     return proc
 
 
@@ -45,10 +47,31 @@ def pretrained(demo_artifact, tmp_path_factory) -> dict:
     if not (DATA / "glue_rte" / "train.tsv").exists():
         pytest.skip(f"real data not available: {DATA}")
     tmp = tmp_path_factory.mktemp("ft_pretrain")
-    run([sys.executable, str(REPO / "trainer" / "pretrain.py"), "--data", str(demo_artifact), "--preset", "tiny",
-         "--max-steps", "4", "--warmup-steps", "1", "--lr", "5e-3", "--eval-every", "0", "--no-progress",
-         "--num-workers", "1", "--deepspeed_config", str(REPO / "trainer" / "configs" / "zero1_cpu.json"),
-         "--output-dir", str(tmp / "run")])
+    run(
+        [
+            sys.executable,
+            str(REPO / "trainer" / "pretrain.py"),
+            "--data",
+            str(demo_artifact),
+            "--preset",
+            "tiny",
+            "--max-steps",
+            "4",
+            "--warmup-steps",
+            "1",
+            "--lr",
+            "5e-3",
+            "--eval-every",
+            "0",
+            "--no-progress",
+            "--num-workers",
+            "1",
+            "--deepspeed_config",
+            str(REPO / "trainer" / "configs" / "zero1_cpu.json"),
+            "--output-dir",
+            str(tmp / "run"),
+        ]
+    )
     run([sys.executable, "-m", "trainer.export", str(tmp / "run" / "checkpoints"), "--out", str(tmp / "hf")])
     dictionary = tmp / "dict"
     build_ngram_dictionary.run(["--input", str(wikitext2("valid")), "--output", str(dictionary)])
@@ -56,10 +79,34 @@ def pretrained(demo_artifact, tmp_path_factory) -> dict:
 
 
 def finetune_cmd(pretrained: dict, head: str, out: Path, init: str = "run", *extra: str) -> list[str]:
-    return [str(FINETUNE), "--init", str(pretrained[init]), "--head", head, *RUNS[head], "--data-dir", str(DATA),
-            "--max-train-examples", "32", "--max-eval-examples", "40", "--epochs", "1", "--lr", "1e-3",
-            "--log-every", "1", "--no-progress", "--deepspeed_config", str(REPO / "trainer" / "configs" / "zero1_cpu.json"),
-            "--ngram-dictionary", str(pretrained["dict"]), "--output-dir", str(out), *extra]
+    return [
+        str(FINETUNE),
+        "--init",
+        str(pretrained[init]),
+        "--head",
+        head,
+        *RUNS[head],
+        "--data-dir",
+        str(DATA),
+        "--max-train-examples",
+        "32",
+        "--max-eval-examples",
+        "40",
+        "--epochs",
+        "1",
+        "--lr",
+        "1e-3",
+        "--log-every",
+        "1",
+        "--no-progress",
+        "--deepspeed_config",
+        str(REPO / "trainer" / "configs" / "zero1_cpu.json"),
+        "--ngram-dictionary",
+        str(pretrained["dict"]),
+        "--output-dir",
+        str(out),
+        *extra,
+    ]
 
 
 def check_run(out: Path, head: str, world_size: int) -> dict:
@@ -78,7 +125,9 @@ def check_run(out: Path, head: str, world_size: int) -> dict:
         assert m["task"] == "rte" and m["eval"]["examples"] == 40 and 0 <= m["eval"]["accuracy"] <= 100
         rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
         assert len(rows) == 40 and {r["prediction"] for r in rows} <= {0, 1}
-        assert m["eval"]["accuracy"] == pytest.approx(100 * sum(r["label"] == r["prediction"] for r in rows) / 40, abs=1e-3)
+        assert m["eval"]["accuracy"] == pytest.approx(
+            100 * sum(r["label"] == r["prediction"] for r in rows) / 40, abs=1e-3
+        )
     if head == "span-ft":
         assert m["segmentation"] == "ngram" and m["data"]["dev"]["mean_spans"] > 16
     assert (out / "monitor" / "finetune_train_loss.csv").exists() and (out / "bad_rows.jsonl").read_text() == ""
@@ -93,7 +142,16 @@ def test_one_plain_process(pretrained, tmp_path, head):
 
 @pytest.mark.parametrize("head", list(RUNS))
 def test_two_cpu_ranks_under_deepspeed(pretrained, tmp_path, head):
-    run([str(DEEPSPEED), "--num_gpus", "2", "--master_port", str(free_port()), *finetune_cmd(pretrained, head, tmp_path / head)])
+    run(
+        [
+            str(DEEPSPEED),
+            "--num_gpus",
+            "2",
+            "--master_port",
+            str(free_port()),
+            *finetune_cmd(pretrained, head, tmp_path / head),
+        ]
+    )
     check_run(tmp_path / head, head, 2)
 
 
@@ -105,7 +163,9 @@ def test_from_the_hugging_face_export_same_as_from_the_checkpoint_and_determinis
         results[name].pop("seconds")
     assert results["hf"]["init"]["kind"] == "huggingface" and results["ckpt"]["init"]["kind"] == "deepspeed_checkpoint"
     assert results["ckpt"] == results["ckpt_again"]  # seeded: the same run twice gives the same numbers
-    assert (tmp_path / "ckpt" / "predictions.jsonl").read_bytes() == (tmp_path / "ckpt_again" / "predictions.jsonl").read_bytes()
+    assert (tmp_path / "ckpt" / "predictions.jsonl").read_bytes() == (
+        tmp_path / "ckpt_again" / "predictions.jsonl"
+    ).read_bytes()
     # The same weights and the same tokenizer through either source: the same run.
     hf_loss, ckpt_loss = ([r["loss"] for r in results[k]["train_loss"]] for k in ("hf", "ckpt"))
     assert len(hf_loss) == 4 and hf_loss == pytest.approx(ckpt_loss, rel=1e-5)
@@ -125,9 +185,14 @@ def test_bad_rows_reported_and_user_errors_exit_2(pretrained, tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert m["data"]["train"]["by_reason"] == {"unknown_label": 1, "wrong_column_count": 1}
     records = [json.loads(line) for line in (out / "bad_rows.jsonl").read_text().splitlines()]
-    assert [(r["split"], r["line"], r["reason"]) for r in records] == [("train", 4, "unknown_label"), ("train", 6, "wrong_column_count")]
-    for extra, message in ((["--dev-file", str(tmp_path / "missing.tsv")], "missing.tsv: no such file"),
-                           (["--train-file", str(XQUAD)], "header"),):
+    assert [(r["split"], r["line"], r["reason"]) for r in records] == [
+        ("train", 4, "unknown_label"),
+        ("train", 6, "wrong_column_count"),
+    ]
+    for extra, message in (
+        (["--dev-file", str(tmp_path / "missing.tsv")], "missing.tsv: no such file"),
+        (["--train-file", str(XQUAD)], "header"),
+    ):
         proc = run([sys.executable, *finetune_cmd(pretrained, "cls", tmp_path / "err", "run", *extra)], expect=2)
         assert proc.stderr.strip().splitlines()[-1].startswith("finetune: error:") and message in proc.stderr
         assert "Traceback" not in proc.stderr

@@ -26,7 +26,14 @@ from tests.support.shard_damage import flip_byte_changing_input_ids
 pytestmark = pytest.mark.slow
 
 FIRST, MORE = 4, 6  # train to step FIRST, then resume to step MORE
-HF_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+HF_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "special_tokens_map.json",
+)
 
 
 def _options(max_steps: int) -> list[str]:
@@ -37,9 +44,22 @@ def _options(max_steps: int) -> list[str]:
 
 
 def _train(store, data: str, run_dir: Path, tmp: Path, max_steps: int, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [*launcher(2), "--deepspeed_config", str(ds_config(tmp, 1)), "--data", data, "--output-dir", str(run_dir),
-           "--save-every", str(FIRST), *_options(max_steps), *extra]
-    proc = subprocess.run(cmd, cwd=PRETRAIN.parents[1], env={**run_env(), **store.env}, capture_output=True, text=True, timeout=TIMEOUT)
+    cmd = [
+        *launcher(2),
+        "--deepspeed_config",
+        str(ds_config(tmp, 1)),
+        "--data",
+        data,
+        "--output-dir",
+        str(run_dir),
+        "--save-every",
+        str(FIRST),
+        *_options(max_steps),
+        *extra,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=PRETRAIN.parents[1], env={**run_env(), **store.env}, capture_output=True, text=True, timeout=TIMEOUT
+    )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return proc
 
@@ -74,18 +94,37 @@ def test_pretrain_refuses_a_damaged_shard_in_the_bucket_naming_it(object_store, 
     rel = Artifact.open(str(damaged)).shard_paths[1]
     flip_byte_changing_input_ids(damaged / rel)
     uri = object_store.upload_tree(damaged, _prefix("damaged"))
-    done = _run(object_store, str(PRETRAIN), "--data", uri, "--preset", "tiny", "--max-steps", "2", "--warmup-steps", "1",
-                "--no-progress", "--num-workers", "0", "--output-dir", str(tmp_path / "run"))
+    done = _run(
+        object_store,
+        str(PRETRAIN),
+        "--data",
+        uri,
+        "--preset",
+        "tiny",
+        "--max-steps",
+        "2",
+        "--warmup-steps",
+        "1",
+        "--no-progress",
+        "--num-workers",
+        "0",
+        "--output-dir",
+        str(tmp_path / "run"),
+    )
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"pretrain: error: {uri}/{rel}: sha256 ") and "differs from the manifest" in last, done.stderr[-3000:]
+    assert last.startswith(f"pretrain: error: {uri}/{rel}: sha256 ") and "differs from the manifest" in last, (
+        done.stderr[-3000:]
+    )
     others = [s for s in Artifact.open(str(damaged)).shard_paths if s != rel]
     assert not any(s in done.stderr for s in others)
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 @pytest.mark.parametrize("workers", [0, 1])
-def test_a_damaged_shard_found_by_a_cache_fill_during_training_stops_with_one_line(s3_store, demo_artifact, tmp_path, workers):
+def test_a_damaged_shard_found_by_a_cache_fill_during_training_stops_with_one_line(
+    s3_store, demo_artifact, tmp_path, workers
+):
     """With --cache-dir the start-up check is by size only; the sha256 check of the fill, in the training loop (in
     a DataLoader worker with --num-workers 1), must end the run with exit 2 and one line naming the shard."""
     damaged = tmp_path / "damaged"
@@ -94,9 +133,28 @@ def test_a_damaged_shard_found_by_a_cache_fill_during_training_stops_with_one_li
     for rel in shards[:-1]:  # every training shard (the last one is held out)
         flip_byte_changing_input_ids(damaged / rel)
     uri = s3_store.upload_tree(damaged, _prefix("damaged-fill"))
-    done = _run(s3_store, str(PRETRAIN), "--data", uri, "--preset", "tiny", "--max-steps", "2", "--warmup-steps", "1",
-                "--no-progress", "--num-workers", str(workers), "--cache-dir", str(tmp_path / "cache"), "--read-ahead", "0",
-                "--output-dir", str(tmp_path / "run"), timeout=300)  # it hung at exit with a worker before the fix
+    done = _run(
+        s3_store,
+        str(PRETRAIN),
+        "--data",
+        uri,
+        "--preset",
+        "tiny",
+        "--max-steps",
+        "2",
+        "--warmup-steps",
+        "1",
+        "--no-progress",
+        "--num-workers",
+        str(workers),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--read-ahead",
+        "0",
+        "--output-dir",
+        str(tmp_path / "run"),
+        timeout=300,
+    )  # it hung at exit with a worker before the fix
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]

@@ -101,7 +101,9 @@ def test_report_from_the_bucket_equals_the_local_report(object_store, demo_artif
         assert done.returncode == 0, done.stdout + done.stderr
     local_pages = sorted(p.relative_to(local).as_posix() for p in (local / "report").rglob("*") if p.is_file())
     fs, root = object_store.pyarrow_fs(), uri.split("://", 1)[1]
-    bucket_pages = sorted(i.path[len(root) + 1 :] for i in fs.get_file_info(FileSelector(f"{root}/report", recursive=True)) if i.size)
+    bucket_pages = sorted(
+        i.path[len(root) + 1 :] for i in fs.get_file_info(FileSelector(f"{root}/report", recursive=True)) if i.size
+    )
     assert bucket_pages == local_pages and "report/index.html" in local_pages and len(local_pages) > 1
     for rel in ("README.md", "report/index.html"):
         remote = _bucket_bytes(object_store, f"{uri}/{rel}").decode("utf-8")
@@ -118,7 +120,14 @@ def test_datasets_load_dataset_reads_the_shards_from_the_bucket(object_store, de
         "print(json.dumps({'rows': d.num_rows, 'tokens': sum(len(x) for x in d['input_ids']), "
         "'doc_ids': sorted(set(d['doc_id']))}))\n"
     )
-    done = _run(object_store, "-c", script, f"{uri}/shards/*.arrow", json.dumps(object_store.storage_options), str(tmp_path / "hf"))
+    done = _run(
+        object_store,
+        "-c",
+        script,
+        f"{uri}/shards/*.arrow",
+        json.dumps(object_store.storage_options),
+        str(tmp_path / "hf"),
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     manifest = Artifact.open(str(demo_artifact)).manifest
@@ -157,10 +166,18 @@ def test_build_shards_from_bucket_to_bucket_matches_the_local_build(object_store
     output = object_store.uri(prefix, "artifact")
     done = _run(
         object_store,
-        "-m", "pipeline.build_shards",
-        "--input", object_store.uri(prefix, "in", DEMO_CORPUS.name),
-        "--output", output,
-        "--runner", "FnApiRunner", "--direct_running_mode", "multi_processing", "--direct_num_workers", "2",
+        "-m",
+        "pipeline.build_shards",
+        "--input",
+        object_store.uri(prefix, "in", DEMO_CORPUS.name),
+        "--output",
+        output,
+        "--runner",
+        "FnApiRunner",
+        "--direct_running_mode",
+        "multi_processing",
+        "--direct_num_workers",
+        "2",
         *DEMO_BUILD,
         *object_store.beam_args,
     )
@@ -177,7 +194,9 @@ def test_build_shards_from_bucket_to_bucket_matches_the_local_build(object_store
 
 
 # -- writing into a bucket: the n-gram dictionary, publishing semantics ------------------------------------
-SNIPPET = " = Cats = \n the cat sat on the mat . the cat sat . \n the cat <unk> sat on the mat , the cat \n on the mat \n"
+SNIPPET = (
+    " = Cats = \n the cat sat on the mat . the cat sat . \n the cat <unk> sat on the mat , the cat \n on the mat \n"
+)
 
 
 def test_ngram_dictionary_built_into_the_bucket_equals_the_local_build(object_store, tmp_path):
@@ -190,9 +209,21 @@ def test_ngram_dictionary_built_into_the_bucket_equals_the_local_build(object_st
     remote_in = object_store.upload_tree(tmp_path, f"{prefix}/in") + "/snippet.tokens"
     options = ["--min-n", "2", "--max-n", "3", "--min-count", "2"]
     local = tmp_path / "dictionary"
-    for source, out in ((str(tmp_path / "snippet.tokens"), str(local)), (remote_in, object_store.uri(prefix, "dictionary"))):
-        done = _run(object_store, "-m", "pipeline.build_ngram_dictionary", "--input", source, "--output", out, *options,
-                    *object_store.beam_args)
+    for source, out in (
+        (str(tmp_path / "snippet.tokens"), str(local)),
+        (remote_in, object_store.uri(prefix, "dictionary")),
+    ):
+        done = _run(
+            object_store,
+            "-m",
+            "pipeline.build_ngram_dictionary",
+            "--input",
+            source,
+            "--output",
+            out,
+            *options,
+            *object_store.beam_args,
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     remote = object_store.uri(prefix, "dictionary")
     for name in (nd.ARROW_FILE, nd.TSV_FILE, nd.DEAD_LETTER_FILE):
@@ -211,8 +242,17 @@ def test_a_build_into_a_bucket_prefix_holding_files_refuses_without_overwrite(ob
         out.write(b"someone else's file\n")
     with object_store.pyarrow_fs().open_output_stream(f"{object_store.bucket}/{prefix}/in/{DEMO_CORPUS.name}") as out:
         out.write(DEMO_CORPUS.read_bytes())
-    done = _run(object_store, "-m", "pipeline.build_shards", "--input", object_store.uri(prefix, "in", DEMO_CORPUS.name),
-                "--output", object_store.uri(prefix, "out"), *DEMO_BUILD, *object_store.beam_args)
+    done = _run(
+        object_store,
+        "-m",
+        "pipeline.build_shards",
+        "--input",
+        object_store.uri(prefix, "in", DEMO_CORPUS.name),
+        "--output",
+        object_store.uri(prefix, "out"),
+        *DEMO_BUILD,
+        *object_store.beam_args,
+    )
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     # One error line, the last thing printed (the rest is logging: Beam's GCS credential retries, INFO lines).
     errors = [line for line in done.stderr.splitlines() if line.startswith("build_shards: error:")]
@@ -220,7 +260,9 @@ def test_a_build_into_a_bucket_prefix_holding_files_refuses_without_overwrite(ob
     assert "notes.txt" in errors[0] and "--overwrite" in errors[0], errors
     assert _bucket_bytes(object_store, object_store.uri(prefix, "out", "notes.txt")) == b"someone else's file\n"
     fs = object_store.pyarrow_fs()
-    names = [i.path for i in fs.get_file_info(FileSelector(f"{object_store.bucket}/{prefix}/out", recursive=True)) if i.size]
+    names = [
+        i.path for i in fs.get_file_info(FileSelector(f"{object_store.bucket}/{prefix}/out", recursive=True)) if i.size
+    ]
     assert names == [f"{object_store.bucket}/{prefix}/out/notes.txt"], names
 
 
@@ -233,11 +275,15 @@ def test_the_build_lock_in_a_bucket_is_created_exclusively(object_store, monkeyp
     from pipeline import output
 
     if object_store.scheme == "gs":
-        pytest.skip("gcp-storage-emulator ignores ifGenerationMatch=0 (a second upload replaces the object), so "
-                    "exclusive creation cannot be shown against it")
+        pytest.skip(
+            "gcp-storage-emulator ignores ifGenerationMatch=0 (a second upload replaces the object), so "
+            "exclusive creation cannot be shown against it"
+        )
     FileSystems.set_options(PipelineOptions(object_store.beam_args))
     lock = object_store.uri(_prefix("lock"), "_build.lock")
-    monkeypatch.setattr(FileSystems, "exists", staticmethod(lambda path: False))  # both builds checked before either wrote
+    monkeypatch.setattr(
+        FileSystems, "exists", staticmethod(lambda path: False)
+    )  # both builds checked before either wrote
     assert output._create_exclusively(lock, b'{"build_id": "first"}') is True
     assert output._create_exclusively(lock, b'{"build_id": "second"}') is False
     assert _bucket_bytes(object_store, lock) == b'{"build_id": "first"}'
@@ -254,10 +300,22 @@ def test_two_concurrent_builds_into_one_s3_prefix_cannot_both_succeed(s3_store, 
     with s3_store.pyarrow_fs().open_output_stream(f"{s3_store.bucket}/{prefix}/in/{DEMO_CORPUS.name}") as out:
         out.write(DEMO_CORPUS.read_bytes())
     output = s3_store.uri(prefix, "out")
-    argv = [sys.executable, "-m", "pipeline.build_shards", "--input", s3_store.uri(prefix, "in", DEMO_CORPUS.name),
-            "--output", output, *DEMO_BUILD, *s3_store.beam_args]
+    argv = [
+        sys.executable,
+        "-m",
+        "pipeline.build_shards",
+        "--input",
+        s3_store.uri(prefix, "in", DEMO_CORPUS.name),
+        "--output",
+        output,
+        *DEMO_BUILD,
+        *s3_store.beam_args,
+    ]
     env = {**s3_store.child_env(), "PYTHONPATH": str(REPO)}
-    builds = [subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    builds = [
+        subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     results = [(b.returncode, err) for b in builds for _, err in [b.communicate(timeout=600)]]
     assert sorted(code for code, _ in results) == [0, 2], [err[-2000:] for _, err in results]
     refused = next(err for code, err in results if code == 2)
@@ -265,5 +323,7 @@ def test_two_concurrent_builds_into_one_s3_prefix_cannot_both_succeed(s3_store, 
     assert last.startswith(f"build_shards: error: --output {output}") and "--overwrite" in last, refused[-2000:]
     verify = _run(s3_store, "-m", "pipeline.verify", output)
     rows = Artifact.open(str(demo_artifact)).manifest["counts"]["rows"]
-    assert verify.returncode == 0 and f"{rows} rows checked" in verify.stdout and rows > 0, verify.stdout + verify.stderr
+    assert verify.returncode == 0 and f"{rows} rows checked" in verify.stdout and rows > 0, (
+        verify.stdout + verify.stderr
+    )
     assert Artifact.open(output).manifest["shards"] == Artifact.open(str(demo_artifact)).manifest["shards"]

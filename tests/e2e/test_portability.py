@@ -97,7 +97,11 @@ def _start(module: str, port_flag: str, log: Path, what: str):
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", module, port_flag, str(port)],
-            cwd=REPO, env=_service_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=REPO,
+            env=_service_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         _wait_for_port(port, proc, log, what)
@@ -110,7 +114,9 @@ def _start(module: str, port_flag: str, log: Path, what: str):
 @pytest.fixture(scope="module")
 def job_endpoint(tmp_path_factory):
     log = tmp_path_factory.mktemp("job_service") / "job_service.log"
-    proc, port = _start("apache_beam.runners.portability.local_job_service_main", "--port", log, "the local job service")
+    proc, port = _start(
+        "apache_beam.runners.portability.local_job_service_main", "--port", log, "the local job service"
+    )
     try:
         yield f"localhost:{port}"
     finally:
@@ -231,11 +237,24 @@ def _build_shards_options() -> set[str]:
     return _job_option_names(BuildShardsOptions)
 
 
-def test_build_shards_with_candidates_on_wikitext_is_identical_on_the_portable_runner(wikitext_articles, environments, tmp_path):
+def test_build_shards_with_candidates_on_wikitext_is_identical_on_the_portable_runner(
+    wikitext_articles, environments, tmp_path
+):
     from pipeline import build_shards
 
-    argv = ["--input", str(wikitext_articles), "--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "2000",
-            "--num-shards", "3", "--mask-candidates", "entities,noun_phrases"]
+    argv = [
+        "--input",
+        str(wikitext_articles),
+        "--input-format",
+        "wikitext",
+        "--train-tokenizer",
+        "--vocab-size",
+        "2000",
+        "--num-shards",
+        "3",
+        "--mask-candidates",
+        "entities,noun_phrases",
+    ]
     results = run_everywhere(build_shards, argv, tmp_path / "artifact", environments)
     manifest = assert_identical(results, _build_shards_options())
     c = manifest["counts"]
@@ -244,18 +263,42 @@ def test_build_shards_with_candidates_on_wikitext_is_identical_on_the_portable_r
     assert len(list((results["EXTERNAL"] / "shards").glob("*.arrow"))) == 3
 
 
-def test_build_shards_on_the_demo_corpus_with_bad_records_is_identical_on_the_portable_runner(bad_records, environments, tmp_path):
+def test_build_shards_on_the_demo_corpus_with_bad_records_is_identical_on_the_portable_runner(
+    bad_records, environments, tmp_path
+):
     from pipeline import build_shards
 
     # --split-bytes: the demo corpus (151 kB) is read as 10 byte ranges, the bad records as one file
-    argv = ["--input", str(DEMO_CORPUS), "--input", str(bad_records), "--input-format", "jsonl", "--train-tokenizer",
-            "--vocab-size", "3000", "--num-shards", "4", "--mask-candidates", "entities,noun_phrases", "--split-bytes", "16384"]
+    argv = [
+        "--input",
+        str(DEMO_CORPUS),
+        "--input",
+        str(bad_records),
+        "--input-format",
+        "jsonl",
+        "--train-tokenizer",
+        "--vocab-size",
+        "3000",
+        "--num-shards",
+        "4",
+        "--mask-candidates",
+        "entities,noun_phrases",
+        "--split-bytes",
+        "16384",
+    ]
     results = run_everywhere(build_shards, argv, tmp_path / "artifact", environments)
     manifest = assert_identical(results, _build_shards_options())
     c = manifest["counts"]
     assert c["documents_written"] == 40
     assert c["documents_dead_lettered"] == len(BAD_RECORDS)
-    assert set(c["dead_lettered_by_reason"]) == {"malformed_json", "missing_text", "empty_text", "non_string_text", "invalid_utf8", "no_tokens"}
+    assert set(c["dead_lettered_by_reason"]) == {
+        "malformed_json",
+        "missing_text",
+        "empty_text",
+        "non_string_text",
+        "invalid_utf8",
+        "no_tokens",
+    }
     assert len(list((results["LOOPBACK"] / "dead_letter").glob("*.jsonl"))) == len(BAD_RECORDS)
     assert manifest["candidates"]["spans"]["entities"] > 0 and manifest["candidates"]["spans"]["noun_phrases"] > 0
 

@@ -82,8 +82,19 @@ def one_process_run(demo_artifact, tmp_path_factory) -> Path:
     """`python trainer/pretrain.py` with no distributed environment at all: one rank, ZeRO-1."""
     tmp = tmp_path_factory.mktemp("one_process")
     out = tmp / "run"
-    cmd = [sys.executable, str(PRETRAIN), "--deepspeed_config", str(ds_config(tmp, 1)), "--data", str(demo_artifact),
-           "--output-dir", str(out), "--save-every", str(MAX_STEPS), *COMMON]
+    cmd = [
+        sys.executable,
+        str(PRETRAIN),
+        "--deepspeed_config",
+        str(ds_config(tmp, 1)),
+        "--data",
+        str(demo_artifact),
+        "--output-dir",
+        str(out),
+        "--save-every",
+        str(MAX_STEPS),
+        *COMMON,
+    ]
     proc = run(cmd)
     assert f"done: {MAX_STEPS} steps" in proc.stdout
     return out
@@ -97,13 +108,24 @@ def test_python_single_process_trains(one_process_run):
     assert resolved["deepspeed"]["zero_optimization"]["stage"] == 1
     assert resolved["deepspeed"]["optimizer"]["params"]["eps"] == 1e-8  # the trainer's Adam options are written in
     assert latest(out) == f"global_step{MAX_STEPS}"
-    for name in ("train_mlm_loss", "train_sbo_loss", "train_lr", "train_seq_per_s", "train_tokens_per_s",
-                 "eval_mlm_loss", "eval_mlm_acc", "eval_sbo_loss", "eval_sbo_acc"):
+    for name in (
+        "train_mlm_loss",
+        "train_sbo_loss",
+        "train_lr",
+        "train_seq_per_s",
+        "train_tokens_per_s",
+        "eval_mlm_loss",
+        "eval_mlm_acc",
+        "eval_sbo_loss",
+        "eval_sbo_acc",
+    ):
         assert sorted(metric(out, name)) != [], name
     assert "train_mfu" not in {p.stem for p in (out / "monitor").glob("*.csv")}  # MFU on GPUs only
     assert list((out / "tensorboard").rglob("events.out.tfevents.*"))
     lr = metric(out, "train_lr")
-    assert lr[1] == pytest.approx(2.5e-3) and lr[2] == pytest.approx(5e-3) and lr[3] > lr[MAX_STEPS] > 0  # warmup, decay
+    assert (
+        lr[1] == pytest.approx(2.5e-3) and lr[2] == pytest.approx(5e-3) and lr[3] > lr[MAX_STEPS] > 0
+    )  # warmup, decay
 
 
 @pytest.mark.parametrize("stage", [1, 3])
@@ -143,7 +165,9 @@ def assert_checkpoint_holds_trained_weights(run_dir: Path, artifact: Path) -> No
 
     resolved = json.loads((run_dir / "config.json").read_text())
     data = DataConfig.from_dict({**resolved["data"], "num_workers": 0})
-    masking = MaskingConfig.from_dict({k: tuple(v) if isinstance(v, list) else v for k, v in resolved["masking"].items()})
+    masking = MaskingConfig.from_dict(
+        {k: tuple(v) if isinstance(v, list) else v for k, v in resolved["masking"].items()}
+    )
     model, meta = load_model(str(run_dir / "checkpoints"))
     assert meta["step"] == MAX_STEPS
     loss_sum, targets = 0.0, 0
@@ -153,7 +177,12 @@ def assert_checkpoint_holds_trained_weights(run_dir: Path, artifact: Path) -> No
             for i, batch in enumerate(loader):
                 if i == 2:  # --eval-batches 2
                     break
-                out = model(**{k: batch[k] for k in ("input_ids", "attention_mask", "labels", "span_left", "span_right", "span_position")})
+                out = model(
+                    **{
+                        k: batch[k]
+                        for k in ("input_ids", "attention_mask", "labels", "span_left", "span_right", "span_position")
+                    }
+                )
                 loss_sum += out["mlm_loss"].item() * out["num_targets"].item()
                 targets += out["num_targets"].item()
     assert targets > 0
@@ -168,8 +197,14 @@ def test_zero2_sigterm_saves_exits_0_and_the_resumed_run_continues(demo_artifact
     run([*launcher(2), *args, "--output-dir", str(full)])
     assert_loss_went_down(full)
 
-    proc = subprocess.Popen([*launcher(2), *args, "--output-dir", str(stopped)], cwd=REPO, env=run_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*launcher(2), *args, "--output-dir", str(stopped)],
+        cwd=REPO,
+        env=run_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         csv_path = stopped / "monitor" / "train_loss.csv"
         deadline = time.time() + TIMEOUT
@@ -180,8 +215,11 @@ def test_zero2_sigterm_saves_exits_0_and_the_resumed_run_continues(demo_artifact
         assert proc.poll() is None, "the run ended before it could be signalled"
         # Like a cluster scheduler: SIGTERM to every process of the job below the launcher (ranks and their
         # DataLoader workers).
-        launch = next(p for p in psutil.Process(proc.pid).children(recursive=True)
-                      if "deepspeed.launcher.launch" in " ".join(p.cmdline()))
+        launch = next(
+            p
+            for p in psutil.Process(proc.pid).children(recursive=True)
+            if "deepspeed.launcher.launch" in " ".join(p.cmdline())
+        )
         job = launch.children(recursive=True)
         ranks = launch.children()
         assert len(ranks) == 2 and len(job) > 2  # two ranks, each with a DataLoader worker
@@ -211,11 +249,26 @@ def test_resume_with_more_steps_follows_the_new_schedule(one_process_run, demo_a
     longer = MAX_STEPS + 4
     args = list(COMMON)
     args[args.index("--max-steps") + 1] = str(longer)
-    proc = run([sys.executable, str(PRETRAIN), "--deepspeed_config", str(ds_config(tmp_path, 1)), "--data", str(demo_artifact),
-                "--output-dir", str(run_dir), "--resume", *args])
+    proc = run(
+        [
+            sys.executable,
+            str(PRETRAIN),
+            "--deepspeed_config",
+            str(ds_config(tmp_path, 1)),
+            "--data",
+            str(demo_artifact),
+            "--output-dir",
+            str(run_dir),
+            "--resume",
+            *args,
+        ]
+    )
     # Every option that differs from the checkpoint's run is listed (issue 9, case 8).
-    changes = [line.split("accepted: ", 1)[1] for line in proc.stdout.splitlines()
-               if line.startswith("resume: option changed since the checkpoint, accepted: ")]
+    changes = [
+        line.split("accepted: ", 1)[1]
+        for line in proc.stdout.splitlines()
+        if line.startswith("resume: option changed since the checkpoint, accepted: ")
+    ]
     old_ds = one_process_run.parent / f"zero1_cpu_mb{MICRO_BATCH}.json"
     assert sorted(changes) == [
         f"run.deepspeed_config: {str(old_ds)!r} -> {str(ds_config(tmp_path, 1))!r}",
@@ -257,9 +310,27 @@ def _cpu_config(tmp_path: Path, **changes) -> str:
 
 
 def test_missing_artifact_is_one_line_on_stderr(tmp_path):
-    proc = subprocess.run([sys.executable, str(PRETRAIN), "--data", str(tmp_path / "nowhere"), "--preset", "tiny",
-                           "--max-steps", "5", "--warmup-steps", "1", "--output-dir", str(tmp_path / "run")],
-                          cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(PRETRAIN),
+            "--data",
+            str(tmp_path / "nowhere"),
+            "--preset",
+            "tiny",
+            "--max-steps",
+            "5",
+            "--warmup-steps",
+            "1",
+            "--output-dir",
+            str(tmp_path / "run"),
+        ],
+        cwd=REPO,
+        env=run_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert f"pretrain: error: {tmp_path / 'nowhere'}: artifact directory does not exist" in proc.stderr
@@ -278,8 +349,21 @@ def test_missing_artifact_is_one_line_on_stderr(tmp_path):
     ],
 )
 def test_bad_options_are_clear_errors(extra, words, demo_artifact, tmp_path, main_in_process):
-    code, err = main_in_process("--data", str(demo_artifact), "--preset", "tiny", "--max-steps", "10",
-                                "--warmup-steps", "1", "--output-dir", str(tmp_path / "run"), "--eval-every", "5", *extra)
+    code, err = main_in_process(
+        "--data",
+        str(demo_artifact),
+        "--preset",
+        "tiny",
+        "--max-steps",
+        "10",
+        "--warmup-steps",
+        "1",
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--eval-every",
+        "5",
+        *extra,
+    )
     assert code == 2 and err.startswith("pretrain: error: ") and words in err, err
     assert "Traceback" not in err
 
@@ -288,21 +372,40 @@ def test_bad_options_are_clear_errors(extra, words, demo_artifact, tmp_path, mai
     "changes, words",
     [
         ({"train_batch_size": 64}, "remove 'train_batch_size'"),
-        ({"optimizer": {"type": "AdamW", "params": {"lr": 0.1, "torch_adam": True}}}, "remove optimizer.params.lr: it is set with --lr"),
+        (
+            {"optimizer": {"type": "AdamW", "params": {"lr": 0.1, "torch_adam": True}}},
+            "remove optimizer.params.lr: it is set with --lr",
+        ),
         ({"optimizer": {"type": "AdamW", "params": {}}}, "fused Adam, which needs a GPU"),
         ({"train_micro_batch_size_per_gpu": 0}, "train_micro_batch_size_per_gpu must be a positive integer"),
         ({"zero_optimization": {"stage": 2, "overlap_comms": True}}, "DeepSpeed rejects it: 1 validation error"),
-        ({"checkpoint": {"load_universal": True}}, "remove checkpoint.load_universal: the trainer sets it when --resume changes"),
+        (
+            {"checkpoint": {"load_universal": True}},
+            "remove checkpoint.load_universal: the trainer sets it when --resume changes",
+        ),
     ],
 )
 def test_bad_deepspeed_config_is_a_clear_error(changes, words, demo_artifact, tmp_path, main_in_process):
-    code, err = main_in_process("--data", str(demo_artifact), "--preset", "tiny", "--max-steps", "10", "--warmup-steps", "1",
-                                "--output-dir", str(tmp_path / "run"), "--deepspeed_config", _cpu_config(tmp_path, **changes))
+    code, err = main_in_process(
+        "--data",
+        str(demo_artifact),
+        "--preset",
+        "tiny",
+        "--max-steps",
+        "10",
+        "--warmup-steps",
+        "1",
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--deepspeed_config",
+        _cpu_config(tmp_path, **changes),
+    )
     assert code == 2 and words in err, err
 
 
-def test_existing_run_needs_resume_and_resume_needs_the_same_tokenizer(one_process_run, wikitext2_artifact, tmp_path,
-                                                                       main_in_process):
+def test_existing_run_needs_resume_and_resume_needs_the_same_tokenizer(
+    one_process_run, wikitext2_artifact, tmp_path, main_in_process
+):
     run_dir = tmp_path / "run"
     shutil.copytree(one_process_run / "checkpoints", run_dir / "checkpoints")
     base = ["--preset", "tiny", "--max-steps", "20", "--warmup-steps", "1", "--output-dir", str(run_dir)]
@@ -310,7 +413,12 @@ def test_existing_run_needs_resume_and_resume_needs_the_same_tokenizer(one_proce
     code, err = main_in_process("--data", demo, *base)
     assert code == 2 and f"already holds checkpoints (latest: global_step{MAX_STEPS}); pass --resume" in err, err
     code, err = main_in_process("--data", str(wikitext2_artifact), *base, "--resume")
-    assert code == 2 and "was trained with another tokenizer" in err and "vocabulary 4000" in err and "vocabulary 8000" in err, err
+    assert (
+        code == 2
+        and "was trained with another tokenizer" in err
+        and "vocabulary 4000" in err
+        and "vocabulary 8000" in err
+    ), err
 
 
 @pytest.fixture(scope="module")
@@ -322,26 +430,58 @@ def demo_artifact_same_tokenizer(demo_artifact, tmp_path_factory) -> Path:
     half = tmp / "half.jsonl"
     lines = DEMO_CORPUS.read_text(encoding="utf-8").splitlines(keepends=True)
     half.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
-    build(half, tmp / "artifact", "--input-format", "jsonl", "--tokenizer", str(demo_artifact / "tokenizer.json"),
-          "--num-shards", "3")
+    build(
+        half,
+        tmp / "artifact",
+        "--input-format",
+        "jsonl",
+        "--tokenizer",
+        str(demo_artifact / "tokenizer.json"),
+        "--num-shards",
+        "3",
+    )
     return tmp / "artifact"
 
 
 def test_resume_on_another_artifact_with_the_same_tokenizer_is_one_line_naming_both(
-        one_process_run, demo_artifact, demo_artifact_same_tokenizer, tmp_path):
+    one_process_run, demo_artifact, demo_artifact_same_tokenizer, tmp_path
+):
     from schemas.artifact import Artifact
 
     other = demo_artifact_same_tokenizer
-    assert Artifact.open(str(other)).manifest["tokenizer"]["sha256"] == Artifact.open(str(demo_artifact)).manifest["tokenizer"]["sha256"]
+    assert (
+        Artifact.open(str(other)).manifest["tokenizer"]["sha256"]
+        == Artifact.open(str(demo_artifact)).manifest["tokenizer"]["sha256"]
+    )
     run_dir = tmp_path / "run"
     resume_from(one_process_run, f"global_step{MAX_STEPS}", run_dir)
-    proc = subprocess.run([sys.executable, str(PRETRAIN), "--deepspeed_config", str(ds_config(tmp_path, 1)), "--data", str(other),
-                           "--output-dir", str(run_dir), "--resume", *COMMON, "--max-steps", str(MAX_STEPS + 2)],
-                          cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(PRETRAIN),
+            "--deepspeed_config",
+            str(ds_config(tmp_path, 1)),
+            "--data",
+            str(other),
+            "--output-dir",
+            str(run_dir),
+            "--resume",
+            *COMMON,
+            "--max-steps",
+            str(MAX_STEPS + 2),
+        ],
+        cwd=REPO,
+        env=run_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode == 2, proc.stderr[-4000:]
     assert "Traceback" not in proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
-    assert line.startswith(f"pretrain: error: cannot resume {run_dir / 'checkpoints'}/global_step{MAX_STEPS} on {other} (fingerprint ")
+    assert line.startswith(
+        f"pretrain: error: cannot resume {run_dir / 'checkpoints'}/global_step{MAX_STEPS} on {other} (fingerprint "
+    )
     assert f"trained on another artifact, {demo_artifact} (fingerprint " in line, line
 
 
@@ -353,15 +493,27 @@ def test_resume_on_another_artifact_with_the_same_tokenizer_is_one_line_naming_b
         (["--seed", "8"], "seed: saved 7, now 8"),
     ],
 )
-def test_resume_refuses_a_sample_stream_it_cannot_continue(extra, words, one_process_run, demo_artifact, tmp_path,
-                                                           main_in_process):
+def test_resume_refuses_a_sample_stream_it_cannot_continue(
+    extra, words, one_process_run, demo_artifact, tmp_path, main_in_process
+):
     run_dir = tmp_path / "run"
     resume_from(one_process_run, f"global_step{MAX_STEPS}", run_dir)
     args = [a for a in COMMON if a not in ("--seed", "7")]
     args[args.index("--max-steps") + 1] = str(MAX_STEPS + 2)
-    code, err = main_in_process("--deepspeed_config", str(ds_config(tmp_path, 1)), "--data", str(demo_artifact),
-                                "--output-dir", str(run_dir), "--resume", *args, *(extra if "--seed" in extra else ["--seed", "7", *extra]))
-    assert code == 2 and err.startswith(f"pretrain: error: cannot resume {run_dir / 'checkpoints'}/global_step{MAX_STEPS}: ")
+    code, err = main_in_process(
+        "--deepspeed_config",
+        str(ds_config(tmp_path, 1)),
+        "--data",
+        str(demo_artifact),
+        "--output-dir",
+        str(run_dir),
+        "--resume",
+        *args,
+        *(extra if "--seed" in extra else ["--seed", "7", *extra]),
+    )
+    assert code == 2 and err.startswith(
+        f"pretrain: error: cannot resume {run_dir / 'checkpoints'}/global_step{MAX_STEPS}: "
+    )
     assert words in err and err.count("\n") == 1, err
 
 
@@ -370,22 +522,52 @@ def test_resume_refuses_a_zero_stage_deepspeed_cannot_load(one_process_run, demo
     traceback, exit 1, before this check). 1 <-> 2 loads (tried by hand) and is only listed as a change."""
     run_dir = tmp_path / "run"
     resume_from(one_process_run, f"global_step{MAX_STEPS}", run_dir)
-    code, err = main_in_process("--deepspeed_config", str(ds_config(tmp_path, 3)), "--data", str(demo_artifact),
-                                "--output-dir", str(run_dir), "--resume", *COMMON, "--max-steps", str(MAX_STEPS + 2))
-    assert code == 2 and err.startswith(f"pretrain: error: cannot resume {run_dir / 'checkpoints'}/global_step{MAX_STEPS} "
-                                        f"(ZeRO stage 1) with ZeRO stage 3: "), err
+    code, err = main_in_process(
+        "--deepspeed_config",
+        str(ds_config(tmp_path, 3)),
+        "--data",
+        str(demo_artifact),
+        "--output-dir",
+        str(run_dir),
+        "--resume",
+        *COMMON,
+        "--max-steps",
+        str(MAX_STEPS + 2),
+    )
+    assert code == 2 and err.startswith(
+        f"pretrain: error: cannot resume {run_dir / 'checkpoints'}/global_step{MAX_STEPS} "
+        f"(ZeRO stage 1) with ZeRO stage 3: "
+    ), err
     assert err.count("\n") == 1, err
 
 
-@pytest.mark.parametrize("extra, warmup", [(["--max-steps", "30"], 0), (["--max-steps", "250"], 3),
-                                           (["--max-steps", "1000"], 10), (["--max-steps", "30", "--warmup-steps", "5"], 5)])
+@pytest.mark.parametrize(
+    "extra, warmup",
+    [
+        (["--max-steps", "30"], 0),
+        (["--max-steps", "250"], 3),
+        (["--max-steps", "1000"], 10),
+        (["--max-steps", "30", "--warmup-steps", "5"], 5),
+    ],
+)
 def test_warmup_defaults_to_1_percent_of_max_steps(extra, warmup, demo_artifact, tmp_path, main_in_process):
     """Issue 12: `--preset tiny --max-steps 30` without --warmup-steps used to stop with "--warmup-steps (10000)
     must be smaller than --max-steps (30)"; the default is now 1% of the run (BERT: 10k of 1M), resolved."""
     from trainer import engine, pretrain
 
-    args = pretrain.build_parser().parse_args(["--data", str(demo_artifact), "--preset", "tiny", "--eval-every", "0",
-                                               "--output-dir", str(tmp_path / "run"), *extra])
+    args = pretrain.build_parser().parse_args(
+        [
+            "--data",
+            str(demo_artifact),
+            "--preset",
+            "tiny",
+            "--eval-every",
+            "0",
+            "--output-dir",
+            str(tmp_path / "run"),
+            *extra,
+        ]
+    )
     engine.default_single_process_env(args.local_rank)
     setup = engine.prepare(args)
     assert setup.optim.warmup_steps == warmup

@@ -29,8 +29,16 @@ def _batches(where: str, cache_dir: Path | None, **kw):
     from trainer.data import ArtifactStream, DataConfig, open_artifact
     from trainer.masking import MaskingConfig
 
-    cfg = DataConfig(artifact=where, micro_batch_size=4, num_workers=0, eval_shards=1, num_epochs=1, seed=5,
-                     cache_dir=str(cache_dir) if cache_dir else None, **kw)
+    cfg = DataConfig(
+        artifact=where,
+        micro_batch_size=4,
+        num_workers=0,
+        eval_shards=1,
+        num_epochs=1,
+        seed=5,
+        cache_dir=str(cache_dir) if cache_dir else None,
+        **kw,
+    )
     stream = ArtifactStream(open_artifact(where), cfg, MaskingConfig(scheme="span", seed=3))
     return [b for chunk in stream for b in chunk], stream
 
@@ -65,8 +73,15 @@ def test_cached_batches_equal_local_and_the_second_pass_reads_only_the_cache(s3,
     from trainer.data import ArtifactStream, DataConfig, open_artifact
     from trainer.masking import MaskingConfig
 
-    cfg = DataConfig(artifact=uri, micro_batch_size=4, num_workers=0, eval_shards=1, num_epochs=1, seed=5,
-                     cache_dir=str(tmp_path / "cache"))
+    cfg = DataConfig(
+        artifact=uri,
+        micro_batch_size=4,
+        num_workers=0,
+        eval_shards=1,
+        num_epochs=1,
+        seed=5,
+        cache_dir=str(tmp_path / "cache"),
+    )
     second = ArtifactStream(open_artifact(uri), cfg, MaskingConfig(scheme="span", seed=3))
     fs = s3.pyarrow_fs()
     damaged = tmp_path / "damaged"
@@ -89,8 +104,11 @@ def test_a_warm_cache_needs_only_the_manifest_from_the_bucket(s3, demo_artifact,
     _same(local, first)
     assert stream.shard_cache.fills == 3
     fs, root = s3.pyarrow_fs(), uri.split("://", 1)[1]
-    removed = [rel for rel in (p.relative_to(demo_artifact).as_posix() for p in demo_artifact.rglob("*") if p.is_file())
-               if rel != "manifest.json"]
+    removed = [
+        rel
+        for rel in (p.relative_to(demo_artifact).as_posix() for p in demo_artifact.rglob("*") if p.is_file())
+        if rel != "manifest.json"
+    ]
     for rel in removed:
         fs.delete_file(f"{root}/{rel}")
     manifest = json.loads((demo_artifact / "manifest.json").read_text())
@@ -122,15 +140,25 @@ def test_an_object_gone_from_the_bucket_before_its_fill_is_a_format_error_naming
     from trainer.masking import MaskingConfig
 
     uri = _upload(s3, demo_artifact)
-    cfg = DataConfig(artifact=uri, micro_batch_size=4, num_workers=0, eval_shards=1, num_epochs=1, seed=5,
-                     cache_dir=str(tmp_path / "cache"), read_ahead=0)
+    cfg = DataConfig(
+        artifact=uri,
+        micro_batch_size=4,
+        num_workers=0,
+        eval_shards=1,
+        num_epochs=1,
+        seed=5,
+        cache_dir=str(tmp_path / "cache"),
+        read_ahead=0,
+    )
     stream = ArtifactStream(open_artifact(uri), cfg, MaskingConfig(scheme="span", seed=3))  # checks sizes: all there
     for rel in stream.blocks.shard_paths:
         s3.pyarrow_fs().delete_file(f"{uri.split('://', 1)[1]}/{rel}")
     with pytest.raises(fmt.FormatError) as err:
         next(iter(stream))
     message = str(err.value)
-    assert message.startswith(f"{uri}/shards/part-0000") and message.endswith(": file listed in the manifest is missing"), message
+    assert message.startswith(f"{uri}/shards/part-0000") and message.endswith(
+        ": file listed in the manifest is missing"
+    ), message
     assert not _cached(tmp_path / "cache")
 
 
@@ -170,9 +198,17 @@ print(json.dumps({"fills": stream.shard_cache.fills, "ids": [b["input_ids"].toli
 def test_two_processes_sharing_a_cache_fill_each_shard_once(s3, demo_artifact, tmp_path):
     uri = _upload(s3, demo_artifact)
     cache = tmp_path / "cache"
-    procs = [subprocess.Popen([sys.executable, "-c", _PASS, uri, str(cache)], cwd=REPO, text=True,
-                              env={**s3.child_env(), "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PASS, uri, str(cache)],
+            cwd=REPO,
+            text=True,
+            env={**s3.child_env(), "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=300)

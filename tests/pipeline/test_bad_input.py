@@ -52,11 +52,20 @@ def wikipedia_lines(n: int) -> list[bytes]:
 
 
 def test_lone_surrogate_in_text_or_id_is_a_dead_letter_that_can_be_written():
-    data = b"\n".join([LONE_SURROGATE, b'{"id":"\\udc00","text":"fine"}', b'{"id":"pair","text":"ok \\ud83d\\ude00 emoji"}',
-                       b'{"id":"upper","text":"lone \\uDBFF escape written in capitals"}']) + b"\n"
+    data = (
+        b"\n".join(
+            [
+                LONE_SURROGATE,
+                b'{"id":"\\udc00","text":"fine"}',
+                b'{"id":"pair","text":"ok \\ud83d\\ude00 emoji"}',
+                b'{"id":"upper","text":"lone \\uDBFF escape written in capitals"}',
+            ]
+        )
+        + b"\n"
+    )
     out, _ = read(data, "s.jsonl")
     assert reasons(out) == ["invalid_unicode", "invalid_unicode", "doc", "invalid_unicode"]
-    assert out[2].text == "ok \U0001F600 emoji"  # a valid surrogate pair is one character, kept
+    assert out[2].text == "ok \U0001f600 emoji"  # a valid surrogate pair is one character, kept
     for letter in out[:2]:
         line = json.dumps(letter.as_dict(), ensure_ascii=False).encode("utf-8")  # what WriteDeadLetters does
         assert b"\\\\ud" in line or b"\\\\udc00" in line
@@ -64,12 +73,17 @@ def test_lone_surrogate_in_text_or_id_is_a_dead_letter_that_can_be_written():
 
 def test_surrogates_in_wikitext_and_text_files_are_invalid_utf8():
     # UTF-8 bytes of U+D800 (CESU) are not valid UTF-8: the strict decoder rejects the document
-    for fmt_name, data in (("text", b"Good para.\n\nBad \xed\xa0\x80 para.\n"), ("wikitext", b" = A = \n Good .\n = B = \n Bad \xed\xa0\x80 .\n")):
+    for fmt_name, data in (
+        ("text", b"Good para.\n\nBad \xed\xa0\x80 para.\n"),
+        ("wikitext", b" = A = \n Good .\n = B = \n Bad \xed\xa0\x80 .\n"),
+    ):
         out, _ = read(data, "x.txt", input_format=fmt_name)
         assert reasons(out) == ["doc", "invalid_utf8"]
 
 
-@pytest.mark.parametrize("line", [DEEP_ALONE, DEEP_IN_RECORD, b'{"id":"d","text":"t","m":' + b"{\"a\":" * 5000 + b"1" + b"}" * 5001])
+@pytest.mark.parametrize(
+    "line", [DEEP_ALONE, DEEP_IN_RECORD, b'{"id":"d","text":"t","m":' + b'{"a":' * 5000 + b"1" + b"}" * 5001]
+)
 def test_deeply_nested_json_is_a_dead_letter_not_a_crash(line):
     out, _ = read(line + b"\n" + b'{"id":"after","text":"Still read."}\n', "deep.jsonl", max_record_bytes=1 << 20)
     assert reasons(out) == ["json_too_deep", "doc"]
@@ -115,7 +129,11 @@ def test_text_the_tokenizer_cannot_take_is_a_dead_letter(spec):
     with TestPipeline(runner="FnApiRunner") as p:
         out = p | beam.Create(docs, reshuffle=False) | TokenizeDocuments(spec, "uint16")
         assert_that(out["documents"] | "Ids" >> beam.Map(lambda d: d.doc_id), equal_to(["good"]), label="written")
-        assert_that(out["dead_letters"] | "Why" >> beam.Map(lambda d: (d.doc_id, d.reason)), equal_to([("bad", "tokenizer_error")]), label="dead")
+        assert_that(
+            out["dead_letters"] | "Why" >> beam.Map(lambda d: (d.doc_id, d.reason)),
+            equal_to([("bad", "tokenizer_error")]),
+            label="dead",
+        )
 
 
 def test_special_token_strings_in_text_are_plain_text(spec):
@@ -139,22 +157,43 @@ def test_bad_records_among_real_wikipedia_articles_are_accounted_for(tmp_path):
     corpus.mkdir()
     (corpus / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + b"\n".join(good[:6] + [LONE_SURROGATE, special]) + b"\n")
     (corpus / "b.jsonl").write_bytes(b"\n".join([DEEP_ALONE, good[6], DEEP_IN_RECORD] + good[7:]) + b"\n")
-    m = build(str(corpus / "*.jsonl"), tmp_path / "out", "--train-tokenizer", "--vocab-size", "2000", "--num-shards", "3", "--max-record-bytes", str(1 << 20))
+    m = build(
+        str(corpus / "*.jsonl"),
+        tmp_path / "out",
+        "--train-tokenizer",
+        "--vocab-size",
+        "2000",
+        "--num-shards",
+        "3",
+        "--max-record-bytes",
+        str(1 << 20),
+    )
     c = m["counts"]
     assert c["dead_lettered_by_reason"] == {"invalid_unicode": 1, "json_too_deep": 2}
     assert c["documents_read"] == 12 + 4 == c["documents_written"] + c["documents_dead_lettered"]
     assert c["documents_written"] == 13  # 12 articles, the BOM's first record included, and "specials"
     assert c["inputs_with_byte_order_mark"] == 1
     ids = m["tokenizer"]["special_token_ids"]
-    rows = [r for f in sorted((tmp_path / "out" / "shards").glob("*.arrow")) for r in ipc.open_file(str(f)).read_all().to_pylist()]
+    rows = [
+        r
+        for f in sorted((tmp_path / "out" / "shards").glob("*.arrow"))
+        for r in ipc.open_file(str(f)).read_all().to_pylist()
+    ]
     first_id = json.loads(good[0])["id"]
     assert any(r["doc_id"] == str(first_id) for r in rows)
     smuggled = [r for r in rows if r["doc_id"] == "specials"]
     assert len(smuggled) == 1 and ids["unk"] in smuggled[0]["input_ids"]
     assert not {ids["pad"], ids["cls"], ids["sep"], ids["mask"]} & {i for r in rows for i in r["input_ids"]}
-    letters = [json.loads(line) for f in (tmp_path / "out" / "dead_letter").glob("*.jsonl") for line in f.read_text().splitlines()]
+    letters = [
+        json.loads(line)
+        for f in (tmp_path / "out" / "dead_letter").glob("*.jsonl")
+        for line in f.read_text().splitlines()
+    ]
     assert sorted((Path(d["source"]["path"]).name, d["source"]["line"], d["reason"]) for d in letters) == [
-        ("a.jsonl", 7, "invalid_unicode"), ("b.jsonl", 1, "json_too_deep"), ("b.jsonl", 3, "json_too_deep")]
+        ("a.jsonl", 7, "invalid_unicode"),
+        ("b.jsonl", 1, "json_too_deep"),
+        ("b.jsonl", 3, "json_too_deep"),
+    ]
     report = verify(str(tmp_path / "out"))
     assert report.ok, report.problems
     assert report.checked["tokens checked for special ids"] == c["tokens"] > 0
@@ -164,9 +203,24 @@ def test_wikitext_unk_stays_unk_and_literal_specials_are_text(tmp_path):
     path = wikitext2_articles(2, tmp_path)
     text = path.read_text(encoding="utf-8")
     path.write_text(text.replace(" = = ", " = = [MASK] [SEP] ", 1), encoding="utf-8")
-    m = build(path, tmp_path / "out", "--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "2000", "--num-shards", "2")
+    m = build(
+        path,
+        tmp_path / "out",
+        "--input-format",
+        "wikitext",
+        "--train-tokenizer",
+        "--vocab-size",
+        "2000",
+        "--num-shards",
+        "2",
+    )
     ids = m["tokenizer"]["special_token_ids"]
-    tokens = [i for f in sorted((tmp_path / "out" / "shards").glob("*.arrow")) for r in ipc.open_file(str(f)).read_all().to_pylist() for i in r["input_ids"]]
+    tokens = [
+        i
+        for f in sorted((tmp_path / "out" / "shards").glob("*.arrow"))
+        for r in ipc.open_file(str(f)).read_all().to_pylist()
+        for i in r["input_ids"]
+    ]
     assert "<unk>" in text and tokens.count(ids["unk"]) > 0
     assert ids["mask"] not in tokens and ids["sep"] not in tokens
     assert verify(str(tmp_path / "out")).ok
@@ -182,7 +236,18 @@ def _small_input(tmp_path: Path) -> Path:
 
 
 def _argv(tmp_path: Path, out: Path) -> list[str]:
-    return ["--input", str(_small_input(tmp_path)), "--input-format", "text", "--output", str(out), "--vocab-size", "100", "--num-shards", "1"]
+    return [
+        "--input",
+        str(_small_input(tmp_path)),
+        "--input-format",
+        "text",
+        "--output",
+        str(out),
+        "--vocab-size",
+        "100",
+        "--num-shards",
+        "1",
+    ]
 
 
 def test_output_holding_only_a_subfolder_file_is_refused(tmp_path, capsys):
@@ -201,7 +266,9 @@ def test_output_holding_only_a_subfolder_file_is_refused(tmp_path, capsys):
 def test_two_concurrent_builds_into_one_output_cannot_both_succeed(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "pipeline.build_shards", *_argv(tmp_path, out)]
-    procs = [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     codes = sorted(code for code, _ in results)
     assert codes == [0, 2], results
@@ -243,7 +310,11 @@ def test_directory_as_input_is_one_line_before_anything_runs(tmp_path, capsys):
 @pytest.mark.parametrize("option", ["--input", "--output"])
 def test_credentials_in_urls_are_refused_and_never_printed(tmp_path, option, capsys):
     url = "s3://AKIAUSER:hunter2secret@bucket/corpus.jsonl"
-    argv = ["--input", url, "--output", str(tmp_path / "out")] if option == "--input" else ["--input", str(_small_input(tmp_path)), "--output", url]
+    argv = (
+        ["--input", url, "--output", str(tmp_path / "out")]
+        if option == "--input"
+        else ["--input", str(_small_input(tmp_path)), "--output", url]
+    )
     assert build_shards.main(argv) == 2
     captured = capsys.readouterr()
     assert "hunter2secret" not in captured.err + captured.out
@@ -251,27 +322,74 @@ def test_credentials_in_urls_are_refused_and_never_printed(tmp_path, option, cap
 
 
 def test_only_real_secrets_are_redacted():
-    argv = ["--input", "in.jsonl", "--train-tokenizer", "--vocab-size", "4000", "--tokenizer", "path/tokenizer.json",
-            "--s3_secret_access_key", "hunter2", "--s3_session_token=tok123", "--output", "gs://user:pw@bucket/out"]
+    argv = [
+        "--input",
+        "in.jsonl",
+        "--train-tokenizer",
+        "--vocab-size",
+        "4000",
+        "--tokenizer",
+        "path/tokenizer.json",
+        "--s3_secret_access_key",
+        "hunter2",
+        "--s3_session_token=tok123",
+        "--output",
+        "gs://user:pw@bucket/out",
+    ]
     assert build_shards.redact_argv(argv) == [
-        "--input", "in.jsonl", "--train-tokenizer", "--vocab-size", "4000", "--tokenizer", "path/tokenizer.json",
-        "--s3_secret_access_key", "<redacted>", "--s3_session_token=<redacted>", "--output", "gs://<redacted>@bucket/out"]
+        "--input",
+        "in.jsonl",
+        "--train-tokenizer",
+        "--vocab-size",
+        "4000",
+        "--tokenizer",
+        "path/tokenizer.json",
+        "--s3_secret_access_key",
+        "<redacted>",
+        "--s3_session_token=<redacted>",
+        "--output",
+        "gs://<redacted>@bucket/out",
+    ]
 
 
 def test_num_shards_far_above_the_documents_warns(tmp_path, caplog):
-    m = build(_small_input(tmp_path), tmp_path / "out", "--input-format", "text", "--vocab-size", "100", "--num-shards", "64")
+    m = build(
+        _small_input(tmp_path), tmp_path / "out", "--input-format", "text", "--vocab-size", "100", "--num-shards", "64"
+    )
     assert m["counts"]["documents_written"] == 2
-    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "shards are empty" in r.getMessage()]
+    warned = [
+        r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "shards are empty" in r.getMessage()
+    ]
     assert len(warned) == 1 and "62 of 64 shards are empty" in warned[0]
 
 
 def test_dataset_card_shows_the_vocab_size_and_tokenizer_path(tmp_path):
     """Issue 12: `make demo`'s card read `--train-tokenizer '<redacted>' 4000`; --tokenizer paths are no secret either."""
-    m = build(_small_input(tmp_path), tmp_path / "out", "--input-format", "text", "--train-tokenizer", "--vocab-size", "100", "--num-shards", "1", "--report")
+    m = build(
+        _small_input(tmp_path),
+        tmp_path / "out",
+        "--input-format",
+        "text",
+        "--train-tokenizer",
+        "--vocab-size",
+        "100",
+        "--num-shards",
+        "1",
+        "--report",
+    )
     assert "--train-tokenizer --vocab-size 100" in " ".join(m["command"]) and "<redacted>" not in json.dumps(m)
     assert "--train-tokenizer --vocab-size 100" in (tmp_path / "out" / "README.md").read_text()
     tokenizer = tmp_path / "out" / "tokenizer.json"
-    m2 = build(_small_input(tmp_path), tmp_path / "out2", "--input-format", "text", "--tokenizer", str(tokenizer), "--num-shards", "1")
+    m2 = build(
+        _small_input(tmp_path),
+        tmp_path / "out2",
+        "--input-format",
+        "text",
+        "--tokenizer",
+        str(tokenizer),
+        "--num-shards",
+        "1",
+    )
     assert m2["command"][m2["command"].index("--tokenizer") + 1] == str(tokenizer)
 
 
@@ -301,11 +419,32 @@ def test_write_manifest_refuses_when_another_build_holds_the_lock(tmp_path, spec
     out = tmp_path / "out"
     mine = output.prepare_output(str(out), overwrite=False)
     theirs = output.prepare_output(str(out), overwrite=True)
-    shard = {"index": 0, "path": fmt.shard_filename(0, 1), "rows": 1, "tokens": 5, "bytes": 10, "sha256": "x", "documents": 1,
-             "documents_cleaned": 0, "duplicate_doc_ids": 0, "sentences": 1, "sentences_cut": 0,
-             "spans": {k: 0 for k in fmt.CANDIDATE_KINDS}, "dropped": {k: 0 for k in fmt.CANDIDATE_KINDS}, "histogram": [1],
-             "unigram_ids": np.array([7], np.int32), "unigram_counts": np.array([5], np.int64)}
-    static = {"created_by": {}, "command": [], "options": {}, "max_seq_len": 34, "pack": "doc-sentences", "candidates": {"kinds": []}}
+    shard = {
+        "index": 0,
+        "path": fmt.shard_filename(0, 1),
+        "rows": 1,
+        "tokens": 5,
+        "bytes": 10,
+        "sha256": "x",
+        "documents": 1,
+        "documents_cleaned": 0,
+        "duplicate_doc_ids": 0,
+        "sentences": 1,
+        "sentences_cut": 0,
+        "spans": {k: 0 for k in fmt.CANDIDATE_KINDS},
+        "dropped": {k: 0 for k in fmt.CANDIDATE_KINDS},
+        "histogram": [1],
+        "unigram_ids": np.array([7], np.int32),
+        "unigram_counts": np.array([5], np.int64),
+    }
+    static = {
+        "created_by": {},
+        "command": [],
+        "options": {},
+        "max_seq_len": 34,
+        "pack": "doc-sentences",
+        "candidates": {"kinds": []},
+    }
 
     def run(build_id):
         with TestPipeline(runner="FnApiRunner") as p:

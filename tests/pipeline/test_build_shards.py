@@ -57,8 +57,16 @@ def test_read_documents_splits_documents_dead_letters_and_summaries(tmp_path):
     with _pipeline() as p:
         out = p | ReadDocuments([str(tmp_path / "*.jsonl")], ReaderOptions())
         assert_that(out["documents"] | "Ids" >> beam.Map(lambda d: d.doc_id), equal_to(["1", "3"]), label="docs")
-        assert_that(out["dead_letters"] | "Reasons" >> beam.Map(lambda d: (d.reason, d.source.line)), equal_to([("missing_text", 2), ("malformed_json", 2)]), label="dead")
-        assert_that(out["input_summaries"] | "Counts" >> beam.Map(lambda s: (Path(s.path).name, s.documents_read)), equal_to([("a.jsonl", 2), ("b.jsonl", 2)]), label="sums")
+        assert_that(
+            out["dead_letters"] | "Reasons" >> beam.Map(lambda d: (d.reason, d.source.line)),
+            equal_to([("missing_text", 2), ("malformed_json", 2)]),
+            label="dead",
+        )
+        assert_that(
+            out["input_summaries"] | "Counts" >> beam.Map(lambda s: (Path(s.path).name, s.documents_read)),
+            equal_to([("a.jsonl", 2), ("b.jsonl", 2)]),
+            label="sums",
+        )
 
 
 def test_tokenize_documents_finds_sentences_and_dead_letters_tokenless_text(small_spec):
@@ -66,8 +74,14 @@ def test_tokenize_documents_finds_sentences_and_dead_letters_tokenless_text(smal
     docs = [Document("a", "The cat sat. It was warm.", src), Document("z", "\u200b\u200b", src)]
     with _pipeline() as p:
         out = p | _create(docs) | TokenizeDocuments(small_spec, "uint16")
-        assert_that(out["documents"] | beam.Map(lambda d: (d.doc_id, d.num_sentences, bool(d.word_start[0]), len(d.ids) > 5)), equal_to([("a", 2, True, True)]), label="docs")
-        assert_that(out["dead_letters"] | beam.Map(lambda d: (d.reason, d.doc_id)), equal_to([("no_tokens", "z")]), label="dead")
+        assert_that(
+            out["documents"] | beam.Map(lambda d: (d.doc_id, d.num_sentences, bool(d.word_start[0]), len(d.ids) > 5)),
+            equal_to([("a", 2, True, True)]),
+            label="docs",
+        )
+        assert_that(
+            out["dead_letters"] | beam.Map(lambda d: (d.reason, d.doc_id)), equal_to([("no_tokens", "z")]), label="dead"
+        )
 
 
 def test_write_shards_writes_every_shard_even_empty_ones(tmp_path, small_spec):
@@ -75,14 +89,22 @@ def test_write_shards_writes_every_shard_even_empty_ones(tmp_path, small_spec):
 
     (tmp_path / "shards").mkdir()
     docs = [
-        TokenizedDocument(f"d{i}", "f", i, i, np.arange(1, 30, dtype=np.uint16), np.ones(29, bool), np.eye(1, 29, 0, dtype=bool)[0])
+        TokenizedDocument(
+            f"d{i}", "f", i, i, np.arange(1, 30, dtype=np.uint16), np.ones(29, bool), np.eye(1, 29, 0, dtype=bool)[0]
+        )
         for i in range(3)
     ]
-    spec = ShardSpec(str(tmp_path), num_shards=5, vocab_size=200, max_row_tokens=10, pack="doc-sentences", separator_id=3)
+    spec = ShardSpec(
+        str(tmp_path), num_shards=5, vocab_size=200, max_row_tokens=10, pack="doc-sentences", separator_id=3
+    )
     with _pipeline() as p:
         results = p | _create(docs) | WriteShards(spec)
         assert_that(results | beam.Map(lambda r: r["index"]), equal_to(list(range(5))), label="all")
-        assert_that(results | "Totals" >> beam.Map(lambda r: ("rows", r["rows"])) | beam.CombinePerKey(sum), equal_to([("rows", 9)]), label="rows")
+        assert_that(
+            results | "Totals" >> beam.Map(lambda r: ("rows", r["rows"])) | beam.CombinePerKey(sum),
+            equal_to([("rows", 9)]),
+            label="rows",
+        )
     files = sorted(p.name for p in (tmp_path / "shards").iterdir())
     assert files == [fmt.shard_filename(i, 5).split("/")[1] for i in range(5)]
     total = sum(ipc.open_file(str(tmp_path / "shards" / f)).read_all().num_rows for f in files)
@@ -91,10 +113,17 @@ def test_write_shards_writes_every_shard_even_empty_ones(tmp_path, small_spec):
 
 def test_write_dead_letters_one_sorted_file_per_reason(tmp_path):
     (tmp_path / "dead_letter").mkdir()
-    letters = [DeadLetter("empty_text", "x", Source("b", 9, 90)), DeadLetter("empty_text", "x", Source("a", 5, 50)), DeadLetter("malformed_json", "y", Source("a", 1, 0))]
+    letters = [
+        DeadLetter("empty_text", "x", Source("b", 9, 90)),
+        DeadLetter("empty_text", "x", Source("a", 5, 50)),
+        DeadLetter("malformed_json", "y", Source("a", 1, 0)),
+    ]
     with _pipeline() as p:
         results = p | _create(letters) | WriteDeadLetters(str(tmp_path))
-        assert_that(results | beam.Map(lambda r: (r["path"], r["records"])), equal_to([("dead_letter/empty_text.jsonl", 2), ("dead_letter/malformed_json.jsonl", 1)]))
+        assert_that(
+            results | beam.Map(lambda r: (r["path"], r["records"])),
+            equal_to([("dead_letter/empty_text.jsonl", 2), ("dead_letter/malformed_json.jsonl", 1)]),
+        )
     lines = [json.loads(line) for line in (tmp_path / "dead_letter" / "empty_text.jsonl").read_text().splitlines()]
     assert [line["source"]["path"] for line in lines] == ["a", "b"]
 
@@ -119,7 +148,13 @@ def test_wikitext2_valid_rows_are_document_bounded_lossless_and_bounded(wikitext
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_str(art.tokenizer_json())
-    docs = [d for d in records.read_file(str(wikitext2("valid")), ReaderOptions(input_format="wikitext", wikitext_unk="[UNK]")) if isinstance(d, Document)]
+    docs = [
+        d
+        for d in records.read_file(
+            str(wikitext2("valid")), ReaderOptions(input_format="wikitext", wikitext_unk="[UNK]")
+        )
+        if isinstance(d, Document)
+    ]
     checked_rows = 0
     for d in docs:
         rows = by_doc[d.doc_id]
@@ -172,8 +207,21 @@ def test_same_input_gives_byte_identical_artifacts_on_any_runner_and_worker_coun
     assert _digests(tmp_path / "again") == first
     from pipeline import build_shards as job
 
-    job.run(["--input", str(wikitext2("valid")), "--output", str(tmp_path / "mp"), *WIKITEXT2_BUILD,
-             "--runner", "FnApiRunner", "--direct_running_mode", "multi_processing", "--direct_num_workers", "2"])
+    job.run(
+        [
+            "--input",
+            str(wikitext2("valid")),
+            "--output",
+            str(tmp_path / "mp"),
+            *WIKITEXT2_BUILD,
+            "--runner",
+            "FnApiRunner",
+            "--direct_running_mode",
+            "multi_processing",
+            "--direct_num_workers",
+            "2",
+        ]
+    )
     assert _digests(tmp_path / "mp") == first
 
 
@@ -188,16 +236,47 @@ def test_the_encode_cache_never_changes_the_artifact(wikitext2_artifact, tmp_pat
 
 def test_given_tokenizer_or_vocab_reproduce_the_trained_run(wikitext2_artifact, tmp_path):
     first = _digests(wikitext2_artifact)
-    build(wikitext2("valid"), tmp_path / "tok", "--input-format", "wikitext", "--num-shards", "4", "--tokenizer", str(wikitext2_artifact / "tokenizer.json"))
+    build(
+        wikitext2("valid"),
+        tmp_path / "tok",
+        "--input-format",
+        "wikitext",
+        "--num-shards",
+        "4",
+        "--tokenizer",
+        str(wikitext2_artifact / "tokenizer.json"),
+    )
     assert _digests(tmp_path / "tok") == first
     vocab = json.loads((wikitext2_artifact / "tokenizer.json").read_text())["model"]["vocab"]
     (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])))
-    build(wikitext2("valid"), tmp_path / "voc", "--input-format", "wikitext", "--num-shards", "4", "--vocab", str(tmp_path / "vocab.txt"))
-    assert {k: v for k, v in _digests(tmp_path / "voc").items() if k.startswith("shards/")} == {k: v for k, v in first.items() if k.startswith("shards/")}
+    build(
+        wikitext2("valid"),
+        tmp_path / "voc",
+        "--input-format",
+        "wikitext",
+        "--num-shards",
+        "4",
+        "--vocab",
+        str(tmp_path / "vocab.txt"),
+    )
+    assert {k: v for k, v in _digests(tmp_path / "voc").items() if k.startswith("shards/")} == {
+        k: v for k, v in first.items() if k.startswith("shards/")
+    }
 
 
 def test_full_sentences_packing_crosses_documents_and_verifies(tmp_path, wikitext2_artifact):
-    m = build(wikitext2("valid"), tmp_path / "fs", "--input-format", "wikitext", "--num-shards", "2", "--tokenizer", str(wikitext2_artifact / "tokenizer.json"), "--pack", "full-sentences")
+    m = build(
+        wikitext2("valid"),
+        tmp_path / "fs",
+        "--input-format",
+        "wikitext",
+        "--num-shards",
+        "2",
+        "--tokenizer",
+        str(wikitext2_artifact / "tokenizer.json"),
+        "--pack",
+        "full-sentences",
+    )
     doc = Artifact.open(str(wikitext2_artifact)).manifest["counts"]
     assert m["pack"] == "full-sentences"
     assert m["counts"]["rows"] < doc["rows"]  # fewer, fuller rows
@@ -224,7 +303,12 @@ def _bad_corpus(root: Path) -> dict[str, int]:
     (root / "b.jsonl.gz").write_bytes(gzip.compress(("\n".join(good[10:20]) + "\n").encode()))
     # six zstd frames of 500 records; the file ends in the middle of the last frame
     frames = [
-        zstandard.ZstdCompressor().compress("".join(json.dumps({"id": f"t{i}", "text": f"Truncated file record {i}, with some words."}) + "\n" for i in range(k, k + 500)).encode())
+        zstandard.ZstdCompressor().compress(
+            "".join(
+                json.dumps({"id": f"t{i}", "text": f"Truncated file record {i}, with some words."}) + "\n"
+                for i in range(k, k + 500)
+            ).encode()
+        )
         for k in range(0, 3000, 500)
     ]
     (root / "c.jsonl.zst").write_bytes(b"".join(frames)[: -len(frames[-1]) // 2])
@@ -235,7 +319,19 @@ def test_bad_input_is_accounted_for_exactly(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     _bad_corpus(corpus)
-    m = build(str(corpus / "*"), tmp_path / "out", "--input-format", "jsonl", "--train-tokenizer", "--vocab-size", "300", "--num-shards", "3", "--max-record-bytes", "10000")
+    m = build(
+        str(corpus / "*"),
+        tmp_path / "out",
+        "--input-format",
+        "jsonl",
+        "--train-tokenizer",
+        "--vocab-size",
+        "300",
+        "--num-shards",
+        "3",
+        "--max-record-bytes",
+        "10000",
+    )
     c = m["counts"]
     by_reason = c["dead_lettered_by_reason"]
     assert by_reason == {
@@ -251,11 +347,19 @@ def test_bad_input_is_accounted_for_exactly(tmp_path):
     truncated = next(i for i in m["inputs"] if i["path"].endswith("c.jsonl.zst"))
     assert truncated["truncated"] and 2500 <= truncated["documents_read"] - 1 < 3000
     assert c["documents_read"] == c["documents_written"] + c["documents_dead_lettered"]
-    assert c["documents_written"] == 10 + 1 + 10 + (truncated["documents_read"] - 1)  # good a, cleaned c1, b, what c held
+    assert c["documents_written"] == 10 + 1 + 10 + (
+        truncated["documents_read"] - 1
+    )  # good a, cleaned c1, b, what c held
     assert c["documents_cleaned"] == 1
-    letters = [json.loads(line) for f in sorted((tmp_path / "out" / "dead_letter").glob("*.jsonl")) for line in f.read_text().splitlines()]
+    letters = [
+        json.loads(line)
+        for f in sorted((tmp_path / "out" / "dead_letter").glob("*.jsonl"))
+        for line in f.read_text().splitlines()
+    ]
     assert len(letters) == c["documents_dead_lettered"] == 8
-    positions = {letter["reason"]: (Path(letter["source"]["path"]).name, letter["source"]["line"]) for letter in letters}
+    positions = {
+        letter["reason"]: (Path(letter["source"]["path"]).name, letter["source"]["line"]) for letter in letters
+    }
     assert positions["malformed_json"] == ("a.jsonl", 11)
     assert positions["invalid_utf8"] == ("a.jsonl", 18)
     assert positions["truncated_input"][0] == "c.jsonl.zst"
@@ -271,9 +375,20 @@ def test_shards_open_with_plain_pyarrow_and_hugging_face_datasets(wikitext2_arti
     expected = Artifact.open(str(wikitext2_artifact)).manifest["counts"]["rows"]
     assert rows == expected > 0
     datasets = pytest.importorskip("datasets")
-    ds = datasets.load_dataset("arrow", data_files=files, split="train", cache_dir=str(wikitext2_artifact.parent / "hf-cache"))
+    ds = datasets.load_dataset(
+        "arrow", data_files=files, split="train", cache_dir=str(wikitext2_artifact.parent / "hf-cache")
+    )
     assert ds.num_rows == expected
-    assert set(ds.column_names) == {"doc_id", "seq_index", "input_ids", "word_start", "sentence_start", "entity_spans", "noun_phrase_spans", "ngram_spans"}
+    assert set(ds.column_names) == {
+        "doc_id",
+        "seq_index",
+        "input_ids",
+        "word_start",
+        "sentence_start",
+        "entity_spans",
+        "noun_phrase_spans",
+        "ngram_spans",
+    }
 
 
 @pytest.mark.parametrize(
@@ -283,10 +398,19 @@ def test_shards_open_with_plain_pyarrow_and_hugging_face_datasets(wikitext2_arti
         (["--input", "/nonexistent/*.jsonl", "--output", "OUT"], "no file matches"),
         (["--input", "IN", "--output", "OUT", "--num-shardz", "3"], "unrecognised option"),
         (["--input", "IN", "--output", "OUT", "--tokenizer", "t.json", "--vocab", "v.txt"], "only one of"),
-        (["--input", "IN", "--output", "OUT", "--tokenizer", "/nonexistent/tokenizer.json"], "cannot read the tokenizer"),
+        (
+            ["--input", "IN", "--output", "OUT", "--tokenizer", "/nonexistent/tokenizer.json"],
+            "cannot read the tokenizer",
+        ),
         (["--input", "IN", "--output", "OUT", "--max-seq-len", "4"], "--max-seq-len must be at least 8"),
-        (["--input", "IN", "--output", "OUT", "--encoder-threads", "-1"], "--encoder-threads must be 0 (automatic) or more"),
-        (["--input", "IN", "--output", "OUT", "--encode-cache-mb", "-1"], "--encode-cache-mb must be 0 (no cache) or more"),
+        (
+            ["--input", "IN", "--output", "OUT", "--encoder-threads", "-1"],
+            "--encoder-threads must be 0 (automatic) or more",
+        ),
+        (
+            ["--input", "IN", "--output", "OUT", "--encode-cache-mb", "-1"],
+            "--encode-cache-mb must be 0 (no cache) or more",
+        ),
     ],
 )
 def test_usage_errors_are_one_clear_line(args, message, tmp_path, capsys):
@@ -299,7 +423,18 @@ def test_usage_errors_are_one_clear_line(args, message, tmp_path, capsys):
 
 def test_refuses_to_overwrite_an_artifact_unless_asked(tmp_path, capsys):
     (tmp_path / "in.txt").write_text("Some text. More text.\n")
-    argv = ["--input", str(tmp_path / "in.txt"), "--input-format", "text", "--output", str(tmp_path / "out"), "--vocab-size", "100", "--num-shards", "1"]
+    argv = [
+        "--input",
+        str(tmp_path / "in.txt"),
+        "--input-format",
+        "text",
+        "--output",
+        str(tmp_path / "out"),
+        "--vocab-size",
+        "100",
+        "--num-shards",
+        "1",
+    ]
     assert build_shards.main(argv) == 0
     assert build_shards.main(argv) == 2
     assert "exists and is not empty" in capsys.readouterr().err
@@ -312,21 +447,60 @@ def test_write_manifest_writes_tokenizer_unigram_and_manifest_last_and_checks_ac
     from pipeline.write.manifest import WriteManifest
 
     vocab = small_spec.describe()["vocab_size"]
-    shard = {"index": 0, "path": fmt.shard_filename(0, 1), "rows": 1, "tokens": 5, "bytes": 10, "sha256": "x", "documents": 2,
-             "documents_cleaned": 0, "duplicate_doc_ids": 0, "sentences": 2, "sentences_cut": 0,
-             "spans": {k: 0 for k in fmt.CANDIDATE_KINDS}, "dropped": {k: 0 for k in fmt.CANDIDATE_KINDS}, "histogram": [1],
-             "unigram_ids": np.array([7], np.int32), "unigram_counts": np.array([5], np.int64)}
-    static = {"created_by": {}, "command": [], "options": {}, "max_seq_len": 34, "pack": "doc-sentences", "candidates": {"kinds": []}}
+    shard = {
+        "index": 0,
+        "path": fmt.shard_filename(0, 1),
+        "rows": 1,
+        "tokens": 5,
+        "bytes": 10,
+        "sha256": "x",
+        "documents": 2,
+        "documents_cleaned": 0,
+        "duplicate_doc_ids": 0,
+        "sentences": 2,
+        "sentences_cut": 0,
+        "spans": {k: 0 for k in fmt.CANDIDATE_KINDS},
+        "dropped": {k: 0 for k in fmt.CANDIDATE_KINDS},
+        "histogram": [1],
+        "unigram_ids": np.array([7], np.int32),
+        "unigram_counts": np.array([5], np.int64),
+    }
+    static = {
+        "created_by": {},
+        "command": [],
+        "options": {},
+        "max_seq_len": 34,
+        "pack": "doc-sentences",
+        "candidates": {"kinds": []},
+    }
 
     def run(read: int):
         with _pipeline() as p:
             results = {
                 "input_summaries": p | "S" >> _create([InputSummary("in.jsonl", 10, "abc", read)]),
                 "shards": p | "Sh" >> _create([shard]),
-                "dead_letters": p | "D" >> _create([{"path": "dead_letter/empty_text.jsonl", "reason": "empty_text", "records": 1, "bytes": 3, "sha256": "y"}]),
+                "dead_letters": p
+                | "D"
+                >> _create(
+                    [
+                        {
+                            "path": "dead_letter/empty_text.jsonl",
+                            "reason": "empty_text",
+                            "records": 1,
+                            "bytes": 3,
+                            "sha256": "y",
+                        }
+                    ]
+                ),
             }
             out = results | WriteManifest(str(tmp_path), small_spec, static)
-            assert_that(out | beam.Map(lambda m: (m["counts"]["documents_read"], m["counts"]["documents_written"], m["unigram"]["total"])), equal_to([(read, 2, 5)]))
+            assert_that(
+                out
+                | beam.Map(
+                    lambda m: (m["counts"]["documents_read"], m["counts"]["documents_written"], m["unigram"]["total"])
+                ),
+                equal_to([(read, 2, 5)]),
+            )
 
     run(3)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
@@ -349,8 +523,19 @@ def test_help_lists_the_job_options(capsys):
 
 def test_manifest_records_the_job_options_and_hides_secrets(tmp_path):
     (tmp_path / "in.txt").write_text("Some text. More text.\n")
-    m = build(tmp_path / "in.txt", tmp_path / "out", "--input-format", "text", "--vocab-size", "100", "--num-shards", "1",
-              "--s3_secret_access_key=hunter2", "--job_name", "unit-test")
+    m = build(
+        tmp_path / "in.txt",
+        tmp_path / "out",
+        "--input-format",
+        "text",
+        "--vocab-size",
+        "100",
+        "--num-shards",
+        "1",
+        "--s3_secret_access_key=hunter2",
+        "--job_name",
+        "unit-test",
+    )
     assert m["options"]["num_shards"] == 1 and m["options"]["input_format"] == "text"
     assert "flink_master" not in m["options"] and "job_endpoint" not in m["options"]
     assert m["options"]["beam"]["runner"] == "FnApiRunner" and m["options"]["beam"]["job_name"] == "unit-test"
@@ -363,9 +548,22 @@ def test_background_writes_give_the_same_file_and_raise_a_failed_write(tmp_path)
 
     schema = fmt.shard_schema(1000)
     other = pa.schema([("x", "int64")])
-    batches = [pa.RecordBatch.from_pylist(
-        [{"doc_id": f"d{i}-{j}", "seq_index": j, "input_ids": list(range(i, i + 5)), "word_start": [True] * 5,
-          "sentence_start": [j == 0] + [False] * 4} for j in range(3)], schema=schema) for i in range(7)]
+    batches = [
+        pa.RecordBatch.from_pylist(
+            [
+                {
+                    "doc_id": f"d{i}-{j}",
+                    "seq_index": j,
+                    "input_ids": list(range(i, i + 5)),
+                    "word_start": [True] * 5,
+                    "sentence_start": [j == 0] + [False] * 4,
+                }
+                for j in range(3)
+            ],
+            schema=schema,
+        )
+        for i in range(7)
+    ]
     results = {}
     for background in (False, True):
         writer = ArrowFileWriter(str(tmp_path / f"bg-{background}.arrow"), schema, background=background)

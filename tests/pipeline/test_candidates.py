@@ -41,8 +41,21 @@ def wikitext_subset(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def candidates_artifact(wikitext_subset, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cand") / "artifact"
-    build(wikitext_subset, out, "--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "4000", "--num-shards", "2",
-          "--mask-candidates", "entities,noun_phrases", "--spacy-model", MODEL)
+    build(
+        wikitext_subset,
+        out,
+        "--input-format",
+        "wikitext",
+        "--train-tokenizer",
+        "--vocab-size",
+        "4000",
+        "--num-shards",
+        "2",
+        "--mask-candidates",
+        "entities,noun_phrases",
+        "--spacy-model",
+        MODEL,
+    )
     return out
 
 
@@ -82,14 +95,22 @@ def _check_against_spacy(artifact: Path, nlp, kind: str, column: str) -> int:
     for d in docs:
         sp = nlp(d.text)
         if kind == "entities":
-            chars = [(e.start_char, e.end_char, e.label_) for e in sp.ents if e.label_ not in spacy_spans.NUMERIC_ENTITY_LABELS]
+            chars = [
+                (e.start_char, e.end_char, e.label_)
+                for e in sp.ents
+                if e.label_ not in spacy_spans.NUMERIC_ENTITY_LABELS
+            ]
         else:
             chars = [(c.start_char, c.end_char, None) for c in sp.noun_chunks]
         enc = tok.encode(d.text, add_special_tokens=False)
         expected = _expected_token_spans(chars, enc.offsets, enc.word_ids)
         rows = by_doc[d.doc_id]
         bounds = np.cumsum([0] + [len(r["input_ids"]) for r in rows])
-        inside = [(s, e, lab) for s, e, lab in expected if any(bounds[i] <= s and e <= bounds[i + 1] for i in range(len(rows)))]
+        inside = [
+            (s, e, lab)
+            for s, e, lab in expected
+            if any(bounds[i] <= s and e <= bounds[i + 1] for i in range(len(rows)))
+        ]
         stored = sorted(
             (int(bounds[i]) + span["start"], int(bounds[i]) + span["end"], span.get("label"))
             for i, r in enumerate(rows)
@@ -141,7 +162,11 @@ def test_without_candidates_the_columns_are_empty_and_spacy_is_not_loaded(tmp_pa
 
 
 def test_long_documents_are_annotated_in_pieces_without_losing_text(nlp):
-    paragraphs = ["Angela Merkel met Emmanuel Macron in Berlin.", "The Rhine flows through Germany and the Netherlands.", "Apple opened an office in Lisbon."]
+    paragraphs = [
+        "Angela Merkel met Emmanuel Macron in Berlin.",
+        "The Rhine flows through Germany and the Netherlands.",
+        "Apple opened an office in Lisbon.",
+    ]
     text = "\n\n".join(paragraphs)
     starts = spacy_spans.split_text(text, max_chars=60)
     assert starts[0] == 0 and len(starts) == 3
@@ -149,7 +174,11 @@ def test_long_documents_are_annotated_in_pieces_without_losing_text(nlp):
     pieced = spacy_spans.annotate(nlp, [text], ("entities",), "spacy", None, max_chars=60, batch_size=4)[0][0]
     offset, expected = 0, []
     for p in paragraphs:
-        expected += [(offset + e.start_char, offset + e.end_char) for e in nlp(p).ents if e.label_ not in spacy_spans.NUMERIC_ENTITY_LABELS]
+        expected += [
+            (offset + e.start_char, offset + e.end_char)
+            for e in nlp(p).ents
+            if e.label_ not in spacy_spans.NUMERIC_ENTITY_LABELS
+        ]
         offset += len(p) + 2
     assert list(zip(pieced.starts, pieced.ends)) == expected and len(expected) >= 5
     assert [text[s:e] for s, e in expected][:2] == ["Angela Merkel", "Emmanuel Macron"]
@@ -170,11 +199,19 @@ def test_nltk_chunker_over_spacy_tags(nlp):
 
 
 def test_find_mask_candidates_composite(nlp):
-    docs = [Document("a", "Barack Obama visited Paris in 2015.", Source("f", 1, 0)), Document("b", "No names here, only 42 cats.", Source("f", 2, 40))]
+    docs = [
+        Document("a", "Barack Obama visited Paris in 2015.", Source("f", 1, 0)),
+        Document("b", "No names here, only 42 cats.", Source("f", 2, 40)),
+    ]
     with TestPipeline(runner="FnApiRunner") as p:
-        found = p | beam.Create([0, 1]) | beam.Map(lambda i: docs[i]) | FindMaskCandidates(None, ["entities"], batch_size=2)
+        found = (
+            p | beam.Create([0, 1]) | beam.Map(lambda i: docs[i]) | FindMaskCandidates(None, ["entities"], batch_size=2)
+        )
         out = found["documents"] | beam.Map(
-            lambda a: (a.document.doc_id, [(a.document.text[s:e], lab) for cs in a.spans for s, e, lab in zip(cs.starts, cs.ends, cs.labels)])
+            lambda a: (
+                a.document.doc_id,
+                [(a.document.text[s:e], lab) for cs in a.spans for s, e, lab in zip(cs.starts, cs.ends, cs.labels)],
+            )
         )
         assert_that(out, equal_to([("a", [("Barack Obama", "PERSON"), ("Paris", "GPE")]), ("b", [])]), label="spans")
         # the worker resolved the default model itself and says which one it used
@@ -186,12 +223,35 @@ def test_ngram_spans_are_the_segmenters_multiword_segments(tmp_path, wikitext_su
     from pipeline import build_ngram_dictionary
     from pipeline.segmenter import Segmenter
 
-    build_ngram_dictionary.run(["--input", str(wikitext_subset), "--output", str(tmp_path / "dict"), "--min-count", "3", "--runner", "FnApiRunner"])
+    build_ngram_dictionary.run(
+        [
+            "--input",
+            str(wikitext_subset),
+            "--output",
+            str(tmp_path / "dict"),
+            "--min-count",
+            "3",
+            "--runner",
+            "FnApiRunner",
+        ]
+    )
     seg = Segmenter.from_dictionary(str(tmp_path / "dict"))
     assert len(seg) > 50
     out = tmp_path / "a"
-    build(wikitext_subset, out, "--input-format", "wikitext", "--vocab-size", "4000", "--num-shards", "2",
-          "--mask-candidates", "ngrams", "--ngram-dictionary", str(tmp_path / "dict"))
+    build(
+        wikitext_subset,
+        out,
+        "--input-format",
+        "wikitext",
+        "--vocab-size",
+        "4000",
+        "--num-shards",
+        "2",
+        "--mask-candidates",
+        "ngrams",
+        "--ngram-dictionary",
+        str(tmp_path / "dict"),
+    )
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
@@ -215,5 +275,8 @@ def test_ngram_spans_are_the_segmenters_multiword_segments(tmp_path, wikitext_su
     assert checked > 20
     m = Artifact.open(str(out)).manifest
     assert m["candidates"]["ngram_dictionary"]["segmenter_entries"] == len(seg)
-    assert m["candidates"]["ngram_dictionary"]["entries"] == ipc.open_file(str(tmp_path / "dict" / "ngrams.arrow")).read_all().num_rows
+    assert (
+        m["candidates"]["ngram_dictionary"]["entries"]
+        == ipc.open_file(str(tmp_path / "dict" / "ngrams.arrow")).read_all().num_rows
+    )
     assert verify(str(out)).ok

@@ -21,7 +21,10 @@ from tests.pipeline.test_sentence_encoding import generated_texts
 def _batches(encoder: SentenceEncoder, texts: list[str], size: int = 16) -> list[tuple[list[str], list]]:
     sent = [sentence_spans(t) for t in texts]
     keep = [i for i, t in enumerate(texts) if encoder.applies(t, sent[i])]
-    return [([texts[i] for i in keep[a : a + size]], [sent[i] for i in keep[a : a + size]]) for a in range(0, len(keep), size)]
+    return [
+        ([texts[i] for i in keep[a : a + size]], [sent[i] for i in keep[a : a + size]])
+        for a in range(0, len(keep), size)
+    ]
 
 
 def _cache(e: SentenceEncoder, **kw) -> ChunkCache:
@@ -42,9 +45,17 @@ def corpus():
     """Generated edge cases, WikiText-2 and (where present) Wikipedia articles; a tokenizer trained on them; and
     the encoder without a cache, whose per-sentence encodings the cache must reproduce."""
     texts = generated_texts(300, seed=21)
-    texts += [d.text for d in read_file(str(wikitext2("valid")), ReaderOptions(input_format="wikitext")) if isinstance(d, Document)]
+    texts += [
+        d.text
+        for d in read_file(str(wikitext2("valid")), ReaderOptions(input_format="wikitext"))
+        if isinstance(d, Document)
+    ]
     if WIKIPEDIA_SAMPLE.exists():
-        wiki = (r.text for r in read_file(str(WIKIPEDIA_SAMPLE), ReaderOptions(input_format="jsonl")) if isinstance(r, Document))
+        wiki = (
+            r.text
+            for r in read_file(str(WIKIPEDIA_SAMPLE), ReaderOptions(input_format="jsonl"))
+            if isinstance(r, Document)
+        )
         texts += list(itertools.islice(wiki, 150))
     spec = tokenizer.make_spec(tokenizer.train(texts, vocab_size=3000), "trained")
     uncached = SentenceEncoder.for_tokenizer(spec.load_for_text(), cache_bytes=0)
@@ -130,7 +141,9 @@ def _uncached_small() -> SentenceEncoder:
 
 
 def test_encoders_of_one_tokenizer_share_one_cache_while_alive():
-    tok = tokenizer.make_spec(tokenizer.train(["Shared cache text. Another sentence."] * 5, vocab_size=100), "trained").load_for_text()
+    tok = tokenizer.make_spec(
+        tokenizer.train(["Shared cache text. Another sentence."] * 5, vocab_size=100), "trained"
+    ).load_for_text()
     a, b = SentenceEncoder.for_tokenizer(tok), SentenceEncoder.for_tokenizer(tok)
     assert a.cache is b.cache is not None
     small = SentenceEncoder.for_tokenizer(tok, cache_bytes=1 << 20)
@@ -140,8 +153,10 @@ def test_encoders_of_one_tokenizer_share_one_cache_while_alive():
 
 
 PUNCTUATED = [
-    "a[UNK]b went ([UNK]) and [[UNK]] or [UNK][UNK] then [UN[UNK]K] ok.", "Use c++ or xc++y, (c++) and c++. Done!",
-    "C++ and c+++ and +c++ here. Next c++c++ one.", "Mixed «quotes» — dashes – and 'apostrophes' don't split... really?!",
+    "a[UNK]b went ([UNK]) and [[UNK]] or [UNK][UNK] then [UN[UNK]K] ok.",
+    "Use c++ or xc++y, (c++) and c++. Done!",
+    "C++ and c+++ and +c++ here. Next c++c++ one.",
+    "Mixed «quotes» — dashes – and 'apostrophes' don't split... really?!",
     "Numbers 1,000.5 and 3.14/2 or 2-3-4; e-mail: a.b@c.d (see http://x.y/z?q=1&r=2#f).",
 ]
 
@@ -173,7 +188,10 @@ def test_runs_of_punctuation_take_the_tokenizers_ids_character_by_character():
 
     from tests.pipeline.test_sentence_encoding import _assert_same, _docs
 
-    texts = ["Tables +----+---+ and ... or .... and ..... and (?!) here.", "Odd :: and ;; and ~~~ once. [UNK]!! [[UNK]]..."]
+    texts = [
+        "Tables +----+---+ and ... or .... and ..... and (?!) here.",
+        "Odd :: and ;; and ~~~ once. [UNK]!! [[UNK]]...",
+    ]
     tok = tokenizer.train(texts * 5, vocab_size=200)
     spec = tokenizer.make_spec(tok, "trained")
     encoder = SentenceEncoder.for_tokenizer(spec.load_for_text())
@@ -194,8 +212,16 @@ def test_runs_of_punctuation_take_the_tokenizers_ids_character_by_character():
     "token,lowercase,texts",
     [
         # "_" is punctuation to the pre-tokenizer but a word character to single_word matching
-        ({"content": "zzq", "single_word": True, "normalized": False}, False, ["zzq_ here.", "x _zzq here.", "Say zzq_ now. And zzq."]),
-        ({"content": "zzq", "single_word": True, "normalized": True}, False, ["zzq_ here.", "x _zzq here.", "Say zzq_ now. And zzq."]),
+        (
+            {"content": "zzq", "single_word": True, "normalized": False},
+            False,
+            ["zzq_ here.", "x _zzq here.", "Say zzq_ now. And zzq."],
+        ),
+        (
+            {"content": "zzq", "single_word": True, "normalized": True},
+            False,
+            ["zzq_ here.", "x _zzq here.", "Say zzq_ now. And zzq."],
+        ),
         # matched on normalized text, where NFD (lowercase strips accents) turns U+037E into ";"
         ({"content": "\u037e", "single_word": True, "normalized": True}, True, ["Say a; now.", "Then b;c and ; here."]),
         ({"content": "q\u037e", "normalized": True}, True, ["q; here.", "Q; and q\u037e there."]),

@@ -9,30 +9,54 @@ from tests.conftest import REPO
 
 
 def test_importing_the_package_has_no_side_effects():
-    code = ("import logging, sys; import pipeline; root = logging.getLogger(); "
-            "print(len(root.filters), len(root.handlers), 'apache_beam' in sys.modules, pipeline.__version__ != '')")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+    code = (
+        "import logging, sys; import pipeline; root = logging.getLogger(); "
+        "print(len(root.filters), len(root.handlers), 'apache_beam' in sys.modules, pipeline.__version__ != '')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+    )
     assert proc.stdout.split() == ["0", "0", "False", "True"]
     assert proc.stderr == ""
 
 
 def test_jobs_run_without_pandas_and_pandas_still_imports_after(tmp_path):
     # pandas is installed here (Hugging Face datasets); the jobs neither import it (Beam and pyarrow would) nor need it
-    code = ("import sys; from pipeline import build_shards; from tests.conftest import DEMO_CORPUS; "
-            "print('pandas' in sys.modules, 'apache_beam.typehints.pandas_type_compatibility' in sys.modules); "
-            f"code = build_shards.main(['--input', str(DEMO_CORPUS), '--output', {str(tmp_path / 'out')!r}, "
-            "'--train-tokenizer', '--vocab-size', '500', '--num-shards', '2']); "
-            "print(code, 'pandas' in sys.modules); "
-            "import pandas; print(pandas.DataFrame({'a': [1, 2]})['a'].sum())")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300, check=True)
+    code = (
+        "import sys; from pipeline import build_shards; from tests.conftest import DEMO_CORPUS; "
+        "print('pandas' in sys.modules, 'apache_beam.typehints.pandas_type_compatibility' in sys.modules); "
+        f"code = build_shards.main(['--input', str(DEMO_CORPUS), '--output', {str(tmp_path / 'out')!r}, "
+        "'--train-tokenizer', '--vocab-size', '500', '--num-shards', '2']); "
+        "print(code, 'pandas' in sys.modules); "
+        "import pandas; print(pandas.DataFrame({'a': [1, 2]})['a'].sum())"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300, check=True
+    )
     assert proc.stdout.splitlines()[0] == "False False"
     assert proc.stdout.splitlines()[-2:] == ["0 False", "3"]
     assert (tmp_path / "out" / "manifest.json").exists()
 
+
 def test_both_jobs_report_a_user_error_as_one_line_and_exit_2(tmp_path):
     for job in ("build_shards", "build_ngram_dictionary"):
-        proc = subprocess.run([sys.executable, "-m", f"pipeline.{job}", "--input", str(tmp_path / "missing*"), "--output", str(tmp_path / "out")],
-                              cwd=REPO, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                f"pipeline.{job}",
+                "--input",
+                str(tmp_path / "missing*"),
+                "--output",
+                str(tmp_path / "out"),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 2, job
-        assert proc.stderr == f"{job}: error: --input {tmp_path / 'missing*'}: no file matches\n", job  # Beam's import warning hidden
+        assert proc.stderr == f"{job}: error: --input {tmp_path / 'missing*'}: no file matches\n", (
+            job
+        )  # Beam's import warning hidden
         assert not (tmp_path / "out").exists(), job

@@ -115,11 +115,33 @@ SNIPPET = (
 # Bigrams and trigrams of SNIPPET, every one of them, counted by hand. Not there: ". the" across lines 4-6,
 # "cat on" across lines 6-7, "cat sat" / "cat <unk>" across <unk>, anything from the three headings.
 SNIPPET_COUNTS = {
-    "the cat": 4, "on the": 3, "the mat": 3, "cat sat": 2, "sat on": 2,
-    "mat .": 1, ". the": 1, "sat .": 1, "mat @-@": 1, "@-@ like": 1, "like rug": 1, "rug ,": 1, ", the": 1,
-    "on the mat": 3, "the cat sat": 2, "sat on the": 2,
-    "cat sat on": 1, "the mat .": 1, "mat . the": 1, ". the cat": 1, "cat sat .": 1, "the mat @-@": 1,
-    "mat @-@ like": 1, "@-@ like rug": 1, "like rug ,": 1, "rug , the": 1, ", the cat": 1,
+    "the cat": 4,
+    "on the": 3,
+    "the mat": 3,
+    "cat sat": 2,
+    "sat on": 2,
+    "mat .": 1,
+    ". the": 1,
+    "sat .": 1,
+    "mat @-@": 1,
+    "@-@ like": 1,
+    "like rug": 1,
+    "rug ,": 1,
+    ", the": 1,
+    "on the mat": 3,
+    "the cat sat": 2,
+    "sat on the": 2,
+    "cat sat on": 1,
+    "the mat .": 1,
+    "mat . the": 1,
+    ". the cat": 1,
+    "cat sat .": 1,
+    "the mat @-@": 1,
+    "mat @-@ like": 1,
+    "@-@ like rug": 1,
+    "like rug ,": 1,
+    "rug , the": 1,
+    ", the cat": 1,
 }
 
 
@@ -150,8 +172,13 @@ def test_job_on_the_snippet_matches_the_hand_count(snippet_file, tmp_path):
     assert manifest["entries_per_n"] == {"2": 5, "3": 3}
     assert manifest["total_entries"] == 8
     assert manifest["corpus"] == {
-        "lines": 8, "blank_lines": 2, "heading_lines": 3, "paragraph_lines": 3, "undecodable_lines": 0,
-        "paragraph_tokens": 11 + 13 + 3, "unk_tokens": 1,
+        "lines": 8,
+        "blank_lines": 2,
+        "heading_lines": 3,
+        "paragraph_lines": 3,
+        "undecodable_lines": 0,
+        "paragraph_tokens": 11 + 13 + 3,
+        "unk_tokens": 1,
     }
 
 
@@ -176,8 +203,17 @@ def test_words_only_dictionary(snippet_file):
 def test_four_gram_found_through_its_frequent_three_grams(snippet_file):
     # "sat on the mat" occurs once on line 4 and once on line 6 (after the <unk>): 2; its 3-grams
     # "sat on the" (2) and "on the mat" (3) are frequent, so the apriori pass counts it.
-    expected = {"the cat": 4, "on the": 3, "the mat": 3, "cat sat": 2, "sat on": 2,
-                "on the mat": 3, "the cat sat": 2, "sat on the": 2, "sat on the mat": 2}
+    expected = {
+        "the cat": 4,
+        "on the": 3,
+        "the mat": 3,
+        "cat sat": 2,
+        "sat on": 2,
+        "on the mat": 3,
+        "the cat sat": 2,
+        "sat on the": 2,
+        "sat on the mat": 2,
+    }
     for pruning in ("apriori", "none"):
         with TestPipeline(runner="FnApiRunner") as p:
             got = frequent_ngrams(p, [snippet_file], NgramRules(min_n=2, max_n=5, min_count=2), pruning=pruning)
@@ -223,8 +259,19 @@ def test_equals_sign_outside_a_heading_is_a_symbol_token(tmp_path):
     assert heading_level(" = National record ") == 0
     with TestPipeline(runner="FnApiRunner") as p:
         got = frequent_ngrams(p, [path], NgramRules(min_n=2, max_n=3, min_count=1))
-        assert_that(got, equal_to([("= National", 1), ("National record", 1), ("= National record", 1),
-                                   ("C =", 1), ("= O", 1), ("C = O", 1)]))
+        assert_that(
+            got,
+            equal_to(
+                [
+                    ("= National", 1),
+                    ("National record", 1),
+                    ("= National record", 1),
+                    ("C =", 1),
+                    ("= O", 1),
+                    ("C = O", 1),
+                ]
+            ),
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -232,8 +279,33 @@ def test_equals_sign_outside_a_heading_is_a_symbol_token(tmp_path):
 
 
 def test_punctuation_definition():
-    for token in [",", ".", '"', "(", ")", ";", ":", "'", "–", "—", "/", "%", "$", "=", "...", "°", "£", "+",
-                  "@-@", "@,@", "@.@", "&", "♭", "''", "@"]:  # a lone @ is Unicode punctuation (Po)
+    for token in [
+        ",",
+        ".",
+        '"',
+        "(",
+        ")",
+        ";",
+        ":",
+        "'",
+        "–",
+        "—",
+        "/",
+        "%",
+        "$",
+        "=",
+        "...",
+        "°",
+        "£",
+        "+",
+        "@-@",
+        "@,@",
+        "@.@",
+        "&",
+        "♭",
+        "''",
+        "@",
+    ]:  # a lone @ is Unicode punctuation (Po)
         assert is_punctuation(token), token
     for token in ["the", "1.5", "U.S.", "½", "'s", "n't", "@x@", "<unk>", "3", "é", "H2O", "-1", "a_b"]:
         assert not is_punctuation(token), token
@@ -278,7 +350,8 @@ def test_count_ngrams_counts_every_ngram_as_strings(snippet_file):
     with TestPipeline(runner="FnApiRunner") as p:
         lines = p | beam.Create([str(snippet_file)]) | ReadLines(split_bytes=1 << 20, with_filename=True)
         got = lines | CountNgrams(
-            rules=NgramRules(min_n=3, max_n=3, min_count=1), lengths=[3],
+            rules=NgramRules(min_n=3, max_n=3, min_count=1),
+            lengths=[3],
             max_keys_per_bundle=3,  # flush partial counts often: the sums must still be exact
         )
         assert_that(got, equal_to(list(expected.items())))
@@ -301,32 +374,53 @@ def test_frequent_words_pairs_and_longer_stages_on_the_snippet(snippet_file):
         lines = paths | ReadLines(split_bytes=1 << 20, with_filename=True)
         word_tables = lines | "Words" >> FrequentWords(rules=rules, max_keys_per_bundle=2)
         pair_tables, chunks = paths | "Pairs" >> FrequentPairs(
-            rules=rules, word_tables=word_tables, split_bytes=1 << 20, max_keys_per_bundle=2)
+            rules=rules, word_tables=word_tables, split_bytes=1 << 20, max_keys_per_bundle=2
+        )
         triple_tables, _ = chunks | "Triples" >> FrequentLongerNgrams(
-            n=3, min_count=2, shorter_tables=pair_tables, max_keys_per_bundle=2, pass_on=True)
+            n=3, min_count=2, shorter_tables=pair_tables, max_keys_per_bundle=2, pass_on=True
+        )
         tables = (word_tables, pair_tables, triple_tables) | beam.Flatten()
-        assert_that(tables | DecodeNgrams(min_n=1), equal_to([
-            ("the", 7), ("cat", 4), ("on", 3), ("mat", 3), ("sat", 3), (".", 2),  # words: counted by hand
-            ("the cat", 4), ("on the", 3), ("the mat", 3), ("cat sat", 2), ("sat on", 2),
-            ("on the mat", 3), ("the cat sat", 2), ("sat on the", 2),
-        ]))
+        assert_that(
+            tables | DecodeNgrams(min_n=1),
+            equal_to(
+                [
+                    ("the", 7),
+                    ("cat", 4),
+                    ("on", 3),
+                    ("mat", 3),
+                    ("sat", 3),
+                    (".", 2),  # words: counted by hand
+                    ("the cat", 4),
+                    ("on the", 3),
+                    ("the mat", 3),
+                    ("cat sat", 2),
+                    ("sat on", 2),
+                    ("on the mat", 3),
+                    ("the cat sat", 2),
+                    ("sat on the", 2),
+                ]
+            ),
+        )
 
 
 def test_longer_stage_counts_only_candidates_whose_shorter_ngrams_are_frequent(snippet_file):
     # Given words and only four "frequent" pairs, the 3-gram stage counts a 3-gram only if both of its pairs
     # are among them: "the cat sat" (the cat, cat sat) and "on the mat" (on the, the mat); not "sat on the".
     ids = {w: i for i, w in enumerate(SNIPPET_WORDS)}
-    pairs = sorted(encode_code(ids[a], ids[b]) for a, b in
-                   [("the", "cat"), ("cat", "sat"), ("on", "the"), ("the", "mat")])
+    pairs = sorted(
+        encode_code(ids[a], ids[b]) for a, b in [("the", "cat"), ("cat", "sat"), ("on", "the"), ("the", "mat")]
+    )
     rules = NgramRules(min_n=3, max_n=3, min_count=1)
     with TestPipeline(runner="FnApiRunner") as p:
         paths = p | beam.Create([str(snippet_file)])
         word_tables = p | "Words" >> beam.Create([_table(1, SNIPPET_WORDS, [1] * 5)])
         pair_tables = p | "PairTables" >> beam.Create([_table(2, pairs, [1] * 4)])
-        _, chunks = paths | FrequentPairs(rules=rules, word_tables=word_tables, split_bytes=1 << 20,
-                                          max_keys_per_bundle=100)
+        _, chunks = paths | FrequentPairs(
+            rules=rules, word_tables=word_tables, split_bytes=1 << 20, max_keys_per_bundle=100
+        )
         triple_tables, _ = chunks | FrequentLongerNgrams(
-            n=3, min_count=1, shorter_tables=pair_tables, max_keys_per_bundle=100, pass_on=False)
+            n=3, min_count=1, shorter_tables=pair_tables, max_keys_per_bundle=100, pass_on=False
+        )
         tables = (word_tables, pair_tables, triple_tables) | beam.Flatten()
         assert_that(tables | DecodeNgrams(min_n=3), equal_to([("the cat sat", 2), ("on the mat", 3)]))
 
@@ -337,26 +431,51 @@ def test_corpus_summary_counts_lines_and_dead_letters_undecodable_ones(tmp_path)
     with TestPipeline(runner="FnApiRunner") as p:
         lines = p | beam.Create([str(path)]) | ReadLines(split_bytes=1 << 20, with_filename=True)
         summary, dead_letters = lines | CorpusSummary()
-        assert_that(summary, equal_to([{
-            "lines": 5, "blank_lines": 1, "heading_lines": 1, "paragraph_lines": 2, "undecodable_lines": 1,
-            "paragraph_tokens": 6, "unk_tokens": 1,
-        }]), label="summary")
-        assert_that(dead_letters, equal_to([{
-            "source": str(path), "reason": "not UTF-8: invalid continuation byte at byte 4",
-            "line": " caf\\xe9 au lait ",
-        }]), label="dead_letters")
+        assert_that(
+            summary,
+            equal_to(
+                [
+                    {
+                        "lines": 5,
+                        "blank_lines": 1,
+                        "heading_lines": 1,
+                        "paragraph_lines": 2,
+                        "undecodable_lines": 1,
+                        "paragraph_tokens": 6,
+                        "unk_tokens": 1,
+                    }
+                ]
+            ),
+            label="summary",
+        )
+        assert_that(
+            dead_letters,
+            equal_to(
+                [
+                    {
+                        "source": str(path),
+                        "reason": "not UTF-8: invalid continuation byte at byte 4",
+                        "line": " caf\\xe9 au lait ",
+                    }
+                ]
+            ),
+            label="dead_letters",
+        )
 
 
 def test_source_files_hash_the_raw_bytes(snippet_file):
     data = snippet_file.read_bytes()
     with TestPipeline(runner="FnApiRunner") as p:
         got = p | beam.Create([str(snippet_file)]) | SourceFiles()
-        assert_that(got, equal_to([{"path": str(snippet_file), "bytes": len(data),
-                                    "sha256": hashlib.sha256(data).hexdigest()}]))
+        assert_that(
+            got, equal_to([{"path": str(snippet_file), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}])
+        )
 
 
 def test_write_ngram_dictionary_writes_sorted_files_and_manifest_last(tmp_path, monkeypatch):
-    monkeypatch.setattr(dictionary_files, "ARROW_BATCH_ROWS", 2)  # several record batches and TSV blocks (in-process runner)
+    monkeypatch.setattr(
+        dictionary_files, "ARROW_BATCH_ROWS", 2
+    )  # several record batches and TSV blocks (in-process runner)
     out = tmp_path / "dict"
     rules = NgramRules(min_n=2, max_n=3, min_count=2)
     with TestPipeline(runner="FnApiRunner") as p:
@@ -367,8 +486,9 @@ def test_write_ngram_dictionary_writes_sorted_files_and_manifest_last(tmp_path, 
         manifests = (entries, sources, summary, dead) | dictionary_files.WriteNgramDictionary(
             output=str(out), options={"min_count": 2}, rules=rules
         )
-        assert_that(manifests | beam.Map(lambda m: (m["total_entries"], m["entries_per_n"])),
-                    equal_to([(5, {"2": 4, "3": 1})]))
+        assert_that(
+            manifests | beam.Map(lambda m: (m["total_entries"], m["entries_per_n"])), equal_to([(5, {"2": 4, "3": 1})])
+        )
     assert dictionary_rows(out) == [("a b", 2, 7), ("a b c", 3, 7), ("z y", 2, 3), ("é f", 2, 3), ("b c", 2, 2)]
     assert (out / ngram_format.TSV_FILE).read_text(encoding="utf-8") == (
         "ngram\tn\tcount\na b\t2\t7\na b c\t3\t7\nz y\t2\t3\né f\t2\t3\nb c\t2\t2\n"
@@ -378,7 +498,10 @@ def test_write_ngram_dictionary_writes_sorted_files_and_manifest_last(tmp_path, 
         data = (out / name).read_bytes()
         assert manifest["files"][name] == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     # the file written last is the manifest
-    assert max((out / n).stat().st_mtime_ns for n in manifest["files"]) <= (out / ngram_format.MANIFEST_FILE).stat().st_mtime_ns
+    assert (
+        max((out / n).stat().st_mtime_ns for n in manifest["files"])
+        <= (out / ngram_format.MANIFEST_FILE).stat().st_mtime_ns
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -386,8 +509,27 @@ def test_write_ngram_dictionary_writes_sorted_files_and_manifest_last(tmp_path, 
 
 
 def _random_wikitext(rng: random.Random, lines: int) -> str:
-    vocab = ["the", "The", "cat", "sat", "on", "mat", "a", "dog", ",", ".", "@-@", "@,@", "1", "000", "<unk>",
-             "(", ")", "é", "–"]
+    vocab = [
+        "the",
+        "The",
+        "cat",
+        "sat",
+        "on",
+        "mat",
+        "a",
+        "dog",
+        ",",
+        ".",
+        "@-@",
+        "@,@",
+        "1",
+        "000",
+        "<unk>",
+        "(",
+        ")",
+        "é",
+        "–",
+    ]
     weights = [9, 3, 6, 5, 5, 4, 5, 3, 5, 4, 2, 1, 2, 2, 2, 1, 1, 1, 1]
     out = []
     for _ in range(lines):
@@ -432,9 +574,20 @@ def test_job_equals_brute_force_on_random_input(random_corpus, tmp_path, monkeyp
     monkeypatch.setattr(frequent_pairs, "CHUNK_TOKENS", 37)  # many id chunks per bundle (in-process runner)
     options = dict(options)
     pruning = options.pop("pruning", "apriori")
-    argv = ["--min-n", str(options["min_n"]), "--max-n", str(options["max_n"]),
-            "--min-count", str(options["min_count"]), "--pruning", pruning,
-            "--split-mb", "0.001", "--max-keys-per-bundle", "50"]  # ~1 kB byte ranges, frequent flushes
+    argv = [
+        "--min-n",
+        str(options["min_n"]),
+        "--max-n",
+        str(options["max_n"]),
+        "--min-count",
+        str(options["min_count"]),
+        "--pruning",
+        pruning,
+        "--split-mb",
+        "0.001",
+        "--max-keys-per-bundle",
+        "50",
+    ]  # ~1 kB byte ranges, frequent flushes
     if options.get("lowercase"):
         argv.append("--lowercase")
     if options.get("drop_punctuation"):
@@ -452,8 +605,16 @@ def test_job_is_deterministic_across_runs_and_worker_counts(random_corpus, tmp_p
     common = ["--min-count", "3", "--split-mb", "0.002"]
     first = run_job(tmp_path, random_corpus, "first", *common)
     second = run_job(tmp_path, random_corpus, "second", *common)
-    multi = run_job(tmp_path, random_corpus, "multi", *common,
-                    "--direct_running_mode", "multi_processing", "--direct_num_workers", "2")
+    multi = run_job(
+        tmp_path,
+        random_corpus,
+        "multi",
+        *common,
+        "--direct_running_mode",
+        "multi_processing",
+        "--direct_num_workers",
+        "2",
+    )
     assert len(dictionary_rows(first)) > 0
     for name in (ngram_format.ARROW_FILE, ngram_format.TSV_FILE, ngram_format.MANIFEST_FILE):
         reference = (first / name).read_bytes()
@@ -467,8 +628,15 @@ def test_manifest_describes_sources_options_and_entries(random_corpus, tmp_path)
     assert manifest["format"] == "spanprep-ngram-dictionary" and manifest["format_version"] == 1
     assert manifest["created_by"]["version"] == pipeline.__version__
     assert manifest["options"] == {
-        "input": [str(p) for p in random_corpus], "min_n": 2, "max_n": 5, "min_count": 4, "lowercase": False,
-        "drop_punctuation": False, "pruning": "apriori", "split_mb": None, "max_keys_per_bundle": 1000000,
+        "input": [str(p) for p in random_corpus],
+        "min_n": 2,
+        "max_n": 5,
+        "min_count": 4,
+        "lowercase": False,
+        "drop_punctuation": False,
+        "pruning": "apriori",
+        "split_mb": None,
+        "max_keys_per_bundle": 1000000,
         "split_bytes": 1 << 20,  # automatic: input size / 64, at least 1 MiB
     }
     assert manifest["sources"] == [
@@ -498,8 +666,10 @@ def test_manifest_describes_sources_options_and_entries(random_corpus, tmp_path)
         (["--input", "MISSING"], "error: --output is required"),
         (["--input", "MISSING", "--output", "OUT"], "build_ngram_dictionary: error: --input MISSING: no file matches"),
         (["--input", "SNIPPET", "--output", "OUT", "--min-n", "0"], "error: --min-n must be >= 1"),
-        (["--input", "SNIPPET", "--output", "OUT", "--min-n", "3", "--max-n", "2"],
-         "error: --max-n (2) must be >= --min-n (3)"),
+        (
+            ["--input", "SNIPPET", "--output", "OUT", "--min-n", "3", "--max-n", "2"],
+            "error: --max-n (2) must be >= --min-n (3)",
+        ),
         (["--input", "SNIPPET", "--output", "OUT", "--min-count", "0"], "error: --min-count must be >= 1"),
         (["--input", "SNIPPET", "--output", "OUT", "--min-cout", "3"], "error: unknown option(s): --min-cout"),
         (["--input", "SNIPPET", "--output", "OUT", "--split-mb", "0"], "error: --split-mb must be > 0"),
@@ -507,8 +677,12 @@ def test_manifest_describes_sources_options_and_entries(random_corpus, tmp_path)
     ],
 )
 def test_bad_options_and_input_give_one_clear_error(snippet_file, tmp_path, capsys, argv, message):
-    replace = {"MISSING": str(tmp_path / "missing*.tokens"), "OUT": str(tmp_path / "out"),
-               "SNIPPET": str(snippet_file), "DIR": str(tmp_path)}
+    replace = {
+        "MISSING": str(tmp_path / "missing*.tokens"),
+        "OUT": str(tmp_path / "out"),
+        "SNIPPET": str(snippet_file),
+        "DIR": str(tmp_path),
+    }
     argv = [replace.get(a, a) for a in argv]
     message = message.replace("MISSING", replace["MISSING"]).replace("DIR", replace["DIR"])
     assert job.main(argv) == 2
@@ -542,16 +716,30 @@ def test_the_dictionary_job_shares_the_artifact_jobs_output_guard_and_build_lock
     rules = NgramRules(min_n=2, max_n=2, min_count=1)
     with pytest.raises(output.OutputError, match=f"belongs to build {theirs}"):
         with TestPipeline(runner="FnApiRunner") as p:
-            _ = (p | "N" >> beam.Create([("a b", 1)]), p | "S" >> beam.Create([]), p | "C" >> beam.Create([{}]),
-                 p | "D" >> beam.Create([])) | WriteNgramDictionary(output=str(out), options={}, rules=rules, build_id=mine)
+            _ = (
+                p | "N" >> beam.Create([("a b", 1)]),
+                p | "S" >> beam.Create([]),
+                p | "C" >> beam.Create([{}]),
+                p | "D" >> beam.Create([]),
+            ) | WriteNgramDictionary(output=str(out), options={}, rules=rules, build_id=mine)
     assert not (out / ngram_format.MANIFEST_FILE).exists()
 
 
 def test_command_line_error_has_no_traceback(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.build_ngram_dictionary", "--input", str(tmp_path / "nope.tokens"),
-         "--output", str(tmp_path / "out")],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pipeline.build_ngram_dictionary",
+            "--input",
+            str(tmp_path / "nope.tokens"),
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert proc.stderr == f"build_ngram_dictionary: error: --input {tmp_path / 'nope.tokens'}: no file matches\n"
@@ -575,8 +763,10 @@ def test_wikitext2_dictionary_equals_brute_force(tmp_path):
     assert not any("<unk>" in g.split(" ") for g, _, _ in rows)
     assert rows == expected_rows(brute_force(_corpus_lines(files), min_n=2, max_n=5, min_count=11))
     manifest = json.loads((out / ngram_format.MANIFEST_FILE).read_text())
-    published = {"wiki.valid.tokens": "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
-                 "wiki.test.tokens": "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"}
+    published = {
+        "wiki.valid.tokens": "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
+        "wiki.test.tokens": "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0",
+    }
     assert {Path(s["path"]).name: s["sha256"] for s in manifest["sources"]} == published
     assert manifest["corpus"]["undecodable_lines"] == 0
     assert manifest["corpus"]["heading_lines"] > 0
@@ -589,6 +779,5 @@ def test_wikitext2_lowercase_without_punctuation_equals_brute_force(tmp_path):
     rows = dictionary_rows(out)
     assert len(rows) > 0
     assert all(g == g.lower() and not any(is_punctuation(w) for w in g.split(" ")) for g, _, _ in rows)
-    expected = brute_force(_corpus_lines(files), min_n=2, max_n=5, min_count=5, lowercase=True,
-                           drop_punctuation=True)
+    expected = brute_force(_corpus_lines(files), min_n=2, max_n=5, min_count=5, lowercase=True, drop_punctuation=True)
     assert rows == expected_rows(expected)

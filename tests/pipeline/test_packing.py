@@ -13,8 +13,9 @@ def doc(sentence_lengths, word_every=1, doc_id="d", spans=None, labels=None):
     ws = np.zeros(n, bool)
     ws[::word_every] = True
     ws |= ss
-    return TokenizedDocument(doc_id, "f", 1, 0, np.arange(n, dtype=np.uint16) % 50 + 5, ws, ss,
-                             spans=spans or {}, span_labels=labels or {})
+    return TokenizedDocument(
+        doc_id, "f", 1, 0, np.arange(n, dtype=np.uint16) % 50 + 5, ws, ss, spans=spans or {}, span_labels=labels or {}
+    )
 
 
 def test_whole_sentences_fill_rows_greedily():

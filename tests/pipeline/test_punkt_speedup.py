@@ -17,12 +17,33 @@ from pipeline.tokenize import punkt_spans, sentences
 from tests.conftest import WIKIPEDIA_SAMPLE, wikitext2
 
 CRAFTED = [
-    "", "-", "--", "---", "a--b", ".", "..", "...", ". .", ". . .", ". . . .", ".\t.\n.", "..--..", "a. .b", ". .. . .",
-    "Wait . . . what?", "He paused... Then spoke.", "x -- y --- z", "1.. 2. . 3. . . 4", ". . ..", ".\u2028.\u2028.",
+    "",
+    "-",
+    "--",
+    "---",
+    "a--b",
+    ".",
+    "..",
+    "...",
+    ". .",
+    ". . .",
+    ". . . .",
+    ".\t.\n.",
+    "..--..",
+    "a. .b",
+    ". .. . .",
+    "Wait . . . what?",
+    "He paused... Then spoke.",
+    "x -- y --- z",
+    "1.. 2. . 3. . . 4",
+    ". . ..",
+    ".\u2028.\u2028.",
 ]
+
 
 def test_the_replacement_is_installed():
     assert boundaries._multi_char_interior is sentences._multi_char_interior
+
 
 def test_same_interior_as_punkt_on_crafted_and_random_text():
     lang = boundaries.DEFAULT_LANGUAGE_VARS
@@ -34,6 +55,7 @@ def test_same_interior_as_punkt_on_crafted_and_random_text():
         assert ours == sentences._punkt_multi_char_interior(text, lang), repr(text)
         nonempty += bool(ours)
     assert nonempty > 500
+
 
 def test_same_sentences_as_punkt_on_real_text():
     text = wikitext2("valid").read_text(encoding="utf-8")[:300_000]
@@ -65,20 +87,58 @@ def package_sentence_spans(text: str) -> list[tuple[int, int]]:
 
 
 EDGE_CASES = [
-    "", " ", "\n", "\n\n", " \t \n \n ", "\u2028", ".", "?", "!", ". Hello.", ".Hello", "...", "Hi.", "Hi", "Hi. ",
-    "Dr. Smith went home. He was tired.", "Mr. and Mrs. Jones met Prof. X. at 5 p.m. on Jan. 3. They left.",
-    "Johann S. Bach wrote it. J. S. Bach did. So did C. P. E. Bach. The end.", "I. The first part. II. The second.",
-    "See No. 5 for details. There is no. Absolutely not.", "Pi is 3.14. Really 3. Or 2.71828... maybe.",
-    "Version 2.0. was out. In 1999. It sold. In 1999. the sales fell.", "Hmm... Then spoke. He paused... then left.",
-    "Wait . . . what? Yes . . . . No. . . . Sure . . .", "a. . b", ". . . Start", "He said -- loudly -- no. Then --",
-    "Why?! Because!!! Really?!? Yes!!!", "Wow!!!", "Stop!!! ", "(Hi.) Bye.", "\"Stop.\" He ran. 'Go.' She went.",
-    "It ended.) Then (it began.) Again.\"", "He said \u201cno.\u201d Then left. \u00abOui.\u00bb Non.",
-    "Line one.\nLine two. Next\nline.\n\nNew paragraph. Ends here.\n", "Tab\tseparated.\tNext\tone.",
-    "U+2028 here.\u2028Next one.\u2029Third.\u00a0Fourth.", "Ends with punctuation?", "Ends with quote.\"",
-    "Trailing spaces.   \n\t ", "U.S. officials met U.K. ones. The U.S. did. e.g. this. i.e. that. etc. The end.",
-    "Smith et al. found it. Others didn't.", "[1] Source. [2] Another.] Stray ]] left. Next.", "a.b.c. d.e.f. G.",
-    "x. y. z. A. B. C.", "1. 2. 3. Go. 4) Five.", "It costs $5. Or $5.99. OK.", "co. Ltd. Inc. The firm.",
-    "Hello world.\n \nNext para.\n\t\nThird. \n\n\n\nFourth.", "end.\n. . .\nstart", "what .\n. ok", "A.\n\nB.",
+    "",
+    " ",
+    "\n",
+    "\n\n",
+    " \t \n \n ",
+    "\u2028",
+    ".",
+    "?",
+    "!",
+    ". Hello.",
+    ".Hello",
+    "...",
+    "Hi.",
+    "Hi",
+    "Hi. ",
+    "Dr. Smith went home. He was tired.",
+    "Mr. and Mrs. Jones met Prof. X. at 5 p.m. on Jan. 3. They left.",
+    "Johann S. Bach wrote it. J. S. Bach did. So did C. P. E. Bach. The end.",
+    "I. The first part. II. The second.",
+    "See No. 5 for details. There is no. Absolutely not.",
+    "Pi is 3.14. Really 3. Or 2.71828... maybe.",
+    "Version 2.0. was out. In 1999. It sold. In 1999. the sales fell.",
+    "Hmm... Then spoke. He paused... then left.",
+    "Wait . . . what? Yes . . . . No. . . . Sure . . .",
+    "a. . b",
+    ". . . Start",
+    "He said -- loudly -- no. Then --",
+    "Why?! Because!!! Really?!? Yes!!!",
+    "Wow!!!",
+    "Stop!!! ",
+    "(Hi.) Bye.",
+    "\"Stop.\" He ran. 'Go.' She went.",
+    'It ended.) Then (it began.) Again."',
+    "He said \u201cno.\u201d Then left. \u00abOui.\u00bb Non.",
+    "Line one.\nLine two. Next\nline.\n\nNew paragraph. Ends here.\n",
+    "Tab\tseparated.\tNext\tone.",
+    "U+2028 here.\u2028Next one.\u2029Third.\u00a0Fourth.",
+    "Ends with punctuation?",
+    'Ends with quote."',
+    "Trailing spaces.   \n\t ",
+    "U.S. officials met U.K. ones. The U.S. did. e.g. this. i.e. that. etc. The end.",
+    "Smith et al. found it. Others didn't.",
+    "[1] Source. [2] Another.] Stray ]] left. Next.",
+    "a.b.c. d.e.f. G.",
+    "x. y. z. A. B. C.",
+    "1. 2. 3. Go. 4) Five.",
+    "It costs $5. Or $5.99. OK.",
+    "co. Ltd. Inc. The firm.",
+    "Hello world.\n \nNext para.\n\t\nThird. \n\n\n\nFourth.",
+    "end.\n. . .\nstart",
+    "what .\n. ok",
+    "A.\n\nB.",
 ]
 
 
@@ -104,10 +164,62 @@ def test_edge_cases_match_the_package():
     assert compared > 100
 
 
-_PIECES = list(".?!\"')([]-, \n\t:;") + [" ", " ", " ", ". ", "? ", "! ", ".. ", " . . . ", "--", "\u2028", "\u00a0",
-    "\u201d", "\u00bb", "\n \n", "A", "b", "J", "S", "x", "7", "3.14", "1999", "No", "Dr", "Mr", "Mrs", "St", "U.S",
-    "e.g", "i.e", "etc", "Inc", "Jan", "vs", "co", "Bach", "bach", "Smith", "The", "the", "However", "however", "He",
-    "he", "It", "word", "Word", "WORD", "caf\u00e9", "\u00c9cole", "snake_case", "a-b", "mining-co", "Zimmer"]
+_PIECES = list(".?!\"')([]-, \n\t:;") + [
+    " ",
+    " ",
+    " ",
+    ". ",
+    "? ",
+    "! ",
+    ".. ",
+    " . . . ",
+    "--",
+    "\u2028",
+    "\u00a0",
+    "\u201d",
+    "\u00bb",
+    "\n \n",
+    "A",
+    "b",
+    "J",
+    "S",
+    "x",
+    "7",
+    "3.14",
+    "1999",
+    "No",
+    "Dr",
+    "Mr",
+    "Mrs",
+    "St",
+    "U.S",
+    "e.g",
+    "i.e",
+    "etc",
+    "Inc",
+    "Jan",
+    "vs",
+    "co",
+    "Bach",
+    "bach",
+    "Smith",
+    "The",
+    "the",
+    "However",
+    "however",
+    "He",
+    "he",
+    "It",
+    "word",
+    "Word",
+    "WORD",
+    "caf\u00e9",
+    "\u00c9cole",
+    "snake_case",
+    "a-b",
+    "mining-co",
+    "Zimmer",
+]
 
 
 def random_texts(seed: int, count: int) -> list[str]:
@@ -131,17 +243,49 @@ def test_model_rules_the_english_model_never_fires_match_the_package():
     """The English model's collocations all start with an initial or a number and it has no number-bound
     abbreviations, so those second-pass rules are exercised here with a model that has them."""
     params = punkt.PunktParameters(
-        abbrev_types=set(_TOK.params.abbrev_types), collocations=set(_TOK.params.collocations) | {("word", "next"),
-        ("word", "it"), ("smith", "##number##"), ("...", "the")}, sent_starters=set(_TOK.params.sent_starters),
-        numeric_abbrev_types={"no", "fig", "word"}, ortho_context=dict(_TOK.params.ortho_context))
+        abbrev_types=set(_TOK.params.abbrev_types),
+        collocations=set(_TOK.params.collocations)
+        | {("word", "next"), ("word", "it"), ("smith", "##number##"), ("...", "the")},
+        sent_starters=set(_TOK.params.sent_starters),
+        numeric_abbrev_types={"no", "fig", "word"},
+        ortho_context=dict(_TOK.params.ortho_context),
+    )
     tok = punkt.PunktSentenceTokenizer(params)
     fast = punkt_spans.FastSpans(tok)
     rng = random.Random(13)
-    pieces = ["word", "Word", "next", "Next", "it", "It", "Smith", "7", "1999", "No", "no", "Fig", "fig", "...", "the",
-              "The", "J", ". ", ". ", ". ", " ", "\n", "? ", "!", '"', ")", "."]
+    pieces = [
+        "word",
+        "Word",
+        "next",
+        "Next",
+        "it",
+        "It",
+        "Smith",
+        "7",
+        "1999",
+        "No",
+        "no",
+        "Fig",
+        "fig",
+        "...",
+        "the",
+        "The",
+        "J",
+        ". ",
+        ". ",
+        ". ",
+        " ",
+        "\n",
+        "? ",
+        "!",
+        '"',
+        ")",
+        ".",
+    ]
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 40))) for _ in range(3000)] + [
         "A word. Next one. A word. next one. A word. It is. Fig. 3 shows. No. 5 here. word. 7 too. Smith. 1999 ok.",
-        "Wait... The end. Wait... the end."]
+        "Wait... The end. Wait... the end.",
+    ]
     compared = flips = 0
     for text in texts:
         expected = list(tok.span_tokenize(text))
@@ -164,8 +308,9 @@ def test_real_text_matches_the_package():
     texts = [wikitext2("valid").read_text(encoding="utf-8")[:400_000]]
     if WIKIPEDIA_SAMPLE.exists():
         with open(WIKIPEDIA_SAMPLE, "rb") as f:
-            reader = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True),
-                                      encoding="utf-8")
+            reader = io.TextIOWrapper(
+                zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), encoding="utf-8"
+            )
             texts += [json.loads(line)["text"] for line, _ in zip(reader, range(60))]
     compared = 0
     for text in texts:

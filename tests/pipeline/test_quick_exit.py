@@ -31,8 +31,13 @@ SCRIPT = textwrap.dedent("""
 
 def run(tmp_path: Path, mode: str, code: int) -> tuple[subprocess.CompletedProcess, Path]:
     marker = tmp_path / f"atexit-{mode}-{code}"
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(marker), mode, str(code)], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(marker), mode, str(code)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return proc, marker
 
 

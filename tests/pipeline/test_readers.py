@@ -71,7 +71,11 @@ def test_enormous_line_is_never_held_in_memory():
 
 def test_lines_split_across_chunks_are_joined():
     chunks = [b"ab", b"c\nd", b"e", b"\n", b"fg"]
-    assert [(n, line) for n, _, line, _ in streams.iter_lines(iter(chunks), 100)] == [(1, b"abc"), (2, b"de"), (3, b"fg")]
+    assert [(n, line) for n, _, line, _ in streams.iter_lines(iter(chunks), 100)] == [
+        (1, b"abc"),
+        (2, b"de"),
+        (3, b"fg"),
+    ]
 
 
 @pytest.mark.parametrize("compress", [gzip.compress, lambda d: zstandard.ZstdCompressor().compress(d)])
@@ -89,7 +93,11 @@ def test_truncated_compressed_input_dead_letters_the_rest_and_says_how_far(suffi
     import random
 
     rnd = random.Random(0)
-    part = b"".join(b'{"id": "%d", "text": "%s"}\n' % (i, " ".join(rnd.choice(["alpha", "beta", "gamma", "delta"]) for _ in range(30)).encode()) for i in range(4000))
+    part = b"".join(
+        b'{"id": "%d", "text": "%s"}\n'
+        % (i, " ".join(rnd.choice(["alpha", "beta", "gamma", "delta"]) for _ in range(30)).encode())
+        for i in range(4000)
+    )
     full = gzip.compress(part) if suffix == ".gz" else zstandard.ZstdCompressor().compress(part)
     cut = full[: len(full) // 2]
     out, summary = read(cut, "c.jsonl" + suffix)
@@ -135,7 +143,7 @@ def test_wikitext_documents_headings_and_detokenization():
 
 def test_wikitext_raw_files_are_not_detokenized_by_default():
     out, _ = read(WT.encode(), "w.raw", input_format="wikitext")
-    assert "known as \" A \" , is 1 @,@ 000" in out[0].text
+    assert 'known as " A " , is 1 @,@ 000' in out[0].text
 
 
 def test_wikitext_heading_levels():
@@ -172,6 +180,11 @@ def test_real_wikitext2_article_counts(split, expected):
     summary = out.pop()
     assert len(out) == expected == summary.documents_read
     assert all(isinstance(d, Document) and d.text.strip() for d in out)
-    assert summary.sha256 == {"valid": "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
-                              "test": "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"}[split]
+    assert (
+        summary.sha256
+        == {
+            "valid": "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
+            "test": "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0",
+        }[split]
+    )
     assert not any("@-@" in d.text or " , " in d.text for d in out)

@@ -33,7 +33,9 @@ from tests.conftest import DEMO_CORPUS, build, wikitext2_articles
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-SOURCE_LICENSE = "WikiText-2: Creative Commons Attribution-ShareAlike 3.0 (Merity et al., 2016), from Wikipedia <articles> & co."
+SOURCE_LICENSE = (
+    "WikiText-2: Creative Commons Attribution-ShareAlike 3.0 (Merity et al., 2016), from Wikipedia <articles> & co."
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -44,8 +46,19 @@ def wikitext_reported(tmp_path_factory) -> Path:
     """The first 4 articles of WikiText-2 validation, with spaCy entity and noun-phrase candidates, reported."""
     src = wikitext2_articles(4, tmp_path_factory.mktemp("wt"))
     out = tmp_path_factory.mktemp("report-wt") / "wt2-first4"
-    build(src, out, "--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "4000", "--num-shards", "2",
-          "--mask-candidates", "entities,noun_phrases")
+    build(
+        src,
+        out,
+        "--input-format",
+        "wikitext",
+        "--train-tokenizer",
+        "--vocab-size",
+        "4000",
+        "--num-shards",
+        "2",
+        "--mask-candidates",
+        "entities,noun_phrases",
+    )
     report.write_report(str(out), license="cc-by-sa-3.0", source_license=SOURCE_LICENSE, progress=None)
     return out
 
@@ -63,13 +76,22 @@ def demo_reported(demo_artifact, tmp_path_factory) -> Path:
 def bad_input_reported(tmp_path_factory) -> Path:
     """JSONL with good documents and three bad records, built with `build_shards --report`."""
     src = tmp_path_factory.mktemp("bad") / "docs.jsonl"
-    good = ["The first document has two sentences. It is short.", "The second one is shorter still.",
-            "A third: Ada Lovelace wrote notes on the Analytical Engine in London."]
+    good = [
+        "The first document has two sentences. It is short.",
+        "The second one is shorter still.",
+        "A third: Ada Lovelace wrote notes on the Analytical Engine in London.",
+    ]
     lines = [json.dumps({"id": f"g{i}", "text": t}) for i, t in enumerate(good)]
-    lines[1:1] = ['{"id": "broken", "text": "<Ada & co> never closed', json.dumps({"id": "no-text"}), json.dumps({"id": "blank", "text": ""})]
+    lines[1:1] = [
+        '{"id": "broken", "text": "<Ada & co> never closed',
+        json.dumps({"id": "no-text"}),
+        json.dumps({"id": "blank", "text": ""}),
+    ]
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path_factory.mktemp("report-bad") / "bad-input"
-    build(src, out, "--input-format", "jsonl", "--train-tokenizer", "--vocab-size", "300", "--num-shards", "1", "--report")
+    build(
+        src, out, "--input-format", "jsonl", "--train-tokenizer", "--vocab-size", "300", "--num-shards", "1", "--report"
+    )
     return out
 
 
@@ -195,7 +217,12 @@ def test_card_front_matter_is_a_hugging_face_dataset_card(reported):
     assert lo <= m["counts"]["rows"] < hi
     assert front["configs"][0]["data_files"][0] == {"split": "train", "path": "shards/*.arrow"}
     assert front["pretty_name"] == reported.name
-    for snippet in ('datasets.load_dataset("arrow", data_files=', "ipc.open_file(", "deepspeed trainer/pretrain.py", "## Limitations"):
+    for snippet in (
+        'datasets.load_dataset("arrow", data_files=',
+        "ipc.open_file(",
+        "deepspeed trainer/pretrain.py",
+        "## Limitations",
+    ):
         assert snippet in body
 
 
@@ -239,7 +266,9 @@ def test_full_read_statistics_equal_the_shards_and_the_manifest(wikitext_reporte
         per_row = np.bincount([len(r[column]) for r in rows])
         assert np.array_equal(np.trim_zeros(stats.spans_per_row[kind], "b"), np.trim_zeros(per_row, "b"))
         tokens = np.bincount(np.array([s["end"] - s["start"] for _, s in spans], np.int64), minlength=1)
-        words = np.bincount(np.array([sum(r["word_start"][s["start"]:s["end"]]) for r, s in spans], np.int64), minlength=1)
+        words = np.bincount(
+            np.array([sum(r["word_start"][s["start"] : s["end"]]) for r, s in spans], np.int64), minlength=1
+        )
         assert np.array_equal(np.trim_zeros(stats.span_tokens[kind], "b"), np.trim_zeros(tokens, "b"))
         assert np.array_equal(np.trim_zeros(stats.span_words[kind], "b"), np.trim_zeros(words, "b"))
         covered = sum(len({i for s in r[column] for i in range(s["start"], s["end"])}) for r in rows)
@@ -257,8 +286,19 @@ def short_rows_artifact(tmp_path_factory) -> Path:
     """The demo corpus in rows of at most 22 tokens: about 1,900 rows, documents of ~50 rows, so documents cross
     record batches (128 rows) and an artifact has enough batches to sample from."""
     out = tmp_path_factory.mktemp("short-rows") / "artifact"
-    build(DEMO_CORPUS, out, "--input-format", "jsonl", "--train-tokenizer", "--vocab-size", "1000", "--num-shards", "2",
-          "--max-seq-len", "24")
+    build(
+        DEMO_CORPUS,
+        out,
+        "--input-format",
+        "jsonl",
+        "--train-tokenizer",
+        "--vocab-size",
+        "1000",
+        "--num-shards",
+        "2",
+        "--max-seq-len",
+        "24",
+    )
     return out
 
 
@@ -335,7 +375,9 @@ def _check_rendering(tok, ex: Example, kinds: list[str]) -> int:
     for kind in kinds:
         spans = sorted(ex.spans[kind])
         runs = marks.runs(KIND_CSS[kind])
-        assert [_squash(r) for r in runs] == [_squash(tok.decode(ex.input_ids[s:e], skip_special_tokens=False)) for s, e, _ in spans]
+        assert [_squash(r) for r in runs] == [
+            _squash(tok.decode(ex.input_ids[s:e], skip_special_tokens=False)) for s, e, _ in spans
+        ]
         checked += len(spans)
     if "entities" in kinds:
         assert marks.labels == [label for _, _, label in sorted(ex.spans["entities"], key=lambda s: (s[1], s[0]))]
@@ -357,7 +399,7 @@ def test_example_rows_show_the_decoded_text_with_every_span_marked(wikitext_repo
 def test_example_text_is_escaped():
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-    words = "[UNK] Tom & < b > Jerry / met in New York ' s \" park \" .".split()
+    words = '[UNK] Tom & < b > Jerry / met in New York \' s " park " .'.split()
     tok = Tokenizer(models.WordPiece({w: i for i, w in enumerate(dict.fromkeys(words))}, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=False)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -390,11 +432,18 @@ def _write_dictionary(path: Path, entries: list[tuple[str, int]]) -> dict:
     """A dictionary directory in pipeline.build_ngram_dictionary's documented format."""
     path.mkdir(parents=True)
     rows = sorted(entries, key=lambda e: (-e[1], e[0]))
-    table = pa.table({"ngram": [g for g, _ in rows], "n": pa.array([g.count(" ") + 1 for g, _ in rows], pa.int8()),
-                      "count": pa.array([c for _, c in rows], pa.int64())})
+    table = pa.table(
+        {
+            "ngram": [g for g, _ in rows],
+            "n": pa.array([g.count(" ") + 1 for g, _ in rows], pa.int8()),
+            "count": pa.array([c for _, c in rows], pa.int64()),
+        }
+    )
     with ipc.new_file(str(path / "ngrams.arrow"), table.schema) as w:
         w.write_table(table, max_chunksize=7)
-    (path / "manifest.json").write_text(json.dumps({"format": "spanprep-ngram-dictionary", "format_version": 1, "entries_per_n": {"2": 1}}))
+    (path / "manifest.json").write_text(
+        json.dumps({"format": "spanprep-ngram-dictionary", "format_version": 1, "entries_per_n": {"2": 1}})
+    )
     sha = hashlib.sha256((path / "ngrams.arrow").read_bytes()).hexdigest()
     return {"path": str(path), "sha256": sha, "entries": len(rows), "max_n": 3, "lowercase": False}
 
@@ -403,7 +452,9 @@ def test_the_dictionary_section_shows_its_top_ngrams_or_says_it_is_unreachable(d
     entries = [(f"word{i} next{i}", 1000 - 37 * i) for i in range(20)] + [("New York City", 5000), ("of the", 5000)]
     info = _write_dictionary(tmp_path / "dict", entries)
     d = read_dictionary(info, limit=10, per_n_limit=3)
-    assert d.reachable and [(r["ngram"], r["count"]) for r in d.top] == sorted(entries, key=lambda e: (-e[1], e[0]))[:10]
+    assert (
+        d.reachable and [(r["ngram"], r["count"]) for r in d.top] == sorted(entries, key=lambda e: (-e[1], e[0]))[:10]
+    )
     bigrams = sorted((e for e in entries if e[0].count(" ") == 1), key=lambda e: (-e[1], e[0]))
     assert d.per_n[2] == (len(bigrams), [{"ngram": g, "n": 2, "count": c} for g, c in bigrams[:3]])
     assert d.per_n[3] == (1, [{"ngram": "New York City", "n": 3, "count": 5000}])
@@ -445,8 +496,10 @@ def test_the_same_artifact_gives_the_same_report(demo_reported):
 
 def test_the_report_does_not_import_the_build_job(demo_reported):
     """No import circle: the card lists the job's options from the manifest, which keeps Beam's apart."""
-    code = ("import sys; from pipeline import report; assert report.main([sys.argv[1], '--quiet']) == 0; "
-            "print(sorted(m for m in sys.modules if m.startswith('pipeline.')))")
+    code = (
+        "import sys; from pipeline import report; assert report.main([sys.argv[1], '--quiet']) == 0; "
+        "print(sorted(m for m in sys.modules if m.startswith('pipeline.')))"
+    )
     done = subprocess.run([sys.executable, "-c", code, str(demo_reported)], capture_output=True, text=True, check=True)
     loaded = done.stdout.strip()
     assert "pipeline.report.card" in loaded and "pipeline.build_shards" not in loaded
@@ -454,7 +507,9 @@ def test_the_report_does_not_import_the_build_job(demo_reported):
 
 def test_missing_or_incomplete_artifacts_are_clear_errors(demo_artifact, tmp_path, capsys):
     assert report.main([str(tmp_path / "nowhere")]) == 2
-    assert capsys.readouterr().err.strip() == f"report: error: {tmp_path / 'nowhere'}: artifact directory does not exist"
+    assert (
+        capsys.readouterr().err.strip() == f"report: error: {tmp_path / 'nowhere'}: artifact directory does not exist"
+    )
     incomplete = tmp_path / "incomplete"
     shutil.copytree(demo_artifact, incomplete, ignore=shutil.ignore_patterns("manifest.json", "report", "README.md"))
     assert report.main([str(incomplete), "--quiet"]) == 2
@@ -474,7 +529,11 @@ def test_build_shards_report_option_writes_the_report_with_the_dead_letters(bad_
     m = _manifest(bad_input_reported)
     assert m["options"]["report"] is True and m["command"][-1] == "--report"
     c = m["counts"]
-    assert c["documents_written"] == 3 and c["dead_lettered_by_reason"] == {"malformed_json": 1, "missing_text": 1, "empty_text": 1}
+    assert c["documents_written"] == 3 and c["dead_lettered_by_reason"] == {
+        "malformed_json": 1,
+        "missing_text": 1,
+        "empty_text": 1,
+    }
     page = (bad_input_reported / "report" / "index.html").read_text(encoding="utf-8")
     links = {v for tag, attr, v in _page(bad_input_reported).refs if tag == "a" and "dead_letter/" in v}
     assert links == {f"../{d['path']}" for d in m["dead_letter"]} and len(links) == 3

@@ -194,8 +194,10 @@ def test_segments_real_wikitext2_like_the_reference(tmp_path):
     out = tmp_path / "dict"
     job.run(["--input", str(valid), "--output", str(out)])
     seg = Segmenter.from_dictionary(str(out), normalize_markers=False)
-    entries = {tuple(line.split("\t")[0].split(" "))
-               for line in (out / ngram_format.TSV_FILE).read_text(encoding="utf-8").splitlines()[1:]}
+    entries = {
+        tuple(line.split("\t")[0].split(" "))
+        for line in (out / ngram_format.TSV_FILE).read_text(encoding="utf-8").splitlines()[1:]
+    }
     assert len(entries) > 0 and len(seg) == len(entries)
     lines = [line.split() for line in (WIKITEXT2 / "wiki.test.tokens").read_text(encoding="utf-8").splitlines()]
     multi = 0

@@ -18,13 +18,76 @@ from pipeline.tokenize.tokenized_documents import _Encoded, _TokenizeFn
 from tests.conftest import WIKIPEDIA_SAMPLE, wikitext2
 
 FRAGMENTS = [
-    "The", "quick", "brown", "fox", "jumps", "over", "Dr.", "Smith", "e.g.", "U.S.", "3.14", "1,000", "naïve", "café",
-    "e\u0301t\u00e9", "Ångström", "straße", "東京", "タワー", "中文字", "word-with-hyphens", "(parenthetical)", '"quoted."',
-    "'single.'", "[UNK]", "<unk>", "[MASK]", "[SEP]", "[CLS]", "[PAD]", "#hash", "##tag", "@user", "http://x.y/z",
-    "a" * 120, "Unbreakablewordwithoutanyspace", "x\u200by", "soft\u00adhyphen", "emoji\U0001F600", "\u0301lead",
+    "The",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "Dr.",
+    "Smith",
+    "e.g.",
+    "U.S.",
+    "3.14",
+    "1,000",
+    "naïve",
+    "café",
+    "e\u0301t\u00e9",
+    "Ångström",
+    "straße",
+    "東京",
+    "タワー",
+    "中文字",
+    "word-with-hyphens",
+    "(parenthetical)",
+    '"quoted."',
+    "'single.'",
+    "[UNK]",
+    "<unk>",
+    "[MASK]",
+    "[SEP]",
+    "[CLS]",
+    "[PAD]",
+    "#hash",
+    "##tag",
+    "@user",
+    "http://x.y/z",
+    "a" * 120,
+    "Unbreakablewordwithoutanyspace",
+    "x\u200by",
+    "soft\u00adhyphen",
+    "emoji\U0001f600",
+    "\u0301lead",
 ]
-ENDINGS = [". ", "! ", "? ", ".\n", ".\n\n", ". \n \n", ".\t", ".\u00a0", ".\u3000", ".\u2028", ".\u2029", ".) ", '." ',
-           ".Next ", "... ", " ", " ", " ", ", ", "; ", "\n", " \x01 ", "\r\n", ".\x0b", ".\x85", ".\u202f", ".\u2003"]
+ENDINGS = [
+    ". ",
+    "! ",
+    "? ",
+    ".\n",
+    ".\n\n",
+    ". \n \n",
+    ".\t",
+    ".\u00a0",
+    ".\u3000",
+    ".\u2028",
+    ".\u2029",
+    ".) ",
+    '." ',
+    ".Next ",
+    "... ",
+    " ",
+    " ",
+    " ",
+    ", ",
+    "; ",
+    "\n",
+    " \x01 ",
+    "\r\n",
+    ".\x0b",
+    ".\x85",
+    ".\u202f",
+    ".\u2003",
+]
 
 
 def generated_texts(n: int, seed: int) -> list[str]:
@@ -86,7 +149,20 @@ def test_generated_edge_cases_are_identical_on_both_paths(lowercase):
 
 def test_vocab_txt_tokenizer_with_unknown_words(tmp_path):
     texts = generated_texts(150, seed=11)
-    vocab = list(tokenizer.SPECIAL_TOKENS.values()) + ["the", "quick", "brown", ".", ",", "##s", "##e", "a", "##a", "#", "(", ")"]
+    vocab = list(tokenizer.SPECIAL_TOKENS.values()) + [
+        "the",
+        "quick",
+        "brown",
+        ".",
+        ",",
+        "##s",
+        "##e",
+        "a",
+        "##a",
+        "#",
+        "(",
+        ")",
+    ]
     path = tmp_path / "vocab.txt"
     path.write_text("\n".join(vocab) + "\n")
     spec = tokenizer.make_spec(tokenizer.from_vocab(str(path)), "vocab")
@@ -98,7 +174,9 @@ def test_real_wikitext_and_wikipedia_are_identical_on_both_paths():
     docs = [r for r in read_file(str(wikitext2("valid")), opts) if isinstance(r, Document)]
     if WIKIPEDIA_SAMPLE.exists():
         wiki = ReaderOptions(input_format="jsonl")
-        docs += list(itertools.islice((r for r in read_file(str(WIKIPEDIA_SAMPLE), wiki) if isinstance(r, Document)), 300))
+        docs += list(
+            itertools.islice((r for r in read_file(str(WIKIPEDIA_SAMPLE), wiki) if isinstance(r, Document)), 300)
+        )
     spec = tokenizer.make_spec(tokenizer.train([d.text for d in docs], vocab_size=4000), "trained")
     took = _assert_same(spec, docs)
     assert len(docs) > 50 and took >= 0.9 * len(docs), (took, len(docs))
@@ -125,7 +203,7 @@ def test_cuts_outside_safe_whitespace_are_refused():
     assert enc.applies(text, sentence_spans(text))
     assert not enc.applies(text, [(0, 5), (5, len(text))])  # a cut inside a word
     assert not enc.applies(text, [])
-    assert enc.applies("Ha?!\"Yes.", [(0, 3), (3, 10)])  # touching, punctuation on both sides
+    assert enc.applies('Ha?!"Yes.', [(0, 3), (3, 10)])  # touching, punctuation on both sides
     assert not enc.applies("See [UNK] here.", [(0, 6), (6, 15)])  # a cut inside an added token
 
 
@@ -149,7 +227,9 @@ def test_random_cuts_are_accepted_only_where_the_tokens_agree():
     accepted = refused_and_different = 0
     for text in texts:
         whole = _Encoded.of(tok.encode(text, add_special_tokens=False))
-        whole_starts = np.concatenate([[True], whole.words[1:] != whole.words[:-1]]) if len(whole.ids) else np.zeros(0, bool)
+        whole_starts = (
+            np.concatenate([[True], whole.words[1:] != whole.words[:-1]]) if len(whole.ids) else np.zeros(0, bool)
+        )
         near = [i for i in range(1, len(text)) if not (text[i - 1].isalnum() and text[i].isalnum())]
         for _ in range(6):
             # mostly where Punkt could cut (next to spaces or punctuation), sometimes anywhere
@@ -201,4 +281,8 @@ def test_more_encoder_threads_give_the_same_documents_in_the_same_order():
     one, three = run(1), run(3)
     assert len(one) == len(three) == len(docs)
     for a, b in zip(one, three):
-        assert a.doc_id == b.doc_id and a.ids.tobytes() == b.ids.tobytes() and a.sentence_start.tobytes() == b.sentence_start.tobytes()
+        assert (
+            a.doc_id == b.doc_id
+            and a.ids.tobytes() == b.ids.tobytes()
+            and a.sentence_start.tobytes() == b.sentence_start.tobytes()
+        )

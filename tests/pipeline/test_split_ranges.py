@@ -20,8 +20,10 @@ from pipeline.tokenize import tokenizer
 from tests.conftest import WIKITEXT2_BUILD, build, wikitext2
 
 MAX_RECORD = 3000  # --max-record-bytes of every case here: the long lines and documents below exceed it
-WORDS = ("the cat sat on a mat while Dr. Smith went to Washington and stayed for 3.5 days in May "
-         "rain fell over hills rivers bridges towns music history science").split()
+WORDS = (
+    "the cat sat on a mat while Dr. Smith went to Washington and stayed for 3.5 days in May "
+    "rain fell over hills rivers bridges towns music history science"
+).split()
 MANIFEST_FIELDS_THAT_DIFFER = ("build_id", "created_at", "command", "options")
 
 
@@ -163,7 +165,10 @@ def artifact_files(out: Path) -> dict[str, bytes]:
     """Every file of an artifact, the manifest without the fields that differ between two identical builds."""
     files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     manifest = json.loads(files.pop("manifest.json"))
-    assert manifest["counts"]["documents_read"] == manifest["counts"]["documents_written"] + manifest["counts"]["documents_dead_lettered"]
+    assert (
+        manifest["counts"]["documents_read"]
+        == manifest["counts"]["documents_written"] + manifest["counts"]["documents_dead_lettered"]
+    )
     for field in MANIFEST_FIELDS_THAT_DIFFER:
         manifest.pop(field)
     files["manifest.json"] = json.dumps(manifest, sort_keys=True).encode()
@@ -184,7 +189,16 @@ def test_split_build_is_byte_identical_to_a_whole_file_build(tmp_path, tokenizer
     data = CORPORA[input_format](400)
     path = tmp_path / f"corpus.{input_format}"
     path.write_bytes(data)
-    opts = ["--input-format", input_format, "--tokenizer", str(tokenizer_file), "--num-shards", "3", "--max-record-bytes", str(MAX_RECORD)]
+    opts = [
+        "--input-format",
+        input_format,
+        "--tokenizer",
+        str(tokenizer_file),
+        "--num-shards",
+        "3",
+        "--max-record-bytes",
+        str(MAX_RECORD),
+    ]
     build(path, tmp_path / "whole", *opts, "--split-bytes", "0")
     with caplog.at_level(logging.DEBUG, logger="pipeline.read.documents"):
         build(path, tmp_path / "split", *opts, "--split-bytes", "4096")
@@ -196,10 +210,20 @@ def test_split_build_is_byte_identical_to_a_whole_file_build(tmp_path, tokenizer
     assert manifest["inputs"][0]["byte_order_mark"] == data.startswith(b"\xef\xbb\xbf")
     assert manifest["counts"]["documents_written"] > 100 and manifest["counts"]["documents_dead_lettered"] > 5
     # the ids are the whole-file reader's (shard placement follows them), dead letters name the same lines
-    read = [r for r in read_file(str(path), ReaderOptions(input_format=input_format, max_record_bytes=MAX_RECORD)) if not isinstance(r, InputSummary)]
-    letters = [json.loads(line) for name, blob in files.items() if name.startswith("dead_letter/") for line in blob.splitlines()]
+    read = [
+        r
+        for r in read_file(str(path), ReaderOptions(input_format=input_format, max_record_bytes=MAX_RECORD))
+        if not isinstance(r, InputSummary)
+    ]
+    letters = [
+        json.loads(line)
+        for name, blob in files.items()
+        if name.startswith("dead_letter/")
+        for line in blob.splitlines()
+    ]
     assert sorted((d["doc_id"], d["source"]["line"], d["source"]["byte_offset"]) for d in letters) == sorted(
-        (r.doc_id, r.source.line, r.source.byte_offset) for r in read if isinstance(r, DeadLetter))
+        (r.doc_id, r.source.line, r.source.byte_offset) for r in read if isinstance(r, DeadLetter)
+    )
 
 
 @pytest.mark.parametrize("case", ["synthetic-jsonl", "wikitext2"])
@@ -210,10 +234,29 @@ def test_two_workers_on_a_split_file_equal_one_worker_on_the_whole_file(tmp_path
     else:
         path, split_bytes, one = tmp_path / "corpus.jsonl", 4096, tmp_path / "one"
         path.write_bytes(jsonl_corpus(400))
-        opts = ["--input-format", "jsonl", "--tokenizer", str(tokenizer_file), "--num-shards", "3", "--max-record-bytes", str(MAX_RECORD)]
+        opts = [
+            "--input-format",
+            "jsonl",
+            "--tokenizer",
+            str(tokenizer_file),
+            "--num-shards",
+            "3",
+            "--max-record-bytes",
+            str(MAX_RECORD),
+        ]
         build(path, one, *opts, "--split-bytes", "0")
     assert len(ranges.plan_file(str(path), path.stat().st_size, split_bytes)) > 10
-    build(path, tmp_path / "two", *opts, "--split-bytes", str(split_bytes), "--direct_running_mode", "multi_processing", "--direct_num_workers", "2")
+    build(
+        path,
+        tmp_path / "two",
+        *opts,
+        "--split-bytes",
+        str(split_bytes),
+        "--direct_running_mode",
+        "multi_processing",
+        "--direct_num_workers",
+        "2",
+    )
     files = assert_same_artifact(one, tmp_path / "two")
     assert json.loads(files["manifest.json"])["counts"]["documents_written"] > 50
 
@@ -241,10 +284,21 @@ def test_ranges_of_a_file_in_s3_read_the_records_of_a_whole_file_read(s3_store, 
     for remote, here in zip(got, whole):  # equal but for the path
         assert type(remote) is type(here)
         if isinstance(here, InputSummary):
-            assert (remote.bytes, remote.sha256, remote.documents_read, remote.byte_order_mark) == (here.bytes, here.sha256, here.documents_read, here.byte_order_mark)
+            assert (remote.bytes, remote.sha256, remote.documents_read, remote.byte_order_mark) == (
+                here.bytes,
+                here.sha256,
+                here.documents_read,
+                here.byte_order_mark,
+            )
         else:
-            assert (remote.doc_id, remote.source.line, remote.source.byte_offset) == (here.doc_id, here.source.line, here.source.byte_offset)
-            assert remote == (Document if isinstance(here, Document) else DeadLetter)(**{**here.__dict__, "source": remote.source})
+            assert (remote.doc_id, remote.source.line, remote.source.byte_offset) == (
+                here.doc_id,
+                here.source.line,
+                here.source.byte_offset,
+            )
+            assert remote == (Document if isinstance(here, Document) else DeadLetter)(
+                **{**here.__dict__, "source": remote.source}
+            )
 
 
 def test_files_listed_by_the_launcher_are_read_as_when_matched_at_run_time(tmp_path, tokenizer_file, monkeypatch):
@@ -259,10 +313,21 @@ def test_files_listed_by_the_launcher_are_read_as_when_matched_at_run_time(tmp_p
     (corpus / "plain.jsonl").write_bytes(jsonl_corpus(40, seed=20))
     # two patterns matching the same file: read once either way
     inputs = [str(corpus / "*.jsonl*"), str(corpus / "plain.jsonl")]
-    opts = ["--input-format", "jsonl", "--tokenizer", str(tokenizer_file), "--num-shards", "3", "--max-record-bytes", str(MAX_RECORD)]
+    opts = [
+        "--input-format",
+        "jsonl",
+        "--tokenizer",
+        str(tokenizer_file),
+        "--num-shards",
+        "3",
+        "--max-record-bytes",
+        str(MAX_RECORD),
+    ]
     listed = []
     read_listed = ReadDocuments._read_listed_files
-    monkeypatch.setattr(ReadDocuments, "_read_listed_files", lambda self, pbegin: listed.append(1) or read_listed(self, pbegin))
+    monkeypatch.setattr(
+        ReadDocuments, "_read_listed_files", lambda self, pbegin: listed.append(1) or read_listed(self, pbegin)
+    )
     build(inputs, tmp_path / "listed", *opts)
     assert listed == [1]
     monkeypatch.setattr(ReadDocuments, "LISTED_FILES_MAX", 0)  # more files than may be listed: matched at run time

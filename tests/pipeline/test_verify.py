@@ -122,7 +122,9 @@ def test_irregular_record_batches_are_reported(artifact, capsys):
     assert code == 1 and "must hold exactly 128" in out.err
 
 
-@pytest.mark.parametrize("stray", ["dead_letter/extra.jsonl", "notes/precious.txt", "stray.bin", ".manifest.json.tmp-0123"])
+@pytest.mark.parametrize(
+    "stray", ["dead_letter/extra.jsonl", "notes/precious.txt", "stray.bin", ".manifest.json.tmp-0123"]
+)
 def test_stray_files_anywhere_in_the_artifact(artifact, capsys, stray):
     (artifact / stray).parent.mkdir(parents=True, exist_ok=True)
     (artifact / stray).write_text("{}\n")
@@ -159,7 +161,11 @@ def test_special_token_ids_inside_rows_are_reported(artifact, capsys):
     table = ipc.open_file(str(shard)).read_all()
     rows = table.column("input_ids").to_pylist()
     rows[0][0] = mask
-    table = table.set_column(table.schema.get_field_index("input_ids"), table.schema.field("input_ids"), pa.array(rows, table.schema.field("input_ids").type))
+    table = table.set_column(
+        table.schema.get_field_index("input_ids"),
+        table.schema.field("input_ids"),
+        pa.array(rows, table.schema.field("input_ids").type),
+    )
     with ipc.new_file(str(shard), table.schema, options=ipc.IpcWriteOptions(compression="zstd")) as w:
         w.write_table(table, max_chunksize=fmt.ROWS_PER_BATCH)
     data = shard.read_bytes()

@@ -56,7 +56,11 @@ def test_unigram_schema_is_pinned():
 
 
 def test_candidate_columns_follow_the_kinds():
-    assert fmt.CANDIDATE_KINDS == {"entities": "entity_spans", "noun_phrases": "noun_phrase_spans", "ngrams": "ngram_spans"}
+    assert fmt.CANDIDATE_KINDS == {
+        "entities": "entity_spans",
+        "noun_phrases": "noun_phrase_spans",
+        "ngrams": "ngram_spans",
+    }
 
 
 @pytest.mark.parametrize("version", ["1.0", "1.7"])
@@ -114,7 +118,11 @@ def test_ngram_dictionary_schema_and_files_are_pinned():
     assert nd.ARROW_SCHEMA.to_string() == PINNED_NGRAM_DICTIONARY
     assert (nd.FORMAT, nd.FORMAT_VERSION, nd.KNOWN_FORMAT_VERSIONS) == ("spanprep-ngram-dictionary", 1, (1,))
     assert (nd.ARROW_FILE, nd.TSV_FILE, nd.DEAD_LETTER_FILE, nd.MANIFEST_FILE) == (
-        "ngrams.arrow", "ngrams.tsv", "dead_letter.jsonl", "manifest.json")
+        "ngrams.arrow",
+        "ngrams.tsv",
+        "dead_letter.jsonl",
+        "manifest.json",
+    )
     assert nd.COLUMNS == tuple(nd.ARROW_SCHEMA.names)
 
 
@@ -129,8 +137,14 @@ def _write_ngram_dictionary(path, manifest: dict) -> bytes:
     from schemas import ngram_dictionary as nd
 
     path.mkdir()
-    table = pa.table({"ngram": ["of the", "New York City"], "n": pa.array([2, 3], pa.int8()),
-                      "count": pa.array([40, 12], pa.int64())}, schema=nd.ARROW_SCHEMA)
+    table = pa.table(
+        {
+            "ngram": ["of the", "New York City"],
+            "n": pa.array([2, 3], pa.int8()),
+            "count": pa.array([40, 12], pa.int64()),
+        },
+        schema=nd.ARROW_SCHEMA,
+    )
     with ipc.new_file(str(path / nd.ARROW_FILE), nd.ARROW_SCHEMA) as w:
         w.write_table(table)
     (path / nd.MANIFEST_FILE).write_text(json.dumps(manifest))
@@ -146,8 +160,10 @@ def test_the_ngram_dictionary_reader_reads_and_refuses(tmp_path):
     raw = _write_ngram_dictionary(tmp_path / "good", good)
     d = NgramDictionary.open(str(tmp_path / "good"))
     assert d.manifest == good and d.lowercase is True
-    assert d.read_table().to_pylist() == [{"ngram": "of the", "n": 2, "count": 40},
-                                          {"ngram": "New York City", "n": 3, "count": 12}]
+    assert d.read_table().to_pylist() == [
+        {"ngram": "of the", "n": 2, "count": 40},
+        {"ngram": "New York City", "n": 3, "count": 12},
+    ]
     assert d.arrow_sha256() == hashlib.sha256(raw).hexdigest()
     with pytest.raises(ValueError, match=r"nowhere: not a complete n-gram dictionary \(no manifest.json"):
         NgramDictionary.open(str(tmp_path / "nowhere"))

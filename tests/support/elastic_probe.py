@@ -71,12 +71,24 @@ def _dump_resumed_state() -> None:
                     params[name] = {"fp32": p, "exp_avg": state["exp_avg"], "exp_avg_sq": state["exp_avg_sq"]}
             if self.dist.is_main:
                 groups = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
-                torch.save({"step": self.step, "lr": self.scheduler.get_last_lr(), "world_size": self.dist.world_size,
-                            "param_groups": groups,
-                            "adam_steps": [(id(st["step"]), float(st["step"])) for st in getattr(self.optimizer, "optimizer", self.optimizer).state.values() if "step" in st],
-                            "data": self.train_loader.state_dict(),
-                            "params": {k: {s: t.detach().float().cpu().clone() for s, t in v.items()} for k, v in params.items()}},
-                           OUT / "resumed_state.pt")
+                torch.save(
+                    {
+                        "step": self.step,
+                        "lr": self.scheduler.get_last_lr(),
+                        "world_size": self.dist.world_size,
+                        "param_groups": groups,
+                        "adam_steps": [
+                            (id(st["step"]), float(st["step"]))
+                            for st in getattr(self.optimizer, "optimizer", self.optimizer).state.values()
+                            if "step" in st
+                        ],
+                        "data": self.train_loader.state_dict(),
+                        "params": {
+                            k: {s: t.detach().float().cpu().clone() for s, t in v.items()} for k, v in params.items()
+                        },
+                    },
+                    OUT / "resumed_state.pt",
+                )
         return loaded
 
     engine.Trainer.resume = dumping_resume

@@ -61,7 +61,9 @@ def _wait_until_answering(url: str, process: subprocess.Popen, log: Path) -> Non
     deadline = time.monotonic() + _READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{process.args[:3]} exited with {process.returncode} before serving {url}:\n{log.read_text()[-2000:]}")
+            raise RuntimeError(
+                f"{process.args[:3]} exited with {process.returncode} before serving {url}:\n{log.read_text()[-2000:]}"
+            )
         try:
             _DIRECT.open(url, timeout=2).close()
             return
@@ -193,7 +195,11 @@ def start_s3(workdir: Path, bucket: str = "spanprep-test") -> Store:
     )
     try:
         boto3.client(
-            "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
         ).create_bucket(Bucket=bucket)
     except BaseException:
         store.stop()
@@ -206,7 +212,17 @@ def start_gcs(workdir: Path, bucket: str = "spanprep-test") -> Store:
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}"
     log = Path(workdir) / "gcp_storage_emulator.log"
-    argv = [sys.executable, "-m", "gcp_storage_emulator", "start", "-H", "127.0.0.1", "--port", str(port), "--in-memory"]
+    argv = [
+        sys.executable,
+        "-m",
+        "gcp_storage_emulator",
+        "start",
+        "-H",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--in-memory",
+    ]
     process = _spawn(argv, log)
     _wait_until_answering(f"{endpoint}/storage/v1/b?project=test", process, log)
     env = {
@@ -217,7 +233,9 @@ def start_gcs(workdir: Path, bucket: str = "spanprep-test") -> Store:
         # does not serve: a 60 s timeout per call; off, it uses the JSON API only.
         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
     }
-    store = Store(scheme="gs", endpoint=endpoint, bucket=bucket, process=process, log=log, env=env, beam_args=["--project=test"])
+    store = Store(
+        scheme="gs", endpoint=endpoint, bucket=bucket, process=process, log=log, env=env, beam_args=["--project=test"]
+    )
     try:
         request = urllib.request.Request(
             f"{endpoint}/storage/v1/b?project=test",
@@ -262,10 +280,18 @@ def _check_pyarrow_reaches(store: Store, timeout: float = 60) -> None:
     repo = Path(__file__).resolve().parents[2]
     env = {**store.child_env(), "PYTHONPATH": str(repo)}
     try:
-        done = subprocess.run([sys.executable, "-c", code % store.uri("no-such-artifact")], env=env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, "-c", code % store.uri("no-such-artifact")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
-        pytest.fail(f"opening gs:// with STORAGE_EMULATOR_HOST={store.endpoint} did not answer within {timeout:.0f} s: the "
-                    "artifact's URI -> filesystem function must give STORAGE_EMULATOR_HOST to pyarrow as endpoint_override")
+        pytest.fail(
+            f"opening gs:// with STORAGE_EMULATOR_HOST={store.endpoint} did not answer within {timeout:.0f} s: the "
+            "artifact's URI -> filesystem function must give STORAGE_EMULATOR_HOST to pyarrow as endpoint_override"
+        )
     assert "does not exist" in done.stdout, done.stdout + done.stderr
 
 

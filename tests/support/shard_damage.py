@@ -25,7 +25,9 @@ def _only_token_values_differ(a: list[pa.RecordBatch], b: list[pa.RecordBatch], 
             if name != "input_ids" and not x.column(name).equals(y.column(name)):
                 return False
         ids_x, ids_y = x.column("input_ids"), y.column("input_ids")
-        if not ids_x.offsets.equals(ids_y.offsets) or (len(ids_y.values) and max(ids_y.values.to_pylist()) >= vocab_size):
+        if not ids_x.offsets.equals(ids_y.offsets) or (
+            len(ids_y.values) and max(ids_y.values.to_pylist()) >= vocab_size
+        ):
             return False
         changed |= not ids_x.values.equals(ids_y.values)
     return changed

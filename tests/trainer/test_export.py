@@ -62,8 +62,8 @@ def test_qkv_split_follows_the_fused_layout():
     H = cfg.hidden_size
     qkv = model.layers[1].attn.qkv.weight
     assert torch.equal(sd["bert.encoder.layer.1.attention.self.query.weight"], qkv[:H])
-    assert torch.equal(sd["bert.encoder.layer.1.attention.self.key.weight"], qkv[H:2 * H])
-    assert torch.equal(sd["bert.encoder.layer.1.attention.self.value.weight"], qkv[2 * H:])
+    assert torch.equal(sd["bert.encoder.layer.1.attention.self.key.weight"], qkv[H : 2 * H])
+    assert torch.equal(sd["bert.encoder.layer.1.attention.self.value.weight"], qkv[2 * H :])
     assert torch.equal(sd["cls.predictions.bias"], model.mlm_head.decoder.bias)
     assert not any(k.startswith("sbo") or "sbo_head" in k for k in sd)
 
@@ -94,8 +94,13 @@ def checkpoint(demo_artifact, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def exported(checkpoint, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("hf") / "model"
-    proc = subprocess.run([sys.executable, "-m", "trainer.export", str(checkpoint), "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer.export", str(checkpoint), "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
     assert "exported" in proc.stdout and "global_step3" in proc.stdout
     return out
@@ -104,12 +109,22 @@ def exported(checkpoint, tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_export_writes_the_hugging_face_files(exported, demo_artifact):
     names = {p.name for p in exported.iterdir()}
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
-            "special_tokens_map.json"} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+        "special_tokens_map.json",
+    } <= names
     assert (exported / "tokenizer.json").read_bytes() == (demo_artifact / "tokenizer.json").read_bytes()
     manifest = json.loads((demo_artifact / "manifest.json").read_text())
     vocab = (exported / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
-    assert len(vocab) == manifest["tokenizer"]["vocab_size"] == json.loads((exported / "config.json").read_text())["vocab_size"]
+    assert (
+        len(vocab)
+        == manifest["tokenizer"]["vocab_size"]
+        == json.loads((exported / "config.json").read_text())["vocab_size"]
+    )
     for name, token in manifest["tokenizer"]["special_tokens"].items():
         assert vocab[manifest["tokenizer"]["special_token_ids"][name]] == token
 
@@ -140,8 +155,13 @@ def test_bert_for_masked_lm_loads_the_export_with_our_logits(exported, checkpoin
 
 
 def test_export_of_a_directory_without_checkpoint_is_a_clear_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "trainer.export", str(tmp_path), "--out", str(tmp_path / "out")],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer.export", str(tmp_path), "--out", str(tmp_path / "out")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"export: error: {tmp_path}: no 'latest' file" in proc.stderr
 
@@ -163,8 +183,9 @@ def crafted_checkpoint(root: Path, marker: Path, file_name: str, key: str) -> Pa
     tag.mkdir(parents=True)
     (root / "latest").write_text("global_step1")
     cfg = ModelConfig.preset("tiny", vocab_size=100)
-    (tag / "spanprep_trainer.json").write_text(json.dumps({"step": 1, "model": json.loads(json.dumps(cfg.__dict__)),
-                                                           "tokenizer": {}, "max_seq_len": 64}))
+    (tag / "spanprep_trainer.json").write_text(
+        json.dumps({"step": 1, "model": json.loads(json.dumps(cfg.__dict__)), "tokenizer": {}, "max_seq_len": 64})
+    )
     (tag / "tokenizer.json").write_text("{}")
     torch.save({key: {"weight": torch.zeros(2), "payload": RunsCodeWhenUnpickled(marker)}}, tag / file_name)
     return root
@@ -173,8 +194,13 @@ def crafted_checkpoint(root: Path, marker: Path, file_name: str, key: str) -> Pa
 def test_export_refuses_a_checkpoint_file_that_would_run_code(tmp_path):
     marker = tmp_path / "code_ran"
     ckpt = crafted_checkpoint(tmp_path / "checkpoints", marker, "mp_rank_00_model_states.pt", "module")
-    proc = subprocess.run([sys.executable, "-m", "trainer.export", str(ckpt), "--out", str(tmp_path / "out")],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer.export", str(ckpt), "--out", str(tmp_path / "out")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert not marker.exists(), "loading the checkpoint ran code from it"
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     line = proc.stderr.strip().splitlines()[-1]
@@ -187,8 +213,9 @@ def test_optimizer_state_sizes_are_read_without_running_code(tmp_path):
     from trainer.engine import optimizer_state_bytes
 
     marker = tmp_path / "code_ran"
-    ckpt = crafted_checkpoint(tmp_path / "checkpoints", marker, "zero_pp_rank_0_mp_rank_00_optim_states.pt",
-                              "optimizer_state_dict")
+    ckpt = crafted_checkpoint(
+        tmp_path / "checkpoints", marker, "zero_pp_rank_0_mp_rank_00_optim_states.pt", "optimizer_state_dict"
+    )
     with pytest.raises(UntrustedCheckpointError, match="zero_pp_rank_0_mp_rank_00_optim_states.pt: refused to load"):
         optimizer_state_bytes(str(ckpt), "global_step1")
     assert not marker.exists()
@@ -217,7 +244,14 @@ def test_a_real_zero0_checkpoint_exports_with_weights_only_loading(demo_artifact
     model, meta = load_model(str(ckpt))
     assert meta["step"] == 2
     torch.manual_seed(1234)
-    assert not torch.allclose(SpanBert(model.config).embeddings.word_embeddings.weight, model.embeddings.word_embeddings.weight)
-    out = subprocess.run([sys.executable, "-m", "trainer.export", str(ckpt), "--out", str(tmp_path / "hf")],
-                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert not torch.allclose(
+        SpanBert(model.config).embeddings.word_embeddings.weight, model.embeddings.word_embeddings.weight
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "trainer.export", str(ckpt), "--out", str(tmp_path / "hf")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0 and (tmp_path / "hf" / "model.safetensors").exists(), out.stderr[-3000:]

@@ -41,17 +41,24 @@ def test_real_glue_files_read_with_declared_layouts():
 
 def test_bad_rows_are_counted_with_reasons_never_dropped_silently(tmp_path):
     path = tmp_path / "dev.tsv"
-    path.write_text("index\tsentence1\tsentence2\tlabel\n"
-                    "0\tA man sleeps.\tA man rests.\tentailment\n"
-                    "1\tonly three\tcolumns\n"
-                    "2\tA dog.\tA cat.\tcontradiction\n"
-                    "3\tX.\tY.\tnot_entailment\textra\n"
-                    "4\t \tY.\tentailment\n"
-                    "5\tIt rains.\tIt is dry.\tnot_entailment\n", encoding="utf-8")
+    path.write_text(
+        "index\tsentence1\tsentence2\tlabel\n"
+        "0\tA man sleeps.\tA man rests.\tentailment\n"
+        "1\tonly three\tcolumns\n"
+        "2\tA dog.\tA cat.\tcontradiction\n"
+        "3\tX.\tY.\tnot_entailment\textra\n"
+        "4\t \tY.\tentailment\n"
+        "5\tIt rains.\tIt is dry.\tnot_entailment\n",
+        encoding="utf-8",
+    )
     examples, bad = read_tsv(get_task("rte"), str(path), "dev")
     assert [ex.label for ex in examples] == [0, 1]
-    assert bad.summary() == {"read": 6, "used": 2, "bad": 4, "by_reason": {
-        "empty_text": 1, "unknown_label": 1, "wrong_column_count": 2}}
+    assert bad.summary() == {
+        "read": 6,
+        "used": 2,
+        "bad": 4,
+        "by_reason": {"empty_text": 1, "unknown_label": 1, "wrong_column_count": 2},
+    }
     assert [r["line"] for r in bad.records] == [3, 4, 5, 6]
     stsb = tmp_path / "sts.tsv"
     header = "\t".join(get_task("stsb").header)
@@ -73,10 +80,28 @@ def test_a_file_without_the_declared_header_is_refused(tmp_path):
 
 
 def test_squad_answer_start_mismatch_is_a_bad_row(tmp_path):
-    doc = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "Denver beat Carolina 24-10.", "qas": [
-        {"id": "ok", "question": "Who won?", "answers": [{"text": "Denver", "answer_start": 0}]},
-        {"id": "shifted", "question": "Who lost?", "answers": [{"text": "Carolina", "answer_start": 11}]},
-        {"id": "none", "question": "Score?", "answers": []}]}]}]}
+    doc = {
+        "version": "1.1",
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": "Denver beat Carolina 24-10.",
+                        "qas": [
+                            {"id": "ok", "question": "Who won?", "answers": [{"text": "Denver", "answer_start": 0}]},
+                            {
+                                "id": "shifted",
+                                "question": "Who lost?",
+                                "answers": [{"text": "Carolina", "answer_start": 11}],
+                            },
+                            {"id": "none", "question": "Score?", "answers": []},
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     path = tmp_path / "q.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
     examples, bad = squad.read_squad(str(path), "squad1", "dev")
@@ -146,17 +171,43 @@ def test_decoding_respects_max_context_and_max_answer_length(tokenizer):
     s_log = [[0.0] * len(f["input_ids"]) for f in feats]
     e_log = [[0.0] * len(f["input_ids"]) for f in feats]
     s_log[0][1], e_log[0][3] = 5.0, 5.0  # the first three passage tokens of window 0
-    assert squad.decode([ex], feats, s_log, e_log, max_answer_len=30)["q"] == ex.context[:feats[0]["token_offsets"][3][1]]
+    assert (
+        squad.decode([ex], feats, s_log, e_log, max_answer_len=30)["q"] == ex.context[: feats[0]["token_offsets"][3][1]]
+    )
     # One token at most: the best start alone, widened to its word.
     assert squad.decode([ex], feats, s_log, e_log, max_answer_len=1)["q"] == "w0"
 
 
 def test_squad2_unanswerable_questions_target_cls_and_decode_to_empty(tokenizer, tmp_path):
     context = "Denver beat Carolina 24-10 in Super Bowl 50."
-    doc = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": [
-        {"id": "a", "question": "Who won?", "answers": [{"text": "Denver", "answer_start": 0}], "is_impossible": False},
-        {"id": "u", "question": "Who sang?", "answers": [], "plausible_answers": [{"text": "Carolina", "answer_start": 12}],
-         "is_impossible": True}]}]}]}
+    doc = {
+        "version": "v2.0",
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": "a",
+                                "question": "Who won?",
+                                "answers": [{"text": "Denver", "answer_start": 0}],
+                                "is_impossible": False,
+                            },
+                            {
+                                "id": "u",
+                                "question": "Who sang?",
+                                "answers": [],
+                                "plausible_answers": [{"text": "Carolina", "answer_start": 12}],
+                                "is_impossible": True,
+                            },
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     path = tmp_path / "v2.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
     examples, bad = squad.read_squad(str(path), "squad2", "dev")
@@ -164,7 +215,7 @@ def test_squad2_unanswerable_questions_target_cls_and_decode_to_empty(tokenizer,
     feats = squad.qa_features(examples, tokenizer, max_seq_len=64, doc_stride=16, max_query_len=16, training=True)
     assert [(f["start_positions"], f["end_positions"]) for f in feats][1] == (0, 0)
     s, e = feats[0]["start_positions"], feats[0]["end_positions"]
-    assert s > 0 and context[feats[0]["token_offsets"][s][0]:feats[0]["token_offsets"][e][1]] == "Denver"
+    assert s > 0 and context[feats[0]["token_offsets"][s][0] : feats[0]["token_offsets"][e][1]] == "Denver"
     starts = [[0.0] * len(f["input_ids"]) for f in feats]
     ends = [[0.0] * len(f["input_ids"]) for f in feats]
     starts[0][s], ends[0][e] = 4.0, 4.0  # "Denver" scores 8 against [CLS]'s 0

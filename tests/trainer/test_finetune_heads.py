@@ -63,7 +63,7 @@ def test_spex_gold_span_is_the_labels_words_and_decodes_back(task, tokenizer):
         assert len(f["input_ids"]) == 128  # truncated to fit, the choices kept whole
         s, e = f["start_positions"], f["end_positions"]
         words = task.label_words[choice] if task.kind == "classification" else task.choices.split()[choice]
-        assert tokenizer.decode(f["input_ids"][s:e + 1]).replace(" ", "") == words.replace(" ", "")
+        assert tokenizer.decode(f["input_ids"][s : e + 1]).replace(" ", "") == words.replace(" ", "")
         assert all(f["span_mask"][i] for i in range(s, e + 1)) and f["span_mask"][0] == 0
         sep = f["input_ids"].index(tokenizer.token_to_id("[SEP]"))
         assert sum(f["span_mask"]) == sep - 1  # the source text is everything between [CLS] and the first [SEP]
@@ -97,8 +97,16 @@ def test_real_sentences_segmented_by_the_wikitext2_dictionary(tokenizer, wikitex
     assert texts[:6] == ["Dana", "Reeve", ", the", "widow", "of the", "actor"]
     checked = 0
     for ex in rte_dev()[:40]:
-        f = glue_feature(get_task("rte"), "span-ft", tokenizer, ex, max_seq_len=128, segmenter=wikitext2_dictionary,
-                         max_spans=512, max_span_len=64)
+        f = glue_feature(
+            get_task("rte"),
+            "span-ft",
+            tokenizer,
+            ex,
+            max_seq_len=128,
+            segmenter=wikitext2_dictionary,
+            max_spans=512,
+            max_span_len=64,
+        )
         sep = [i for i, t in enumerate(f["input_ids"]) if t == tokenizer.token_to_id("[SEP]")]
         flat = [p for idx, mask in zip(f["span_index"], f["span_token_mask"]) for p, m in zip(idx, mask) if m]
         assert flat == [p for p in range(1, len(f["input_ids"])) if p not in sep]  # both texts, all tokens
@@ -115,7 +123,9 @@ def test_padding_cutting_and_random_segmentation():
     one = span_ft.segment_piece(tok_piece, 1, "random", rng=span_ft.random_for(1, "dev-2"))
     assert one == span_ft.segment_piece(tok_piece, 1, "random", rng=span_ft.random_for(1, "dev-2"))
     assert one[0][0] == 1 and one[-1][1] == 8 and all(a[1] == b[0] for a, b in zip(one, one[1:]))
-    others = {tuple(span_ft.segment_piece(tok_piece, 1, "random", rng=span_ft.random_for(s, "dev-2"))) for s in range(20)}
+    others = {
+        tuple(span_ft.segment_piece(tok_piece, 1, "random", rng=span_ft.random_for(s, "dev-2"))) for s in range(20)
+    }
     assert len(others) > 1
 
 
@@ -138,7 +148,9 @@ def test_cnn_shapes_and_padding_never_wins_the_max_pool():
     H, T = 8, 12
     cnn = span_ft.HierarchicalCNN(H)
     spans = [[[1, 2], [3], [4, 5, 6]], [[1], [2, 3, 4, 5]]]
-    index, mask = zip(*(span_ft.span_tensors([(s[0], s[-1] + 1) for s in seq], max_spans=4, max_span_len=3) for seq in spans))
+    index, mask = zip(
+        *(span_ft.span_tensors([(s[0], s[-1] + 1) for s in seq], max_spans=4, max_span_len=3) for seq in spans)
+    )
     index, mask = torch.tensor(index), torch.tensor(mask)
     hidden = torch.randn(2, T, H)
     out = cnn(hidden, index, mask)
@@ -167,8 +179,10 @@ def test_cnn_shapes_and_padding_never_wins_the_max_pool():
 
 def test_model_heads_outputs_and_extra_parameters(tokenizer, wikitext2_dictionary):
     cfg = ModelConfig.preset("tiny", vocab_size=tokenizer.get_vocab_size(), hidden_dropout=0.0, attention_dropout=0.0)
-    ex = [Example("a", "The widow of the actor has died.", "He had an accident.", 1),
-          Example("b", "It rains in the city.", "It is dry.", 0)]
+    ex = [
+        Example("a", "The widow of the actor has died.", "He had an accident.", 1),
+        Example("b", "It rains in the city.", "It is dry.", 0),
+    ]
     task = get_task("rte")
     for head in ("cls", "spex", "span-ft"):
         torch.manual_seed(0)
@@ -190,8 +204,10 @@ def test_model_heads_outputs_and_extra_parameters(tokenizer, wikitext2_dictionar
 def test_regression_and_single_sentence_inputs(tokenizer):
     cfg = ModelConfig.preset("tiny", vocab_size=tokenizer.get_vocab_size(), hidden_dropout=0.0, attention_dropout=0.0)
     stsb = get_task("stsb")
-    ex = [Example("a", "A woman is riding a horse.", "A man is playing a guitar.", 0.5),
-          Example("b", "A man plays a guitar.", "A man is playing a guitar.", 4.6)]
+    ex = [
+        Example("a", "A woman is riding a horse.", "A man is playing a guitar.", 0.5),
+        Example("b", "A man plays a guitar.", "A man is playing a guitar.", 4.6),
+    ]
     for head in ("cls", "span-ft"):
         feats = [glue_feature(stsb, head, tokenizer, e, max_seq_len=64, segmentation="random") for e in ex]
         batch = collate(feats, pad_id=cfg.pad_token_id, regression=True)
@@ -201,14 +217,20 @@ def test_regression_and_single_sentence_inputs(tokenizer):
         assert out["logits"].shape == (2, 1)
         assert out["loss"].item() == pytest.approx(((out["logits"].squeeze(-1) - batch["labels"]) ** 2).mean().item())
     f = spex.spex_feature(stsb, tokenizer, ex[1].text_a, ex[1].text_b, 4.6, max_seq_len=128)
-    assert tokenizer.decode(f["input_ids"][f["start_positions"]:f["end_positions"] + 1]).replace(" ", "") == "4.5"
+    assert tokenizer.decode(f["input_ids"][f["start_positions"] : f["end_positions"] + 1]).replace(" ", "") == "4.5"
     n = len(f["input_ids"])
     start, end = [0.0] * n, [0.0] * n
     start[1], end[2] = 5.0, 5.0  # the paper's free decoding: "0 ." is no choice's span
     assert spex.decode(f, start, end)["free_is_choice"] is False
     sst = get_task("sst2")
-    f = glue_feature(sst, "span-ft", tokenizer, Example("c", "a charming and often affecting journey", None, 1),
-                     max_seq_len=64, segmentation="none")
+    f = glue_feature(
+        sst,
+        "span-ft",
+        tokenizer,
+        Example("c", "a charming and often affecting journey", None, 1),
+        max_seq_len=64,
+        segmentation="none",
+    )
     assert f["token_mask"] == [0] + [1] * (len(f["input_ids"]) - 2) + [0] and set(f["token_type_ids"]) == {0}
 
 

@@ -42,9 +42,13 @@ def test_em_and_f1_on_real_answers_by_hand():
         "56beb7953aeaaa14008c92af": "seventeen seconds",  # common 1; P 1/2, R 1/2 -> F1 1/2
         "56beb7953aeaaa14008c92ae": "20-18",  # hyphen removed: "2018" vs "20–18": F1 0
     }
-    expected = {"56beb4343aeaaa14008c925b": (0, 2 / 3), "56beb7953aeaaa14008c92ab": (1, 1),
-                "56beb7953aeaaa14008c92ad": (0, 4 / 7), "56beb7953aeaaa14008c92af": (0, 0.5),
-                "56beb7953aeaaa14008c92ae": (0, 0)}
+    expected = {
+        "56beb4343aeaaa14008c925b": (0, 2 / 3),
+        "56beb7953aeaaa14008c92ab": (1, 1),
+        "56beb7953aeaaa14008c92ad": (0, 4 / 7),
+        "56beb7953aeaaa14008c92af": (0, 0.5),
+        "56beb7953aeaaa14008c92ae": (0, 0),
+    }
     for qid, (em, f1) in expected.items():
         got = squad_metric.score_question(predictions[qid], [gold[qid]])
         assert got == (pytest.approx(em), pytest.approx(f1)), qid

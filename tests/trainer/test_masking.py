@@ -47,7 +47,15 @@ def subset(rows: Rows, idx) -> Rows:
     ws = [rows.word_start[rows.offsets[i] : rows.offsets[i + 1]] for i in idx]
     spans = None
     if rows.span_offsets is not None:
-        spans = [list(zip(rows.span_starts[rows.span_offsets[i] : rows.span_offsets[i + 1]], rows.span_ends[rows.span_offsets[i] : rows.span_offsets[i + 1]])) for i in idx]
+        spans = [
+            list(
+                zip(
+                    rows.span_starts[rows.span_offsets[i] : rows.span_offsets[i + 1]],
+                    rows.span_ends[rows.span_offsets[i] : rows.span_offsets[i + 1]],
+                )
+            )
+            for i in idx
+        ]
     return Rows.from_lists(ids, ws, spans)
 
 
@@ -96,7 +104,9 @@ def _check_batch_invariants(masker: Masker, rows: Rows, m, batch, word_aligned: 
     for b in range(B):
         orig = rows.input_ids[rows.offsets[b] : rows.offsets[b + 1]]
         n = len(orig)
-        assert ids[b, 0] == masker.cls_id and ids[b, n + 1] == masker.sep_id and (ids[b, n + 2 :] == masker.pad_id).all()
+        assert (
+            ids[b, 0] == masker.cls_id and ids[b, n + 1] == masker.sep_id and (ids[b, n + 2 :] == masker.pad_id).all()
+        )
         assert (att[b, : n + 2] == 1).all() and (att[b, n + 2 :] == 0).all()
         assert labels[b, 0] == IGNORE_INDEX and (labels[b, n + 1 :] == IGNORE_INDEX).all()
         t = np.flatnonzero(labels[b] != IGNORE_INDEX)
@@ -111,12 +121,21 @@ def _check_batch_invariants(masker: Masker, rows: Rows, m, batch, word_aligned: 
         assert (left[b, nt] == 0).all() and (right[b, nt] == 0).all() and (pos[b, nt] == 0).all()
         # SBO: boundaries strictly outside the maximal masked run, never targets themselves, every position
         # between them a target with the same boundaries
-        assert (left[b, t] >= 0).all() and (left[b, t] < t).all() and (right[b, t] > t).all() and (right[b, t] <= n + 1).all()
+        assert (
+            (left[b, t] >= 0).all()
+            and (left[b, t] < t).all()
+            and (right[b, t] > t).all()
+            and (right[b, t] <= n + 1).all()
+        )
         assert (labels[b, left[b, t]] == IGNORE_INDEX).all() and (labels[b, right[b, t]] == IGNORE_INDEX).all()
         assert (pos[b, t] == np.minimum(t - left[b, t] - 1, cfg.max_span_positions - 1)).all()
         for lo, hi in set(zip(left[b, t].tolist(), right[b, t].tolist())):
             inside = np.arange(lo + 1, hi)
-            assert (labels[b, inside] != IGNORE_INDEX).all() and (left[b, inside] == lo).all() and (right[b, inside] == hi).all()
+            assert (
+                (labels[b, inside] != IGNORE_INDEX).all()
+                and (left[b, inside] == lo).all()
+                and (right[b, inside] == hi).all()
+            )
         sel = m.unit_row == b
         ws = rows.word_start[rows.offsets[b] : rows.offsets[b + 1]]
         budget = max(int(np.floor(cfg.mask_ratio * int(m.maskable[b]) + 0.5)), 1)
@@ -140,7 +159,11 @@ def test_every_scheme_keeps_the_invariants_on_wikitext2(wiki, scheme):
     masker = Masker.from_artifact(MaskingConfig(scheme=scheme, seed=5), art)
     part = subset(rows, range(0, rows.num_rows, 4))
     if scheme in ("entity", "noun_phrase", "ngram"):
-        part.span_starts, part.span_ends, part.span_offsets = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(part.num_rows + 1, np.int64)
+        part.span_starts, part.span_ends, part.span_offsets = (
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+            np.zeros(part.num_rows + 1, np.int64),
+        )
     m = masker.mask(part, np.arange(part.num_rows) * 4, epoch=2)
     batch = masker.collate(m)
     checked = _check_batch_invariants(masker, part, m, batch, word_aligned=scheme != "subword")
@@ -157,7 +180,11 @@ def test_every_scheme_keeps_the_invariants_on_wikitext2(wiki, scheme):
                 covered[a:b] = True
             left = int(np.floor(0.15 * int(m.maskable[r]) + 0.5)) - int(covered.sum())
             assert left >= 0
-            ws = part.word_start[part.offsets[r] : part.offsets[r + 1]] if scheme != "subword" else np.ones(len(covered), bool)
+            ws = (
+                part.word_start[part.offsets[r] : part.offsets[r + 1]]
+                if scheme != "subword"
+                else np.ones(len(covered), bool)
+            )
             w = np.r_[np.flatnonzero(ws), len(covered)]
             free = [(a, b) for a, b in zip(w[:-1], w[1:]) if not covered[a:b].any()]
             assert all(b - a > left for a, b in free)
@@ -194,7 +221,10 @@ def _per_sample(m, batch) -> dict[int, tuple]:
     out = {}
     for b, sid in enumerate(batch["sample_id"].tolist()):
         n = int(m.offsets[b + 1] - m.offsets[b]) + 2
-        out[sid] = tuple(batch[k][b, :n].numpy().tobytes() for k in ("input_ids", "labels", "span_left", "span_right", "span_position"))
+        out[sid] = tuple(
+            batch[k][b, :n].numpy().tobytes()
+            for k in ("input_ids", "labels", "span_left", "span_right", "span_position")
+        )
     return out
 
 
@@ -269,7 +299,10 @@ def test_candidate_schemes_take_half_the_budget_from_candidates(scheme):
     assert checked > 0
     _check_batch_invariants(masker, rows, m, masker.collate(m), word_aligned=True)
     f = masker.mask(fallback, np.arange(100, 110), 0)
-    assert not f.unit_candidate.any() and np.bincount(f.unit_row, weights=f.unit_end - f.unit_start).tolist() == [budget] * 10
+    assert (
+        not f.unit_candidate.any()
+        and np.bincount(f.unit_row, weights=f.unit_end - f.unit_start).tolist() == [budget] * 10
+    )
     with pytest.raises(ValueError, match="needs the rows' "):
         masker.mask(Rows.from_lists([np.arange(5, 15)], [np.ones(10, bool)]), np.arange(1), 0)
 
@@ -285,8 +318,18 @@ def candidate_artifacts(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("candidates")
     text = wikitext2_articles(3, tmp)
     common = ["--input-format", "wikitext", "--train-tokenizer", "--vocab-size", "4000", "--num-shards", "2"]
-    build(text, tmp / "spacy", *common, "--mask-candidates", "entities,noun_phrases", "--spacy-model", spacy_spans.default_spacy_model())
-    build_ngram_dictionary.run(["--input", str(text), "--output", str(tmp / "dict"), "--min-count", "3", "--runner", "FnApiRunner"])
+    build(
+        text,
+        tmp / "spacy",
+        *common,
+        "--mask-candidates",
+        "entities,noun_phrases",
+        "--spacy-model",
+        spacy_spans.default_spacy_model(),
+    )
+    build_ngram_dictionary.run(
+        ["--input", str(text), "--output", str(tmp / "dict"), "--min-count", "3", "--runner", "FnApiRunner"]
+    )
     build(text, tmp / "ngrams", *common, "--mask-candidates", "ngrams", "--ngram-dictionary", str(tmp / "dict"))
     return {"entity_spans": tmp / "spacy", "noun_phrase_spans": tmp / "spacy", "ngram_spans": tmp / "ngrams"}
 
@@ -357,7 +400,11 @@ def test_collate_pads_to_a_multiple_of_8():
     batch = masker(rows, np.array([5, 6]), 0)
     assert batch["input_ids"].shape == (2, 16)
     assert all(v.dtype.is_floating_point is False and v.dtype.itemsize == 8 for v in batch.values())
-    assert batch["input_ids"][0, :6].tolist()[0] == 2 and batch["input_ids"][0, 4] == 3 and (batch["input_ids"][0, 5:] == 0).all()
+    assert (
+        batch["input_ids"][0, :6].tolist()[0] == 2
+        and batch["input_ids"][0, 4] == 3
+        and (batch["input_ids"][0, 5:] == 0).all()
+    )
     assert batch["attention_mask"].sum(1).tolist() == [5, 11]
     assert batch["sample_id"].tolist() == [5, 6]
 
@@ -404,12 +451,20 @@ def test_masking_config_is_validated(kw, message):
 # -- preview CLI -----------------------------------------------------------------------------
 def test_preview_masking_writes_examples_and_prints_statistics(wikitext2_artifact, tmp_path, capsys):
     out = tmp_path / "masked.arrow"
-    stats = preview_masking.run(["--data", str(wikitext2_artifact), "--scheme", "span", "--num", "50", "--seed", "3", "--out", str(out)])
+    stats = preview_masking.run(
+        ["--data", str(wikitext2_artifact), "--scheme", "span", "--num", "50", "--seed", "3", "--out", str(out)]
+    )
     printed = capsys.readouterr().out
     for text in ("masked ratio", "mean span length", "masked / replaced / kept", "words"):
         assert text in printed
     table = ipc.open_file(str(out)).read_all()
-    assert table.num_rows == 50 and table.column_names[:5] == ["sample_id", "original_ids", "masked_ids", "labels", "word_start"]
+    assert table.num_rows == 50 and table.column_names[:5] == [
+        "sample_id",
+        "original_ids",
+        "masked_ids",
+        "labels",
+        "word_start",
+    ]
     targets = 0
     for row in table.to_pylist():
         o, mk, lab, ws = (np.array(row[k]) for k in ("original_ids", "masked_ids", "labels", "word_start"))
@@ -423,7 +478,9 @@ def test_preview_masking_writes_examples_and_prints_statistics(wikitext2_artifac
     assert "targets with a masked SBO boundary" in printed
     assert stats["targets_checked"] == targets and stats["masked_boundary_targets"] == 0
     # same seed, same file contents; the statistics printed are those of the file
-    stats2 = preview_masking.run(["--data", str(wikitext2_artifact), "--num", "50", "--seed", "3", "--out", str(tmp_path / "again.arrow")])
+    stats2 = preview_masking.run(
+        ["--data", str(wikitext2_artifact), "--num", "50", "--seed", "3", "--out", str(tmp_path / "again.arrow")]
+    )
     assert ipc.open_file(str(tmp_path / "again.arrow")).read_all().equals(table) and stats2["targets"] == targets
 
 
@@ -464,7 +521,9 @@ def test_no_mlm_target_has_a_masked_sbo_boundary_on_real_text(wiki, short_rows, 
     from trainer.masking.sbo_targets import boundary_stats
 
     art, rows = wiki if length == "512" else short_rows
-    masker = Masker.from_artifact(MaskingConfig(scheme=scheme, seed=12), art, max_seq_len=512 if length == "512" else 16)
+    masker = Masker.from_artifact(
+        MaskingConfig(scheme=scheme, seed=12), art, max_seq_len=512 if length == "512" else 16
+    )
     checked = touching = 0
     for epoch in range(3):
         m = masker.mask(rows, np.arange(rows.num_rows), epoch)
@@ -500,8 +559,9 @@ def test_short_rows_get_targets_within_their_budget(short_rows, scheme):
     checked = 0
     for epoch in range(4):
         m = masker.mask(rows, np.arange(rows.num_rows), epoch)
-        targets = np.bincount(np.repeat(np.arange(rows.num_rows), np.diff(m.offsets))[m.labels != IGNORE_INDEX],
-                              minlength=rows.num_rows)
+        targets = np.bincount(
+            np.repeat(np.arange(rows.num_rows), np.diff(m.offsets))[m.labels != IGNORE_INDEX], minlength=rows.num_rows
+        )
         content = m.maskable
         big = content >= 8
         checked += int(big.sum())
@@ -542,7 +602,9 @@ def test_a_row_whose_words_are_all_longer_than_the_budget_gets_part_of_one_word(
         masker = plain_masker(MaskingConfig(scheme=scheme, seed=1))
         m = masker.mask(rows, np.arange(50), 0)
         assert len(m.unit_row) == 50 and (np.bincount(m.unit_row) == 1).all()
-        assert (m.unit_end - m.unit_start == 2).all() and np.isin(m.unit_start, [0, 5]).all() and (m.unit_words == 0).all()
+        assert (
+            (m.unit_end - m.unit_start == 2).all() and np.isin(m.unit_start, [0, 5]).all() and (m.unit_words == 0).all()
+        )
         assert set(m.unit_start.tolist()) == {0, 5}  # either word
         again = masker.mask(rows, np.arange(50), 0)
         assert np.array_equal(again.input_ids, m.input_ids) and np.array_equal(again.labels, m.labels)

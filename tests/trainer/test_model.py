@@ -25,8 +25,13 @@ def masked_batch(num_rows: int = 4, seed: int = 0, scheme: str = "span") -> dict
     lengths = rng.integers(20, 60, size=num_rows)
     ids = [rng.integers(5, VOCAB, size=n) for n in lengths]
     word_start = [np.concatenate([[True], rng.random(n - 1) < 0.7]) for n in lengths]
-    masker = Masker(MaskingConfig(scheme=scheme, seed=seed), vocab_size=VOCAB, special_token_ids=SPECIAL,
-                    unigram_counts=np.ones(VOCAB), max_seq_len=128)
+    masker = Masker(
+        MaskingConfig(scheme=scheme, seed=seed),
+        vocab_size=VOCAB,
+        special_token_ids=SPECIAL,
+        unigram_counts=np.ones(VOCAB),
+        max_seq_len=128,
+    )
     return masker(Rows.from_lists(ids, word_start), np.arange(num_rows), epoch=0)
 
 
@@ -85,10 +90,20 @@ def test_sbo_head_is_the_papers_two_layer_gelu_layernorm(model):
     head = model.sbo_head
     with torch.no_grad():
         x = torch.cat([left, right, head.position_embeddings.weight[position]], dim=-1)
-        h = F.layer_norm(F.gelu(x @ head.layer1.dense.weight.T + head.layer1.dense.bias), (H,),
-                         head.layer1.LayerNorm.weight, head.layer1.LayerNorm.bias, eps=model.config.layer_norm_eps)
-        y = F.layer_norm(F.gelu(h @ head.layer2.dense.weight.T + head.layer2.dense.bias), (H,),
-                         head.layer2.LayerNorm.weight, head.layer2.LayerNorm.bias, eps=model.config.layer_norm_eps)
+        h = F.layer_norm(
+            F.gelu(x @ head.layer1.dense.weight.T + head.layer1.dense.bias),
+            (H,),
+            head.layer1.LayerNorm.weight,
+            head.layer1.LayerNorm.bias,
+            eps=model.config.layer_norm_eps,
+        )
+        y = F.layer_norm(
+            F.gelu(h @ head.layer2.dense.weight.T + head.layer2.dense.bias),
+            (H,),
+            head.layer2.LayerNorm.weight,
+            head.layer2.LayerNorm.bias,
+            eps=model.config.layer_norm_eps,
+        )
         torch.testing.assert_close(head(left, right, position), y)
     assert head.layer1.dense.in_features == 3 * H and head.layer1.dense.out_features == H
     assert head.position_embeddings.num_embeddings == model.config.sbo_max_span_positions
@@ -214,7 +229,10 @@ def test_presets_have_bert_sizes():
         (lambda: OptimConfig(adam_beta2=1.0), "adam_beta2"),
         (lambda: RunConfig(data="a", output_dir="b", max_steps=0), "max_steps"),
         (lambda: RunConfig(data="", output_dir="b", max_steps=3), "--data"),
-        (lambda: check_schedule(OptimConfig(warmup_steps=10), RunConfig(data="a", output_dir="b", max_steps=10)), "--warmup-steps"),
+        (
+            lambda: check_schedule(OptimConfig(warmup_steps=10), RunConfig(data="a", output_dir="b", max_steps=10)),
+            "--warmup-steps",
+        ),
     ],
 )
 def test_bad_options_are_config_errors_naming_the_option(make, words):

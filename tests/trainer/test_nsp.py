@@ -46,8 +46,17 @@ def _pairs(batch, sep_id: int):
         seps = [i for i, t in enumerate(seq) if t == sep_id]
         assert seps[-1] == n - 1 and len(seps) >= 2
         a_end = seps[0]
-        out.append((int(batch["sample_id"][r]), seq[1:a_end], seq[a_end + 1 : n - 1],
-                    int(batch["next_sentence_label"][r]), batch["token_type_ids"][r, :].tolist(), n, a_end))
+        out.append(
+            (
+                int(batch["sample_id"][r]),
+                seq[1:a_end],
+                seq[a_end + 1 : n - 1],
+                int(batch["next_sentence_label"][r]),
+                batch["token_type_ids"][r, :].tolist(),
+                n,
+                a_end,
+            )
+        )
     return out
 
 
@@ -73,7 +82,9 @@ def test_pairs_follow_bert_and_keep_the_masking_invariants(wikitext2_artifact, s
             labels.append(label)
             assert 1 <= len(a) and len(a) + len(b) <= full
             assert a == row[: len(a)]  # A = the row's leading tokens ...
-            assert len(a) == len(row) or sents[sid][len(a)] or not any(sents[sid][1 : len(a) + 1])  # ... whole sentences
+            assert (
+                len(a) == len(row) or sents[sid][len(a)] or not any(sents[sid][1 : len(a) + 1])
+            )  # ... whole sentences
             assert types[: a_end + 1] == [0] * (a_end + 1) and types[a_end + 1 : n] == [1] * (n - a_end - 1)
             assert sum(types[n:]) == 0
             if label == 0:
@@ -84,8 +95,12 @@ def test_pairs_follow_bert_and_keep_the_masking_invariants(wikitext2_artifact, s
             else:
                 assert b != row[len(a) : len(a) + len(b)]
                 # B is a stretch of another document's row, from a sentence start
-                hits = [j for j in range(len(rows)) if docs[j] != docs[sid] and any(
-                    rows[j][s : s + len(b)] == b for s in np.flatnonzero(sents[j]).tolist())]
+                hits = [
+                    j
+                    for j in range(len(rows))
+                    if docs[j] != docs[sid]
+                    and any(rows[j][s : s + len(b)] == b for s in np.flatnonzero(sents[j]).tolist())
+                ]
                 other_doc += bool(hits)
         if len(labels) >= 200:
             break
@@ -110,8 +125,9 @@ def test_short_sequences_are_drawn_with_probability_0_1_and_pairs_are_determinis
     compared = 0
     for mb, world in ((8, 1), (4, 2)):
         for rank in range(world):
-            loader, ds = build_train_loader(DataConfig(micro_batch_size=mb, **cfg), MaskingConfig(seed=5), rank=rank,
-                                            world_size=world)
+            loader, ds = build_train_loader(
+                DataConfig(micro_batch_size=mb, **cfg), MaskingConfig(seed=5), rank=rank, world_size=world
+            )
             it = iter(loader)
             for _ in range(32 // (mb * world) * 2):
                 batch = next(it)
@@ -140,9 +156,16 @@ def test_nsp_head_loss_and_accuracy():
     labels[:, 3] = ids[:, 3]
     types = (torch.arange(16) > 8).long().expand(4, 16)
     nsl = torch.tensor([0, 1, 1, 0])
-    batch = dict(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels, span_left=torch.full_like(ids, 2),
-                 span_right=torch.full_like(ids, 4), span_position=torch.zeros_like(ids), token_type_ids=types,
-                 next_sentence_label=nsl)
+    batch = dict(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        labels=labels,
+        span_left=torch.full_like(ids, 2),
+        span_right=torch.full_like(ids, 4),
+        span_position=torch.zeros_like(ids),
+        token_type_ids=types,
+        next_sentence_label=nsl,
+    )
     out = model(**batch)
     model.eval()
     with torch.no_grad():
@@ -171,22 +194,40 @@ def test_nsp_export_mapping_gives_bert_for_pretraining_our_logits():
             p.add_(0.05 * torch.randn_like(p))
     conf = hf_config(model.config)
     assert conf["architectures"] == ["BertForPreTraining"]
-    hf = transformers.BertForPreTraining(transformers.BertConfig(**{k: v for k, v in conf.items() if k != "architectures"})).eval()
+    hf = transformers.BertForPreTraining(
+        transformers.BertConfig(**{k: v for k, v in conf.items() if k != "architectures"})
+    ).eval()
     result = hf.load_state_dict(to_hf_state_dict(model.state_dict(), model.config), strict=False)
-    assert not result.unexpected_keys and set(result.missing_keys) <= {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
+    assert not result.unexpected_keys and set(result.missing_keys) <= {
+        "cls.predictions.decoder.weight",
+        "cls.predictions.decoder.bias",
+    }
     ids = torch.randint(5, 300, (3, 20))
     types = (torch.arange(20) > 9).long().expand(3, 20)
     with torch.no_grad():
         theirs = hf(input_ids=ids, token_type_ids=types)
         torch.testing.assert_close(theirs.prediction_logits, model.mlm_logits(ids, None, types), rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(theirs.seq_relationship_logits, model.nsp_logits(ids, None, types), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            theirs.seq_relationship_logits, model.nsp_logits(ids, None, types), rtol=1e-4, atol=1e-5
+        )
 
 
 def test_nsp_needs_two_segments(demo_artifact, tmp_path):
     from trainer import engine, pretrain
 
-    args = pretrain.build_parser().parse_args(["--data", str(demo_artifact), "--preset", "tiny", "--max-steps", "5",
-                                               "--output-dir", str(tmp_path / "run"), "--nsp"])
+    args = pretrain.build_parser().parse_args(
+        [
+            "--data",
+            str(demo_artifact),
+            "--preset",
+            "tiny",
+            "--max-steps",
+            "5",
+            "--output-dir",
+            str(tmp_path / "run"),
+            "--nsp",
+        ]
+    )
     engine.default_single_process_env(args.local_rank)
     with pytest.raises(ConfigError, match="--segments 2"):
         engine.prepare(args)
@@ -205,9 +246,23 @@ def nsp_run(demo_artifact, tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("nsp_run")
 
     def cmd(run_dir: Path) -> list[str]:
-        return [str(DEEPSPEED), "--num_gpus", "2", "--master_port", str(free_port()), str(PRETRAIN), "--deepspeed_config",
-                str(ds_config(tmp, 2)), "--data", str(demo_artifact), "--output-dir", str(run_dir), *NSP_RUN,
-                "--max-steps", "6"]
+        return [
+            str(DEEPSPEED),
+            "--num_gpus",
+            "2",
+            "--master_port",
+            str(free_port()),
+            str(PRETRAIN),
+            "--deepspeed_config",
+            str(ds_config(tmp, 2)),
+            "--data",
+            str(demo_artifact),
+            "--output-dir",
+            str(run_dir),
+            *NSP_RUN,
+            "--max-steps",
+            "6",
+        ]
 
     full = run(cmd(tmp / "full"))
     assert "done: 6 steps" in full.stdout
@@ -246,8 +301,14 @@ def test_nsp_run_exports_to_bert_for_pretraining(nsp_run, demo_artifact, tmp_pat
     from trainer.export import load_model
 
     out = tmp_path / "hf"
-    proc = subprocess.run([sys.executable, "-m", "trainer.export", str(nsp_run / "checkpoints"), "--out", str(out)],
-                          cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer.export", str(nsp_run / "checkpoints"), "--out", str(out)],
+        cwd=REPO,
+        env=run_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
     hf = transformers.BertForPreTraining.from_pretrained(str(out)).eval()
@@ -259,7 +320,9 @@ def test_nsp_run_exports_to_bert_for_pretraining(nsp_run, demo_artifact, tmp_pat
     with torch.no_grad():
         theirs = hf(**inputs)
         real = batch["attention_mask"].bool()
-        torch.testing.assert_close(theirs.prediction_logits[real], ours.mlm_logits(**inputs)[real], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            theirs.prediction_logits[real], ours.mlm_logits(**inputs)[real], rtol=1e-4, atol=1e-5
+        )
         torch.testing.assert_close(theirs.seq_relationship_logits, ours.nsp_logits(**inputs), rtol=1e-4, atol=1e-5)
 
 
@@ -275,7 +338,9 @@ def test_pairs_carry_candidate_spans_and_every_scheme_masks_them(scheme):
     rows = Rows.from_lists(ids, ws, spans)
     rows.sentence_start = np.tile(np.arange(n) % 10 == 0, R)
     rows.doc_id = np.array([f"doc{r // 2}" for r in range(R)], dtype=object)  # two rows per document
-    pick = [(r + 1 + c) % R for r in range(R) for c in range(segments.OTHER_CANDIDATES)]  # candidate 0: same doc half the time
+    pick = [
+        (r + 1 + c) % R for r in range(R) for c in range(segments.OTHER_CANDIDATES)
+    ]  # candidate 0: same doc half the time
     others = Rows.from_lists([ids[j] for j in pick], [ws[j] for j in pick], [spans[j] for j in pick])
     others.sentence_start, others.doc_id = np.tile(np.arange(n) % 10 == 0, len(pick)), rows.doc_id[pick]
     draws = segments.pair_draws(0, 0, np.arange(R))
@@ -289,16 +354,22 @@ def test_pairs_carry_candidate_spans_and_every_scheme_masks_them(scheme):
         assert k % 10 == 0 or (k < 10 and k % 2 == 0)  # a sentence start; a word start when A + B is short
         src = (seq[k + 1] - 5) // n
         assert (rows.doc_id[src] != rows.doc_id[i]) == bool(label[i])
-        for s, e in zip(pairs.span_starts[pairs.span_offsets[i] : pairs.span_offsets[i + 1]].tolist(),
-                        pairs.span_ends[pairs.span_offsets[i] : pairs.span_offsets[i + 1]].tolist()):
+        for s, e in zip(
+            pairs.span_starts[pairs.span_offsets[i] : pairs.span_offsets[i + 1]].tolist(),
+            pairs.span_ends[pairs.span_offsets[i] : pairs.span_offsets[i + 1]].tolist(),
+        ):
             assert not (s <= k < e)  # never across [SEP]
             row, pos = divmod(int(seq[s]) - 5, n)
             assert (pos, pos + e - s) in spans[row] and (seq[s:e] == np.arange(seq[s], seq[s] + e - s)).all()
             kept += 1
     assert kept > R
-    masker = Masker(MaskingConfig(scheme=scheme, seed=2), vocab_size=5 + R * n,
-                    special_token_ids={"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4},
-                    unigram_counts=np.ones(5 + R * n), max_seq_len=64)
+    masker = Masker(
+        MaskingConfig(scheme=scheme, seed=2),
+        vocab_size=5 + R * n,
+        special_token_ids={"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4},
+        unigram_counts=np.ones(5 + R * n),
+        max_seq_len=64,
+    )
     m = masker.mask(pairs, np.arange(R), 0)
     targets = m.labels != IGNORE_INDEX
     assert targets.sum() > 0 and not (m.original_ids[targets] == 3).any()
@@ -310,9 +381,14 @@ def test_pairs_carry_candidate_spans_and_every_scheme_masks_them(scheme):
     assert batch["token_type_ids"].sum(1).tolist() == (np.diff(pairs.offsets) - a_len).tolist()  # B and its [SEP]
 
 
-@pytest.mark.parametrize("kw, words", [(dict(segments=3), "segments must be 1 or 2"),
-                                       (dict(segments=2, max_seq_len=4), "max_seq_len >= 5"),
-                                       (dict(short_seq_prob=1.5), "short_seq_prob")])
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        (dict(segments=3), "segments must be 1 or 2"),
+        (dict(segments=2, max_seq_len=4), "max_seq_len >= 5"),
+        (dict(short_seq_prob=1.5), "short_seq_prob"),
+    ],
+)
 def test_segment_options_are_validated(kw, words):
     with pytest.raises(ValueError, match=words):
         DataConfig(artifact="a", **kw)

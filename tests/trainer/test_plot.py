@@ -103,13 +103,20 @@ def monitor(monkeypatch, tmp_path):
     from deepspeed.monitor.config import get_monitor_config
 
     monkeypatch.setattr(csv_monitor, "dist", types.SimpleNamespace(get_rank=lambda: 0))
-    cfg = get_monitor_config({"csv_monitor": {"enabled": True, "output_path": str(tmp_path / "run"), "job_name": plot.MONITOR_DIR}})
+    cfg = get_monitor_config(
+        {"csv_monitor": {"enabled": True, "output_path": str(tmp_path / "run"), "job_name": plot.MONITOR_DIR}}
+    )
     return lambda: csv_monitor.csvMonitor(cfg.csv_monitor)
 
 
 def _train_events(step: int, loss: float, sbo: bool = True) -> list[tuple[str, float, int]]:
-    events = [("train/loss", loss, step), ("train/mlm_loss", loss / 2, step), ("train/lr", 1e-3 / step, step),
-              ("train/seq_per_s", 40.0 + step, step), ("train/tokens_per_s", 4000.0 + step, step)]
+    events = [
+        ("train/loss", loss, step),
+        ("train/mlm_loss", loss / 2, step),
+        ("train/lr", 1e-3 / step, step),
+        ("train/seq_per_s", 40.0 + step, step),
+        ("train/tokens_per_s", 4000.0 + step, step),
+    ]
     if sbo:
         events.append(("train/sbo_loss", loss / 2, step))
     return events
@@ -119,7 +126,9 @@ def test_a_resumed_run_keeps_the_later_values_and_marks_the_restart(monitor, tmp
     first = monitor()
     for step in range(1, 9):
         first.write_events(_train_events(step, 16.0 - step / 10))
-    first.write_events([("eval/mlm_acc", 0.1, 4), ("eval/sbo_acc", 0.12, 4), ("eval/mlm_loss", 7.9, 4), ("eval/sbo_loss", 7.8, 4)])
+    first.write_events(
+        [("eval/mlm_acc", 0.1, 4), ("eval/sbo_acc", 0.12, 4), ("eval/mlm_loss", 7.9, 4), ("eval/sbo_loss", 7.8, 4)]
+    )
     second = monitor()  # resumed from the checkpoint of step 5: steps 6.. are logged again
     for step in range(6, 11):
         second.write_events(_train_events(step, 20.0 - step / 10))
@@ -156,7 +165,10 @@ def test_damaged_lines_are_skipped_and_counted(tmp_path):
 
 def test_no_monitor_csv_is_a_clear_error(tmp_path, capsys):
     assert plot.main([str(tmp_path / "nowhere")]) == 2
-    assert capsys.readouterr().err.strip() == f"plot: error: {tmp_path / 'nowhere'}: no such directory (give the trainer's --output-dir RUN_DIR)"
+    assert (
+        capsys.readouterr().err.strip()
+        == f"plot: error: {tmp_path / 'nowhere'}: no such directory (give the trainer's --output-dir RUN_DIR)"
+    )
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     assert plot.main([str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err

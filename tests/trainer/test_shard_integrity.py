@@ -36,7 +36,9 @@ def cfg(art: Path, **kw) -> DataConfig:
 def test_a_flipped_byte_is_refused_before_training_naming_the_shard(demo_artifact, tmp_path):
     bad, rel = damaged_copy(demo_artifact, tmp_path / "bad")
     for mode in ("once", "always"):
-        with pytest.raises(integrity.ShardMismatchError, match=rf"{bad}/{rel}: sha256 \w+… differs from the manifest's"):
+        with pytest.raises(
+            integrity.ShardMismatchError, match=rf"{bad}/{rel}: sha256 \w+… differs from the manifest's"
+        ):
             build_train_loader(cfg(bad, verify_shards=mode), MASK)
     # The damage is silent otherwise: with the check off the loader reads the changed rows without complaint.
     loader, ds = build_train_loader(cfg(bad, verify_shards="off"), MASK)
@@ -54,9 +56,19 @@ def test_once_hashes_each_shard_once_per_node_and_a_changed_file_again(demo_arti
     paths = art.shard_paths
 
     def check(mode="once"):
-        return {p: integrity.verify_file(art.fs, art.path(p), art.shard_entry(p), art.display(p), mode=mode,
-                                         fingerprint=art.fingerprint, location=art.display(p), cache=str(cache))
-                for p in paths}
+        return {
+            p: integrity.verify_file(
+                art.fs,
+                art.path(p),
+                art.shard_entry(p),
+                art.display(p),
+                mode=mode,
+                fingerprint=art.fingerprint,
+                location=art.display(p),
+                cache=str(cache),
+            )
+            for p in paths
+        }
 
     assert set(check().values()) == {"hashed"} and len(paths) == 4
     assert set(check().values()) == {"cached"}
@@ -100,12 +112,31 @@ def test_size_is_checked_on_every_open_even_with_checksums_off(demo_artifact, tm
 
 def test_pretrain_refuses_a_corrupt_shard_with_one_line_and_exit_2(demo_artifact, tmp_path):
     bad, rel = damaged_copy(demo_artifact, tmp_path / "bad", shard=1)
-    cmd = [sys.executable, str(REPO / "trainer" / "pretrain.py"), "--data", str(bad), "--preset", "tiny",
-           "--max-steps", "2", "--warmup-steps", "1", "--no-progress", "--num-workers", "0",
-           "--output-dir", str(tmp_path / "run")]
-    env = {k: v for k, v in __import__("os").environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    proc = subprocess.run(cmd, cwd=REPO, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    cmd = [
+        sys.executable,
+        str(REPO / "trainer" / "pretrain.py"),
+        "--data",
+        str(bad),
+        "--preset",
+        "tiny",
+        "--max-steps",
+        "2",
+        "--warmup-steps",
+        "1",
+        "--no-progress",
+        "--num-workers",
+        "0",
+        "--output-dir",
+        str(tmp_path / "run"),
+    ]
+    env = {
+        k: v
+        for k, v in __import__("os").environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
+    proc = subprocess.run(
+        cmd, cwd=REPO, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith(f"pretrain: error: {bad}/{rel}: sha256 ") and "differs from the manifest" in lines[-1]

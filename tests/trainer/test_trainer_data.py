@@ -30,7 +30,9 @@ VOCAB = 64
 
 
 # -- a synthetic artifact, written the way FORMAT.md says -----------------------------------------
-def synthetic_rows(num_rows: int, seed: int = 0, min_len: int = 6, max_len: int = 30, spans: bool = False) -> list[dict]:
+def synthetic_rows(
+    num_rows: int, seed: int = 0, min_len: int = 6, max_len: int = 30, spans: bool = False
+) -> list[dict]:
     """Rows of random content tokens (ids 5..VOCAB-1) with random word starts; optional candidate spans."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -38,11 +40,19 @@ def synthetic_rows(num_rows: int, seed: int = 0, min_len: int = 6, max_len: int 
         n = int(rng.integers(min_len, max_len + 1))
         ws = rng.random(n) < 0.7
         ws[0] = True
-        row = {"input_ids": rng.integers(5, VOCAB, n).tolist(), "word_start": ws.tolist(), "entity_spans": [], "noun_phrase_spans": [], "ngram_spans": []}
+        row = {
+            "input_ids": rng.integers(5, VOCAB, n).tolist(),
+            "word_start": ws.tolist(),
+            "entity_spans": [],
+            "noun_phrase_spans": [],
+            "ngram_spans": [],
+        }
         if spans:
             starts = np.flatnonzero(ws).tolist() + [n]
             cands = [(starts[k], starts[k + 2]) for k in range(0, len(starts) - 2, 3)]  # two words each
-            row["entity_spans"] = [{"start": a, "end": b, "label": "DATE" if k % 2 else "PERSON"} for k, (a, b) in enumerate(cands)]
+            row["entity_spans"] = [
+                {"start": a, "end": b, "label": "DATE" if k % 2 else "PERSON"} for k, (a, b) in enumerate(cands)
+            ]
             row["noun_phrase_spans"] = [{"start": a, "end": b} for a, b in cands]
             row["ngram_spans"] = [{"start": a, "end": b} for a, b in cands]
         rows.append(row)
@@ -62,7 +72,14 @@ def reseal(root: Path, rel: str) -> None:
     (root / fmt.MANIFEST_FILE).write_text(fmt.dumps_manifest(manifest))
 
 
-def write_artifact(root: Path, shards: list[list[dict]], *, rows_per_batch: int = 4, vocab_size: int = VOCAB, version: str = fmt.FORMAT_VERSION) -> Path:
+def write_artifact(
+    root: Path,
+    shards: list[list[dict]],
+    *,
+    rows_per_batch: int = 4,
+    vocab_size: int = VOCAB,
+    version: str = fmt.FORMAT_VERSION,
+) -> Path:
     """Write an artifact whose shard ``k`` holds ``shards[k]`` (rows as dicts of the shard columns)."""
     root = Path(root)
     (root / fmt.SHARDS_DIR).mkdir(parents=True, exist_ok=True)
@@ -82,13 +99,21 @@ def write_artifact(root: Path, shards: list[list[dict]], *, rows_per_batch: int 
             "ngram_spans": [r.get("ngram_spans", []) for r in rows],
         }
         table = pa.Table.from_pydict(cols, schema=schema)
-        with pa.OSFile(str(root / rel), "wb") as f, ipc.new_file(f, schema, options=ipc.IpcWriteOptions(compression="zstd")) as w:
+        with (
+            pa.OSFile(str(root / rel), "wb") as f,
+            ipc.new_file(f, schema, options=ipc.IpcWriteOptions(compression="zstd")) as w,
+        ):
             for b in table.to_batches(max_chunksize=rows_per_batch):
                 w.write_batch(b)
         for r in rows:
             np.add.at(counts, r["input_ids"], 1)
-        entries.append({"path": rel, "rows": len(rows), "tokens": sum(len(r["input_ids"]) for r in rows), **file_entry(root / rel)})
-    uni = pa.Table.from_pydict({"token_id": list(range(vocab_size)), "token": [f"t{i}" for i in range(vocab_size)], "count": counts.tolist()}, schema=fmt.unigram_schema())
+        entries.append(
+            {"path": rel, "rows": len(rows), "tokens": sum(len(r["input_ids"]) for r in rows), **file_entry(root / rel)}
+        )
+    uni = pa.Table.from_pydict(
+        {"token_id": list(range(vocab_size)), "token": [f"t{i}" for i in range(vocab_size)], "count": counts.tolist()},
+        schema=fmt.unigram_schema(),
+    )
     with pa.OSFile(str(root / fmt.UNIGRAM_FILE), "wb") as f, ipc.new_file(f, uni.schema) as w:
         w.write_table(uni)
     manifest = {
@@ -99,7 +124,12 @@ def write_artifact(root: Path, shards: list[list[dict]], *, rows_per_batch: int 
         "max_seq_len": 512,
         "max_row_tokens": 510,
         "input_ids_type": "uint16",
-        "tokenizer": {"file": fmt.TOKENIZER_FILE, "vocab_size": vocab_size, "special_token_ids": SPECIAL, "special_tokens": {k: f"[{k.upper()}]" for k in SPECIAL}},
+        "tokenizer": {
+            "file": fmt.TOKENIZER_FILE,
+            "vocab_size": vocab_size,
+            "special_token_ids": SPECIAL,
+            "special_tokens": {k: f"[{k.upper()}]" for k in SPECIAL},
+        },
         "unigram": {"file": fmt.UNIGRAM_FILE, "total": int(counts.sum())},
     }
     (root / fmt.MANIFEST_FILE).write_text(fmt.dumps_manifest(manifest))
@@ -297,7 +327,9 @@ def test_corrupt_shard_fails_naming_the_file(artifact, tmp_path):
         list(loader)
     shard.write_bytes(bytes(data[: len(data) // 3]))  # truncated: no footer
     for mode in ("off", "once"):
-        with pytest.raises(fmt.FormatError, match=r"part-00002-of-00005.arrow: [\d,]+ bytes, the manifest says [\d,]+ \(truncated"):
+        with pytest.raises(
+            fmt.FormatError, match=r"part-00002-of-00005.arrow: [\d,]+ bytes, the manifest says [\d,]+ \(truncated"
+        ):
             build_train_loader(cfg(bad, verify_shards=mode), MASK)
     reseal(bad, fmt.shard_filename(2, 5))  # a manifest that agrees with the truncated file: Arrow refuses it
     with pytest.raises(fmt.FormatError, match="part-00002-of-00005.arrow.*not a readable Arrow IPC file"):
@@ -351,7 +383,9 @@ def test_irregular_record_batches_are_refused_naming_the_shard(tmp_path):
         build_train_loader(cfg(art, eval_shards=0, micro_batch_size=2), MASK)
     rewrite([4, 2, 4])  # the right count, the wrong sizes: found when the batch is read
     loader, _ = build_train_loader(cfg(art, eval_shards=0, micro_batch_size=2, num_epochs=1), MASK)
-    with pytest.raises(fmt.FormatError, match=r"part-00001-of-00002.arrow: record batch [12]: has [24] rows, expected [24]"):
+    with pytest.raises(
+        fmt.FormatError, match=r"part-00001-of-00002.arrow: record batch [12]: has [24] rows, expected [24]"
+    ):
         list(loader)
 
 
@@ -388,7 +422,9 @@ def test_data_config_is_validated(kw, message):
 def test_split_and_size_problems_are_explained(artifact):
     with pytest.raises(ValueError, match="eval_shards=5 but .* has 5 shard"):
         build_train_loader(cfg(artifact, eval_shards=5), MASK)
-    with pytest.raises(ValueError, match="has 240 rows, fewer than one global step of micro_batch_size 100 x world_size 3"):
+    with pytest.raises(
+        ValueError, match="has 240 rows, fewer than one global step of micro_batch_size 100 x world_size 3"
+    ):
         build_train_loader(cfg(artifact, micro_batch_size=100), MASK, world_size=3)
     with pytest.raises(ValueError, match="rows of up to 510 tokens"):
         build_train_loader(cfg(artifact, max_seq_len=128), MASK)
@@ -405,7 +441,9 @@ def test_file_uri_goes_through_pyarrow_fs(artifact):
 
 
 # -- candidate spans through the loader ------------------------------------------------------
-@pytest.mark.parametrize("scheme,column", [("entity", "entity_spans"), ("noun_phrase", "noun_phrase_spans"), ("ngram", "ngram_spans")])
+@pytest.mark.parametrize(
+    "scheme,column", [("entity", "entity_spans"), ("noun_phrase", "noun_phrase_spans"), ("ngram", "ngram_spans")]
+)
 def test_candidate_schemes_read_their_column(tmp_path, scheme, column):
     rows = synthetic_rows(48, seed=5, min_len=60, max_len=120, spans=True)
     for r in rows[40:]:  # the fallback: rows without candidates
@@ -413,15 +451,21 @@ def test_candidate_schemes_read_their_column(tmp_path, scheme, column):
     art = write_artifact(tmp_path / "a", [rows[:24], rows[24:]], rows_per_batch=8)
     c = cfg(art, eval_shards=0, micro_batch_size=8, num_epochs=1)
     loader, ds = build_train_loader(c, MaskingConfig(scheme=scheme, seed=1))
-    spans_of = {i: {(s["start"], s["end"]) for s in r[column] if not (scheme == "entity" and s["label"] == "DATE")} for i, r in enumerate(rows)}
+    spans_of = {
+        i: {(s["start"], s["end"]) for s in r[column] if not (scheme == "entity" and s["label"] == "DATE")}
+        for i, r in enumerate(rows)
+    }
     dates = {i: {(s["start"], s["end"]) for s in r["entity_spans"] if s["label"] == "DATE"} for i, r in enumerate(rows)}
     checked_candidates = checked_fallback = 0
     for batch in loader:
         sids = batch["sample_id"].tolist()
         # the same rows masked directly with the column's spans: the loader's batch must be exactly this
         # (units that touch share SBO boundaries, so units are read from the masker, not from the batch)
-        direct = Rows.from_lists([rows[i]["input_ids"] for i in sids], [rows[i]["word_start"] for i in sids],
-                                 [sorted(spans_of[i]) for i in sids])
+        direct = Rows.from_lists(
+            [rows[i]["input_ids"] for i in sids],
+            [rows[i]["word_start"] for i in sids],
+            [sorted(spans_of[i]) for i in sids],
+        )
         m = ds.masker.mask(direct, np.asarray(sids), 0)
         again = ds.masker.collate(m)
         assert torch.equal(again["labels"], batch["labels"]) and torch.equal(again["input_ids"], batch["input_ids"])
@@ -431,7 +475,9 @@ def test_candidate_schemes_read_their_column(tmp_path, scheme, column):
             assert len(pos) > 0
             sel = m.unit_row == b
             units = set(zip(m.unit_start[sel].tolist(), m.unit_end[sel].tolist()))
-            cand_units = {u for u, c in zip(zip(m.unit_start[sel].tolist(), m.unit_end[sel].tolist()), m.unit_candidate[sel]) if c}
+            cand_units = {
+                u for u, c in zip(zip(m.unit_start[sel].tolist(), m.unit_end[sel].tolist()), m.unit_candidate[sel]) if c
+            }
             assert cand_units <= spans_of[sid]
             if sid >= 40:
                 checked_fallback += 1
@@ -447,8 +493,15 @@ def test_candidate_schemes_read_their_column(tmp_path, scheme, column):
 
 # -- real data -------------------------------------------------------------------------------
 def test_real_wikitext2_artifact_streams_with_workers(wikitext2_artifact):
-    c = DataConfig(artifact=str(wikitext2_artifact), seed=1, micro_batch_size=8, num_workers=2, eval_shards=1, num_epochs=1)
-    loader, ds = build_train_loader(c, MaskingConfig(), expected_vocab_size=8000, expected_special_token_ids={"cls": 2, "sep": 3, "pad": 0, "mask": 4})
+    c = DataConfig(
+        artifact=str(wikitext2_artifact), seed=1, micro_batch_size=8, num_workers=2, eval_shards=1, num_epochs=1
+    )
+    loader, ds = build_train_loader(
+        c,
+        MaskingConfig(),
+        expected_vocab_size=8000,
+        expected_special_token_ids={"cls": 2, "sep": 3, "pad": 0, "mask": 4},
+    )
     art = open_artifact(str(wikitext2_artifact))
     shards = art.manifest["shards"]
     train_rows = sum(s["rows"] for s in shards[:-1])

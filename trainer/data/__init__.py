@@ -20,7 +20,20 @@ from trainer.data.order import EpochOrder
 from trainer.data.stream import MAX_CHUNK_ROWS, STATE_FORMAT, STATE_VERSION, ArtifactStream
 
 __all__ = [
-    "MAX_CHUNK_ROWS", "STATE_FORMAT", "STATE_VERSION", "ArtifactStream", "BlockReader", "Blocks", "DataConfig",
-    "EpochOrder", "StreamLoader", "TokenizerMismatchError", "build_eval_loader", "build_train_loader",
-    "check_tokenizer", "index_blocks", "open_artifact", "split_shards",
+    "MAX_CHUNK_ROWS",
+    "STATE_FORMAT",
+    "STATE_VERSION",
+    "ArtifactStream",
+    "BlockReader",
+    "Blocks",
+    "DataConfig",
+    "EpochOrder",
+    "StreamLoader",
+    "TokenizerMismatchError",
+    "build_eval_loader",
+    "build_train_loader",
+    "check_tokenizer",
+    "index_blocks",
+    "open_artifact",
+    "split_shards",
 ]

@@ -48,7 +48,6 @@ def split_shards(artifact: Artifact, eval_shards: int) -> tuple[list[int], list[
     return list(range(num - eval_shards)), list(range(num - eval_shards, num))
 
 
-
 @dataclass(frozen=True)
 class Blocks:
     """The blocks of a split, in manifest order (parallel arrays)."""
@@ -95,8 +94,18 @@ def index_blocks(artifact: Artifact, shard_indices: list[int], shard_cache: Shar
 class BlockReader:
     """Reads and decodes blocks (record batches) for one process, with an LRU cache of decoded blocks."""
 
-    def __init__(self, artifact: Artifact, vocab_size: int, max_row_tokens: int, span_column: str | None, excluded_labels: tuple[str, ...], capacity: int,
-                 segments: bool = False, shard_cache: ShardCache | None = None, shard_order: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        artifact: Artifact,
+        vocab_size: int,
+        max_row_tokens: int,
+        span_column: str | None,
+        excluded_labels: tuple[str, ...],
+        capacity: int,
+        segments: bool = False,
+        shard_cache: ShardCache | None = None,
+        shard_order: tuple[str, ...] = (),
+    ):
         self.shard_cache = shard_cache  # None: ranged reads from the artifact's filesystem
         self.shard_order = shard_order  # the split's shards: opening shard k reads ahead the next ones (cyclic)
         self.segments = segments  # also read sentence_start and doc_id (trainer.data.segments)
@@ -142,7 +151,9 @@ class BlockReader:
             rb = reader.get_batch(batch_index)
             rb.validate(full=True)
         except (pa.ArrowException, OSError, ValueError) as e:
-            raise fmt.FormatError(f"{where}: record batch {batch_index} cannot be read (corrupt or truncated shard): {e}") from None
+            raise fmt.FormatError(
+                f"{where}: record batch {batch_index} cannot be read (corrupt or truncated shard): {e}"
+            ) from None
         self.blocks_read.append(key)
         dec = self._decode(rb, where, batch_index, expected_rows)
         self._cache[key] = dec
@@ -161,7 +172,9 @@ class BlockReader:
             raise fmt.FormatError(f"{where}: record batch {batch_index}: {msg}")
 
         if rb.num_rows != expected_rows:
-            bad(f"has {rb.num_rows} rows, expected {expected_rows} (every batch but a shard's last holds rows_per_batch rows)")
+            bad(
+                f"has {rb.num_rows} rows, expected {expected_rows} (every batch but a shard's last holds rows_per_batch rows)"
+            )
         offs, vals = self._list(rb.column("input_ids"))
         ids = vals.to_numpy(zero_copy_only=False)
         ws_offs, ws_vals = self._list(rb.column("word_start"))
@@ -169,7 +182,9 @@ class BlockReader:
             bad("word_start and input_ids have different lengths")
         lengths = np.diff(offs)
         if inv.rows_too_long(lengths, self.max_row_tokens).any():
-            bad(f"a row has {int(lengths.max())} tokens, more than {self.max_row_tokens} (max_seq_len - {fmt.SPECIAL_POSITIONS})")
+            bad(
+                f"a row has {int(lengths.max())} tokens, more than {self.max_row_tokens} (max_seq_len - {fmt.SPECIAL_POSITIONS})"
+            )
         top = inv.token_id_beyond_vocab(ids, self.vocab_size)
         if top is not None:
             bad(f"token id {top} >= vocab_size {self.vocab_size}")
@@ -178,14 +193,18 @@ class BlockReader:
             ss_offs, ss_vals = self._list(rb.column("sentence_start"))
             if not inv.flags_align(offs, ss_offs):
                 bad("sentence_start and input_ids have different lengths")
-            out.update(ss_flags=ss_vals.to_numpy(zero_copy_only=False), doc=rb.column("doc_id").to_numpy(zero_copy_only=False))
+            out.update(
+                ss_flags=ss_vals.to_numpy(zero_copy_only=False), doc=rb.column("doc_id").to_numpy(zero_copy_only=False)
+            )
         if self.span_column is not None:
             s_offs, s_vals = self._list(rb.column(self.span_column))
             starts = s_vals.field("start").to_numpy().astype(np.int64)
             ends = s_vals.field("end").to_numpy().astype(np.int64)
             srow = np.repeat(np.arange(rb.num_rows), np.diff(s_offs))
             if inv.spans_outside_rows(starts, ends, srow, lengths).any():
-                bad(f"{self.span_column} has a span outside its row or empty (0 <= start < end <= len(input_ids) violated)")
+                bad(
+                    f"{self.span_column} has a span outside its row or empty (0 <= start < end <= len(input_ids) violated)"
+                )
             if self.span_column == "entity_spans" and len(self.excluded_labels) and len(starts):
                 keep = ~pc.is_in(s_vals.field("label"), value_set=self.excluded_labels).to_numpy(zero_copy_only=False)
                 starts, ends, srow = starts[keep], ends[keep], srow[keep]
@@ -226,4 +245,3 @@ class BlockReader:
             rows.sentence_start = np.concatenate(sent).astype(bool) if sent else np.zeros(0, bool)
             rows.doc_id = np.array(docs, dtype=object)
         return rows
-

@@ -24,12 +24,20 @@ class DataConfig:
     max_seq_len: int = 512  # [CLS] + row + [SEP] must fit; the artifact's rows must be <= max_row_tokens(max_seq_len) (schemas/format.py)
     eval_shards: int = 1  # the last eval_shards shards (manifest order) are held out for evaluation
     num_epochs: int | None = None  # None: the training stream never ends; else it stops after num_epochs epochs
-    worker_chunk_batches: int | None = None  # micro-batches per worker chunk; None: one shuffle window, at most 256 rows
-    verify_shards: Literal["once", "always", "off"] = "once"  # check each shard's sha256 against the manifest: once per node (cached), always, or off (sizes only)
-    cache_dir: str | None = None  # local directory caching whole shards (checked on fill, shared by the node's ranks); for gs:// / s3:// artifacts
+    worker_chunk_batches: int | None = (
+        None  # micro-batches per worker chunk; None: one shuffle window, at most 256 rows
+    )
+    verify_shards: Literal["once", "always", "off"] = (
+        "once"  # check each shard's sha256 against the manifest: once per node (cached), always, or off (sizes only)
+    )
+    cache_dir: str | None = (
+        None  # local directory caching whole shards (checked on fill, shared by the node's ranks); for gs:// / s3:// artifacts
+    )
     cache_max_gb: float = 50.0  # cache_dir size bound: least recently used shards not in use are evicted
     read_ahead: int = 2  # with cache_dir: shards filled ahead in a background thread (0: none)
-    segments: int = 1  # 1: one segment per row (SpanBERT); 2: [CLS] A [SEP] B [SEP] pairs for NSP (BERT; trainer/data/segments.py)
+    segments: int = (
+        1  # 1: one segment per row (SpanBERT); 2: [CLS] A [SEP] B [SEP] pairs for NSP (BERT; trainer/data/segments.py)
+    )
     short_seq_prob: float = 0.1  # segments 2: share of pairs with a random shorter target length (BERT 0.1)
 
     def __post_init__(self) -> None:
@@ -60,7 +68,11 @@ class DataConfig:
             bad(f"cache_dir must be a local directory or None; got {self.cache_dir!r}")
         if self.cache_dir is not None and "://" in self.cache_dir:
             bad(f"cache_dir must be a local directory (flock), not a URI; got {self.cache_dir!r}")
-        if isinstance(self.cache_max_gb, bool) or not isinstance(self.cache_max_gb, (int, float)) or self.cache_max_gb < 0:
+        if (
+            isinstance(self.cache_max_gb, bool)
+            or not isinstance(self.cache_max_gb, (int, float))
+            or self.cache_max_gb < 0
+        ):
             bad(f"cache_max_gb must be a number >= 0; got {self.cache_max_gb!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < SEED_LIMIT:
             bad(f"seed must be an integer in [0, 2**32); got {self.seed!r}")
@@ -72,10 +84,13 @@ class DataConfig:
             bad(f"segments must be 1 or 2; got {self.segments!r}")
         if self.segments == 2 and self.max_seq_len < 5:
             bad(f"segments 2 needs max_seq_len >= 5 ([CLS] A [SEP] B [SEP]); got {self.max_seq_len}")
-        if isinstance(self.short_seq_prob, bool) or not isinstance(self.short_seq_prob, (int, float)) or not 0 <= self.short_seq_prob <= 1:
+        if (
+            isinstance(self.short_seq_prob, bool)
+            or not isinstance(self.short_seq_prob, (int, float))
+            or not 0 <= self.short_seq_prob <= 1
+        ):
             bad(f"short_seq_prob must be in [0, 1]; got {self.short_seq_prob!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "DataConfig":
         return config_from_dict(cls, d)
-

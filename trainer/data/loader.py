@@ -50,7 +50,9 @@ class TokenizerMismatchError(ValueError):
     """The artifact was tokenized with another vocabulary than the model expects."""
 
 
-def check_tokenizer(artifact: Artifact | Mapping[str, Any], *, vocab_size: int, special_token_ids: Mapping[str, int] | None = None) -> None:
+def check_tokenizer(
+    artifact: Artifact | Mapping[str, Any], *, vocab_size: int, special_token_ids: Mapping[str, int] | None = None
+) -> None:
     """Raise :class:`TokenizerMismatchError` unless the artifact's tokenizer matches the model's.
 
     ``artifact``: an :class:`Artifact` or its manifest. ``vocab_size`` must be equal; every special token
@@ -115,7 +117,9 @@ class StreamLoader(DataLoader):
                     raise chunk.error
                 for batch in chunk:
                     if ds._generation != generation:
-                        raise RuntimeError("the loader's state was loaded or a new iterator was created: iterate the loader again")
+                        raise RuntimeError(
+                            "the loader's state was loaded or a new iterator was created: iterate the loader again"
+                        )
                     if ds.split == "train":
                         ds._advance()
                     yield batch
@@ -140,7 +144,15 @@ class StreamLoader(DataLoader):
         self.dataset.load_state_dict(state, strict=strict)
 
 
-def _build(split: str, data_cfg: DataConfig, mask_cfg: MaskingConfig, rank: int, world_size: int, expected_vocab_size, expected_special_token_ids):
+def _build(
+    split: str,
+    data_cfg: DataConfig,
+    mask_cfg: MaskingConfig,
+    rank: int,
+    world_size: int,
+    expected_vocab_size,
+    expected_special_token_ids,
+):
     artifact = open_artifact(data_cfg.artifact)
     if expected_vocab_size is not None or expected_special_token_ids:
         check_tokenizer(

@@ -77,4 +77,3 @@ class EpochOrder:
     def sample_ids(self, positions: np.ndarray) -> np.ndarray:
         blk, row = self.locate(positions)
         return self.blocks.first_sample[blk] + row
-

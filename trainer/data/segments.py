@@ -73,8 +73,9 @@ def _spans(rows: Rows, i: int, lo: int, hi: int, shift: int) -> list[tuple[int, 
     return list(zip((s[keep] + shift).tolist(), (e[keep] + shift).tolist()))
 
 
-def build_pairs(rows: Rows, others: Rows, draws: np.ndarray, *, max_seq_len: int, short_seq_prob: float,
-                sep_id: int) -> tuple[Rows, np.ndarray, np.ndarray]:
+def build_pairs(
+    rows: Rows, others: Rows, draws: np.ndarray, *, max_seq_len: int, short_seq_prob: float, sep_id: int
+) -> tuple[Rows, np.ndarray, np.ndarray]:
     """``A [SEP] B`` rows for ``rows`` (module docstring).
 
     ``rows`` and ``others`` need ``sentence_start`` and ``doc_id``; ``others`` holds ``OTHER_CANDIDATES`` rows

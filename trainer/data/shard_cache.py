@@ -148,7 +148,10 @@ class ShardCache:
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".fill-")
             try:
                 try:
-                    with os.fdopen(fd, "wb") as out, self.artifact.fs.open_input_stream(self.artifact.path(relative)) as src:
+                    with (
+                        os.fdopen(fd, "wb") as out,
+                        self.artifact.fs.open_input_stream(self.artifact.path(relative)) as src,
+                    ):
                         while chunk := src.read(COPY_CHUNK):
                             out.write(chunk)
                 except FileNotFoundError:

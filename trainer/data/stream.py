@@ -111,15 +111,24 @@ class ArtifactStream(IterableDataset):
         train_idx, eval_idx = split_shards(artifact, data_cfg.eval_shards)
         self.shard_indices = train_idx if split == "train" else eval_idx
         paths = [manifest["shards"][i]["path"] for i in self.shard_indices]
-        self.shard_cache = (ShardCache(artifact, data_cfg.cache_dir, int(data_cfg.cache_max_gb * 2**30), data_cfg.read_ahead)
-                            if data_cfg.cache_dir else None)
+        self.shard_cache = (
+            ShardCache(artifact, data_cfg.cache_dir, int(data_cfg.cache_max_gb * 2**30), data_cfg.read_ahead)
+            if data_cfg.cache_dir
+            else None
+        )
         # With a shard cache every shard's sha256 is checked when it is filled: here sizes only, of the shards
         # not in the cache (a cached copy is the manifest's content: it needs no look at the bucket).
         if self.shard_cache is not None:
             paths = [p for p in paths if not self.shard_cache.has(p)]
-        self.shard_checks = artifact.check_shards(paths, "off" if data_cfg.cache_dir else data_cfg.verify_shards, start=rank)
+        self.shard_checks = artifact.check_shards(
+            paths, "off" if data_cfg.cache_dir else data_cfg.verify_shards, start=rank
+        )
         self.blocks = index_blocks(artifact, self.shard_indices, self.shard_cache)
-        self.micro_batch_size = data_cfg.micro_batch_size if split == "train" else (data_cfg.eval_micro_batch_size or data_cfg.micro_batch_size)
+        self.micro_batch_size = (
+            data_cfg.micro_batch_size
+            if split == "train"
+            else (data_cfg.eval_micro_batch_size or data_cfg.micro_batch_size)
+        )
         self.global_batch_size = self.micro_batch_size * world_size
         self.num_samples = self.blocks.num_samples
         if self.num_samples < self.global_batch_size:
@@ -169,7 +178,11 @@ class ArtifactStream(IterableDataset):
         if self.data_cfg.num_epochs is None:
             return None
         left = (self.num_samples - self._consumed) // self.global_batch_size
-        return left + max(0, self.data_cfg.num_epochs - self._epoch - 1) * self.steps_per_epoch if self._epoch < self.data_cfg.num_epochs else 0
+        return (
+            left + max(0, self.data_cfg.num_epochs - self._epoch - 1) * self.steps_per_epoch
+            if self._epoch < self.data_cfg.num_epochs
+            else 0
+        )
 
     @property
     def epoch(self) -> int:
@@ -222,20 +235,27 @@ class ArtifactStream(IterableDataset):
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             raise ValueError(f"not a loader state dict (expected format {STATE_FORMAT!r}): {str(state)[:200]}")
         if state.get("version") != STATE_VERSION:
-            raise ValueError(f"loader state version {state.get('version')} is not supported (this code writes {STATE_VERSION})")
+            raise ValueError(
+                f"loader state version {state.get('version')} is not supported (this code writes {STATE_VERSION})"
+            )
         mine = self.state_dict()
-        keys = ["split", "seed", "shuffle_window", "num_samples", "fingerprint", "segments"] + (["mask_scheme", "mask_seed"] if strict else [])
+        keys = ["split", "seed", "shuffle_window", "num_samples", "fingerprint", "segments"] + (
+            ["mask_scheme", "mask_seed"] if strict else []
+        )
         saved = {"segments": 1, **state}  # states written before two-segment inputs existed were one-segment
         diff = [f"{k}: saved {saved.get(k)!r}, now {mine[k]!r}" for k in keys if saved.get(k) != mine[k]]
         if diff:
             raise ValueError(
                 "cannot resume the data stream: the saved state belongs to another stream (" + "; ".join(diff) + "). "
-                "Resume with the same artifact, eval_shards, seed, shuffle_window, segments" + (" and masking config" if strict else "")
+                "Resume with the same artifact, eval_shards, seed, shuffle_window, segments"
+                + (" and masking config" if strict else "")
                 + (" (or load_state_dict(..., strict=False) to change the masking)" if strict else "")
             )
         epoch, consumed = int(state["epoch"]), int(state["consumed_samples"])
         if epoch < 0 or not 0 <= consumed <= self.num_samples:
-            raise ValueError(f"loader state has epoch {epoch}, consumed_samples {consumed}: out of range for {self.num_samples} samples")
+            raise ValueError(
+                f"loader state has epoch {epoch}, consumed_samples {consumed}: out of range for {self.num_samples} samples"
+            )
         self._epoch, self._consumed = self._normalise(epoch, consumed)
         self._total_consumed = int(state.get("total_consumed_samples", 0))
         self._generation += 1
@@ -319,9 +339,17 @@ class ArtifactStream(IterableDataset):
         cand = other_positions(draws, order.win_start[w], order.win_start[w + 1])
         blk, row = order.locate(cand.ravel())
         b = self.blocks
-        others = self.block_reader().gather([(b.shard_paths[b.shard[k]], int(b.batch[k]), int(b.rows[k]), int(r)) for k, r in zip(blk, row)])
-        return build_pairs(rows, others, draws, max_seq_len=self.data_cfg.max_seq_len,
-                                    short_seq_prob=self.data_cfg.short_seq_prob, sep_id=self.masker.sep_id)
+        others = self.block_reader().gather(
+            [(b.shard_paths[b.shard[k]], int(b.batch[k]), int(b.rows[k]), int(r)) for k, r in zip(blk, row)]
+        )
+        return build_pairs(
+            rows,
+            others,
+            draws,
+            max_seq_len=self.data_cfg.max_seq_len,
+            short_seq_prob=self.data_cfg.short_seq_prob,
+            sep_id=self.masker.sep_id,
+        )
 
     def __iter__(self) -> Iterator[list[dict[str, torch.Tensor]]]:
         info = get_worker_info()

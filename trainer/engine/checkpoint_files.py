@@ -36,7 +36,9 @@ def load_tensors(path: str) -> Any:
         with torch.serialization.safe_globals(deepspeed_safe_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        reason = next((line.strip() for line in str(e).splitlines() if "Unsupported global" in line), str(e).splitlines()[0])
+        reason = next(
+            (line.strip() for line in str(e).splitlines() if "Unsupported global" in line), str(e).splitlines()[0]
+        )
         raise UntrustedCheckpointError(
             f"{path}: refused to load: it holds objects other than tensors and DeepSpeed's plain state ({reason}); "
             f"load only checkpoints you trust"

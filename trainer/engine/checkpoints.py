@@ -60,8 +60,10 @@ def checkpoint_tags(ckpt_dir: str) -> list[tuple[int, str]]:
 
 def optimizer_state_bytes(ckpt_dir: str, tag: str) -> list[int]:
     """Bytes of optimizer tensors (fp32 master partition, Adam moments) in each rank's ZeRO file, by rank."""
-    files = sorted(glob.glob(os.path.join(ckpt_dir, tag, "*zero_pp_rank_*_optim_states.pt")),
-                   key=lambda p: int(re.search(r"zero_pp_rank_(\d+)_", os.path.basename(p)).group(1)))
+    files = sorted(
+        glob.glob(os.path.join(ckpt_dir, tag, "*zero_pp_rank_*_optim_states.pt")),
+        key=lambda p: int(re.search(r"zero_pp_rank_(\d+)_", os.path.basename(p)).group(1)),
+    )
 
     def tensor_bytes(obj: Any) -> int:
         if torch.is_tensor(obj):
@@ -105,22 +107,36 @@ def convert_to_universal(ckpt_dir: str, tag: str) -> tuple[str, bool]:
     if os.path.isfile(marker):
         return os.path.basename(dst), False
     if latest_tag_file(ckpt_dir, "latest_universal") == os.path.basename(dst) and os.path.isfile(
-            os.path.join(dst, "zero", "optimizer_state.pt")):
+        os.path.join(dst, "zero", "optimizer_state.pt")
+    ):
         return os.path.basename(dst), False
     shutil.rmtree(dst, ignore_errors=True)
     os.makedirs(dst)
     workers = max(1, min(4, os.cpu_count() or 1))
-    cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", src, "--output_folder", dst,
-           "--num_extract_workers", str(workers), "--num_merge_workers", str(max(1, workers // 2)),
-           "--inject_missing_state"]  # checkpoints written before the trainer recorded universal_checkpoint_info
+    cmd = [
+        sys.executable,
+        "-m",
+        "deepspeed.checkpoint.ds_to_universal",
+        "--input_folder",
+        src,
+        "--output_folder",
+        dst,
+        "--num_extract_workers",
+        str(workers),
+        "--num_merge_workers",
+        str(max(1, workers // 2)),
+        "--inject_missing_state",
+    ]  # checkpoints written before the trainer recorded universal_checkpoint_info
     log_path = os.path.join(dst, "ds_to_universal.log")
     with open(log_path, "w") as out:
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         with open(log_path) as f:
             tail = "".join(f.readlines()[-15:])
-        raise RuntimeError(f"DeepSpeed's ds_to_universal could not convert {src} (exit {proc.returncode}; "
-                           f"full output in {log_path}):\n{tail}")
+        raise RuntimeError(
+            f"DeepSpeed's ds_to_universal could not convert {src} (exit {proc.returncode}; "
+            f"full output in {log_path}):\n{tail}"
+        )
     with open(marker, "w") as f:
         json.dump({"source": tag, "deepspeed_command": cmd}, f, indent=1)
     return os.path.basename(dst), True
@@ -156,8 +172,9 @@ def repair_universal_load(optimizer, groups: list[dict]) -> None:
             seen.add(id(state["step"]))
 
 
-def elastic_resume_plan(run: RunConfig, ds: dict, where: str, tag: str, meta: dict, saved_world: int,
-                        world_size: int) -> ElasticResume:
+def elastic_resume_plan(
+    run: RunConfig, ds: dict, where: str, tag: str, meta: dict, saved_world: int, world_size: int
+) -> ElasticResume:
     """How to resume a checkpoint written by ``saved_world`` ranks with ``world_size`` ranks, or a clear refusal.
 
     ZeRO 1/2/3 (and bf16 without ZeRO, whose optimizer DeepSpeed also partitions) keep each rank's slice of the
@@ -168,20 +185,30 @@ def elastic_resume_plan(run: RunConfig, ds: dict, where: str, tag: str, meta: di
     zero = ds.get("zero_optimization", {})
     stage = zero.get("stage", 0)
     if not run.elastic_resume:
-        raise ConfigError(f"cannot resume {where} (saved by {saved_world} ranks) with {world_size} ranks: "
-                          f"--no-elastic-resume is set; resume with {saved_world} ranks, or drop the option")
+        raise ConfigError(
+            f"cannot resume {where} (saved by {saved_world} ranks) with {world_size} ranks: "
+            f"--no-elastic-resume is set; resume with {saved_world} ranks, or drop the option"
+        )
     saved_stage = meta.get("zero_stage")
     if saved_stage is not None and saved_stage != stage:
-        raise ConfigError(f"cannot resume {where} (ZeRO stage {saved_stage}, {saved_world} ranks) with ZeRO stage "
-                          f"{stage} and {world_size} ranks: change the number of ranks or the stage, not both at once")
+        raise ConfigError(
+            f"cannot resume {where} (ZeRO stage {saved_stage}, {saved_world} ranks) with ZeRO stage "
+            f"{stage} and {world_size} ranks: change the number of ranks or the stage, not both at once"
+        )
     for key in ("offload_optimizer", "offload_param"):
         if str(zero.get(key, {}).get("device", "none")).lower() == "nvme":
-            raise ConfigError(f"cannot resume {where} (saved by {saved_world} ranks) with {world_size} ranks: "
-                              f"zero_optimization.{key} is on NVMe, and DeepSpeed's universal checkpoints do not "
-                              f"carry NVMe-swapped optimizer state; resume with {saved_world} ranks")
+            raise ConfigError(
+                f"cannot resume {where} (saved by {saved_world} ranks) with {world_size} ranks: "
+                f"zero_optimization.{key} is on NVMe, and DeepSpeed's universal checkpoints do not "
+                f"carry NVMe-swapped optimizer state; resume with {saved_world} ranks"
+            )
     universal = stage > 0 or bool(ds.get("bf16", {}).get("enabled"))
     if universal:
         ds.setdefault("checkpoint", {})["load_universal"] = True
-    return ElasticResume(tag=tag, saved_world_size=saved_world, world_size=world_size, universal=universal,
-                         saved_global_batch=meta.get("global_batch_size"))
-
+    return ElasticResume(
+        tag=tag,
+        saved_world_size=saved_world,
+        world_size=world_size,
+        universal=universal,
+        saved_global_batch=meta.get("global_batch_size"),
+    )

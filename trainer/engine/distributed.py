@@ -113,8 +113,10 @@ def release_shared_memory_names(rank: int) -> None:
     """
     import torch.distributed as torch_dist
 
-    name = (f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{os.environ.get('MASTER_ADDR', '')}_"
-            f"{os.environ.get('MASTER_PORT', '')}_{rank}")
+    name = (
+        f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{os.environ.get('MASTER_ADDR', '')}_"
+        f"{os.environ.get('MASTER_PORT', '')}_{rank}"
+    )
     if torch_dist.get_world_size() > 1:
         torch_dist.barrier()
     try:
@@ -161,4 +163,3 @@ def accelerator_is_gpu() -> bool:
     import deepspeed
 
     return deepspeed.get_accelerator().device_name() != "cpu"
-

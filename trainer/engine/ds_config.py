@@ -21,7 +21,12 @@ _OWNED_TOP_LEVEL = {
     "gradient_clipping": "use --grad-clip",
     "scheduler": "the warmup + linear decay schedule comes from --lr, --warmup-steps and --max-steps",
 }
-_OWNED_OPTIMIZER_PARAMS = {"lr": "--lr", "betas": "--adam-beta1/--adam-beta2", "eps": "--adam-eps", "weight_decay": "--weight-decay"}
+_OWNED_OPTIMIZER_PARAMS = {
+    "lr": "--lr",
+    "betas": "--adam-beta1/--adam-beta2",
+    "eps": "--adam-eps",
+    "weight_decay": "--weight-decay",
+}
 
 
 def default_deepspeed_config_path(on_gpu: bool) -> str:
@@ -58,7 +63,9 @@ def resolve_deepspeed_config(path: str, ds: dict, optim: OptimConfig, run_dir: s
     if not isinstance(accum, int) or isinstance(accum, bool) or accum < 1:
         raise ConfigError(f"{where}: gradient_accumulation_steps must be a positive integer, got {accum!r}")
     if "load_universal" in ds.get("checkpoint", {}):
-        raise ConfigError(f"{where}: remove checkpoint.load_universal: the trainer sets it when --resume changes the number of ranks")
+        raise ConfigError(
+            f"{where}: remove checkpoint.load_universal: the trainer sets it when --resume changes the number of ranks"
+        )
     stage = ds.get("zero_optimization", {}).get("stage", 0)
     if stage not in (0, 1, 2, 3):
         raise ConfigError(f"{where}: zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")
@@ -69,7 +76,9 @@ def resolve_deepspeed_config(path: str, ds: dict, optim: OptimConfig, run_dir: s
 
     optimizer = ds.setdefault("optimizer", {"type": "AdamW", "params": {}})
     if str(optimizer.get("type", "")).lower() not in ("adam", "adamw"):
-        raise ConfigError(f"{where}: optimizer.type must be Adam or AdamW (the trainer's options are Adam's), got {optimizer.get('type')!r}")
+        raise ConfigError(
+            f"{where}: optimizer.type must be Adam or AdamW (the trainer's options are Adam's), got {optimizer.get('type')!r}"
+        )
     params = optimizer.setdefault("params", {})
     for key, flag in _OWNED_OPTIMIZER_PARAMS.items():
         if key in params:
@@ -80,7 +89,9 @@ def resolve_deepspeed_config(path: str, ds: dict, optim: OptimConfig, run_dir: s
             f"{where}: uses DeepSpeed's fused Adam, which needs a GPU; on CPU use a *_cpu.json config "
             f"(optimizer.params.torch_adam: true)"
         )
-    params.update(lr=optim.lr, betas=[optim.adam_beta1, optim.adam_beta2], eps=optim.adam_eps, weight_decay=optim.weight_decay)
+    params.update(
+        lr=optim.lr, betas=[optim.adam_beta1, optim.adam_beta2], eps=optim.adam_eps, weight_decay=optim.weight_decay
+    )
     ds["gradient_clipping"] = optim.grad_clip
 
     ds["csv_monitor"] = {**ds.get("csv_monitor", {"enabled": True}), "output_path": run_dir, "job_name": "monitor"}
@@ -117,4 +128,3 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
             continue
         (no_decay if name.endswith(".bias") or "LayerNorm" in name or ".ln" in name else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-

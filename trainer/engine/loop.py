@@ -39,7 +39,16 @@ from trainer.engine.signals import StopRequested, protect_workers
 from trainer.model import SpanBert
 
 # Peak dense bf16 TFLOP/s per accelerator, for model FLOPs utilisation (GPU only; --peak-tflops overrides).
-PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "A800": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0, "V100": 125.0}
+PEAK_TFLOPS = {
+    "H200": 989.0,
+    "H100": 989.0,
+    "A100": 312.0,
+    "A800": 312.0,
+    "L40S": 362.0,
+    "A10G": 125.0,
+    "L4": 121.0,
+    "V100": 125.0,
+}
 
 
 def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -47,8 +56,16 @@ def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str
     return {k: v.to(device, non_blocking=non_blocking) for k, v in batch.items()}
 
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "labels", "span_left", "span_right", "span_position", "token_type_ids",
-                "next_sentence_label")
+MODEL_INPUTS = (
+    "input_ids",
+    "attention_mask",
+    "labels",
+    "span_left",
+    "span_right",
+    "span_position",
+    "token_type_ids",
+    "next_sentence_label",
+)
 
 
 class Trainer:
@@ -115,9 +132,13 @@ class Trainer:
             UNIVERSAL_CHECKPOINT_VERSION_VALUE,
         )
 
-        client_state = {"step": self.step, "data": data_state, "world_size": self.dist.world_size,
-                        # what DeepSpeed's ds_to_universal requires of a checkpoint (data parallelism only here)
-                        UNIVERSAL_CHECKPOINT_INFO: {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE}}
+        client_state = {
+            "step": self.step,
+            "data": data_state,
+            "world_size": self.dist.world_size,
+            # what DeepSpeed's ds_to_universal requires of a checkpoint (data parallelism only here)
+            UNIVERSAL_CHECKPOINT_INFO: {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE},
+        }
         self.engine.save_checkpoint(self.ckpt_dir, tag=tag, client_state=client_state)
         torch.distributed.barrier()
         if self.dist.is_main:
@@ -155,17 +176,21 @@ class Trainer:
         """Rank 0 converts ``tag`` to a universal checkpoint while the other ranks wait; all learn the outcome."""
         e = self.s.elastic
         src, dst = os.path.join(self.ckpt_dir, tag), universal_dir(self.ckpt_dir, tag)
-        self._print(f"elastic resume: {src} was saved by {e.saved_world_size} ranks, this run has {e.world_size}; "
-                    f"ZeRO stage {self.s.deepspeed.get('zero_optimization', {}).get('stage', 0)} partitions the "
-                    f"optimizer state by rank, so rank 0 converts the checkpoint with DeepSpeed's ds_to_universal "
-                    f"into {dst} (the other ranks wait) and every rank loads its new partition from there")
+        self._print(
+            f"elastic resume: {src} was saved by {e.saved_world_size} ranks, this run has {e.world_size}; "
+            f"ZeRO stage {self.s.deepspeed.get('zero_optimization', {}).get('stage', 0)} partitions the "
+            f"optimizer state by rank, so rank 0 converts the checkpoint with DeepSpeed's ds_to_universal "
+            f"into {dst} (the other ranks wait) and every rank loads its new partition from there"
+        )
         error = ""
         if self.dist.is_main:
             start = time.perf_counter()
             try:
                 _, converted = convert_to_universal(self.ckpt_dir, tag)
-                self._print(f"elastic resume: {'converted' if converted else 'reusing the complete conversion'} "
-                            f"{dst}" + (f" in {time.perf_counter() - start:.1f} s" if converted else ""))
+                self._print(
+                    f"elastic resume: {'converted' if converted else 'reusing the complete conversion'} "
+                    f"{dst}" + (f" in {time.perf_counter() - start:.1f} s" if converted else "")
+                )
             except Exception as exc:  # reported on every rank below
                 error = str(exc)
         # A collective rather than a barrier: the other ranks must learn that rank 0 failed. On a group of its own
@@ -208,8 +233,15 @@ class Trainer:
         if self.dist.is_main and run.progress:
             from tqdm import tqdm
 
-            progress = tqdm(total=run.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
-                            mininterval=1.0, file=sys.stderr)
+            progress = tqdm(
+                total=run.max_steps,
+                initial=self.step,
+                desc="train",
+                unit="step",
+                dynamic_ncols=True,
+                mininterval=1.0,
+                file=sys.stderr,
+            )
         self._progress = progress
         self.engine.train()
         window = _Window()
@@ -338,8 +370,17 @@ class Trainer:
     @torch.no_grad()
     def _evaluate(self) -> dict[str, float]:
         self.engine.eval()
-        keys = ("batches", "targets", "mlm_loss_sum", "mlm_correct", "sbo_loss_sum", "sbo_correct", "pairs", "nsp_loss_sum",
-                "nsp_correct")
+        keys = (
+            "batches",
+            "targets",
+            "mlm_loss_sum",
+            "mlm_correct",
+            "sbo_loss_sum",
+            "sbo_correct",
+            "pairs",
+            "nsp_loss_sum",
+            "nsp_correct",
+        )
         sums = dict.fromkeys(keys, 0.0)
         it = iter(self.eval_loader)
         for _ in range(self.s.run.eval_batches):
@@ -378,8 +419,9 @@ class Trainer:
         if self.s.model.nsp and sums["pairs"]:
             result.update(nsp_loss=sums["nsp_loss_sum"] / sums["pairs"], nsp_acc=sums["nsp_correct"] / sums["pairs"])
         self.monitor.write_events([(f"eval/{k}", v, self.step) for k, v in result.items()])
-        self._print(f"eval step {self.step}: " + "  ".join(f"{k} {v:.4f}" for k, v in result.items())
-                    + f"  ({int(n)} targets)")
+        self._print(
+            f"eval step {self.step}: " + "  ".join(f"{k} {v:.4f}" for k, v in result.items()) + f"  ({int(n)} targets)"
+        )
         return result
 
     def _print(self, message: str) -> None:
@@ -411,8 +453,10 @@ def train(setup: TrainSetup) -> int:
     trainer = Trainer(setup, dist)
     checks = getattr(setup.train_loader.dataset, "shard_checks", None)
     if checks:
-        trainer._print(f"shards match the manifest (--verify-shards {setup.data.verify_shards}): rank 0 hashed "
-                       f"{checks['hashed']}, found {checks['cached']} verified on this node, size-checked {checks['size']}")
+        trainer._print(
+            f"shards match the manifest (--verify-shards {setup.data.verify_shards}): rank 0 hashed "
+            f"{checks['hashed']}, found {checks['cached']} verified on this node, size-checked {checks['size']}"
+        )
     trainer.build()
     if setup.run.resume:
         if trainer.resume():
@@ -420,10 +464,17 @@ def train(setup: TrainSetup) -> int:
             e = setup.elastic
             if e is not None:
                 batch = setup.resolved(dist.world_size)["global_batch_size"]
-                message += (f" (saved by {e.saved_world_size} ranks, now {e.world_size}"
-                            + (" via the universal checkpoint" if e.universal else "") + "; global batch "
-                            + (f"{e.saved_global_batch} -> {batch}" if e.saved_global_batch not in (None, batch) else str(batch))
-                            + " sequences; the sample stream continues where it stopped)")
+                message += (
+                    f" (saved by {e.saved_world_size} ranks, now {e.world_size}"
+                    + (" via the universal checkpoint" if e.universal else "")
+                    + "; global batch "
+                    + (
+                        f"{e.saved_global_batch} -> {batch}"
+                        if e.saved_global_batch not in (None, batch)
+                        else str(batch)
+                    )
+                    + " sequences; the sample stream continues where it stopped)"
+                )
             trainer._print(message)
             for change in setup.resume_changes:
                 trainer._print(f"resume: option changed since the checkpoint, accepted: {change}")
@@ -433,4 +484,3 @@ def train(setup: TrainSetup) -> int:
     code = trainer.train()
     finish_distributed()
     return code
-

@@ -92,5 +92,8 @@ def changed_options(meta: Mapping[str, Any], options: Mapping[str, Any]) -> list
     if saved is None:
         return []
     old, new = _flatten(saved), _flatten(options)
-    return [f"{k}: {old.get(k, '(unset)')!r} -> {new.get(k, '(unset)')!r}" for k in sorted(set(old) | set(new))
-            if k not in NOT_OPTIONS and old.get(k) != new.get(k)]
+    return [
+        f"{k}: {old.get(k, '(unset)')!r} -> {new.get(k, '(unset)')!r}"
+        for k in sorted(set(old) | set(new))
+        if k not in NOT_OPTIONS and old.get(k) != new.get(k)
+    ]

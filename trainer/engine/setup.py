@@ -67,8 +67,11 @@ class TrainSetup:
         ds = self.deepspeed
         elastic = None
         if self.elastic is not None:
-            elastic = {"checkpoint": self.elastic.tag, "saved_world_size": self.elastic.saved_world_size,
-                       "universal_checkpoint": self.elastic.universal}
+            elastic = {
+                "checkpoint": self.elastic.tag,
+                "saved_world_size": self.elastic.saved_world_size,
+                "universal_checkpoint": self.elastic.universal,
+            }
         return {
             "model": to_jsonable(self.model),
             "optim": to_jsonable(self.optim),
@@ -93,9 +96,15 @@ class TrainSetup:
 
 def run_options(run, optim, data, masking, ds: dict, world_size: int) -> dict:
     """The options a checkpoint records, to list what a resume changes (``trainer.engine.resume_check``)."""
-    return {"run": to_jsonable(run), "optim": to_jsonable(optim), "data": to_jsonable(data), "masking": to_jsonable(masking),
-            "world_size": world_size, "zero_stage": ds.get("zero_optimization", {}).get("stage", 0),
-            "global_batch_size": ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * world_size}
+    return {
+        "run": to_jsonable(run),
+        "optim": to_jsonable(optim),
+        "data": to_jsonable(data),
+        "masking": to_jsonable(masking),
+        "world_size": world_size,
+        "zero_stage": ds.get("zero_optimization", {}).get("stage", 0),
+        "global_batch_size": ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * world_size,
+    }
 
 
 def _versions() -> dict:
@@ -111,7 +120,9 @@ def _check_model_matches_artifact(model_given: dict, artifact) -> dict:
     vocab = artifact.vocab_size
     for name in SPECIAL_TOKENS:
         if name not in ids or not 0 <= int(ids[name]) < vocab:
-            raise ConfigError(f"{artifact.uri}: the tokenizer's special token {name!r} has no id below its vocabulary size {vocab}")
+            raise ConfigError(
+                f"{artifact.uri}: the tokenizer's special token {name!r} has no id below its vocabulary size {vocab}"
+            )
     fixed = {"vocab_size": vocab, "pad_token_id": int(ids["pad"])}
     for key, value in fixed.items():
         if key in model_given and model_given[key] != value:
@@ -122,8 +133,9 @@ def _check_model_matches_artifact(model_given: dict, artifact) -> dict:
     return fixed
 
 
-def _check_resume(run: RunConfig, model: ModelConfig, artifact, world_size: int,
-                  ds: dict) -> tuple[ElasticResume | None, dict | None, str]:
+def _check_resume(
+    run: RunConfig, model: ModelConfig, artifact, world_size: int, ds: dict
+) -> tuple[ElasticResume | None, dict | None, str]:
     """Check that the latest checkpoint (if any) can be resumed; plan an elastic resume when it was written by
     another number of ranks (this sets ``checkpoint.load_universal`` in ``ds``). Returns (the plan, the checkpoint's
     meta or None without a checkpoint, the checkpoint's path)."""
@@ -142,7 +154,9 @@ def _check_resume(run: RunConfig, model: ModelConfig, artifact, world_size: int,
     with open(meta_path) as f:
         meta = json.load(f)
     saved_tok, tok = meta.get("tokenizer", {}), artifact.manifest["tokenizer"]
-    if saved_tok.get("sha256") != tok.get("sha256") or saved_tok.get("special_token_ids") != tok.get("special_token_ids"):
+    if saved_tok.get("sha256") != tok.get("sha256") or saved_tok.get("special_token_ids") != tok.get(
+        "special_token_ids"
+    ):
         raise ConfigError(
             f"cannot resume {ckpt}/{tag} on {artifact.uri}: the checkpoint was trained with another tokenizer "
             f"(sha256 {str(saved_tok.get('sha256'))[:12]}, vocabulary {saved_tok.get('vocab_size')}, special ids "
@@ -179,18 +193,33 @@ def prepare(args) -> TrainSetup:
             f"{max_seq_len} (--max-seq-len, default: the max_seq_len of {artifact.uri})"
         )
 
-    masking = dataclass_from_args(MaskingConfig, args, dest_prefix="masking.",
-                                  seed=run.seed % (1 << 32), max_span_positions=model.sbo_max_span_positions)
+    masking = dataclass_from_args(
+        MaskingConfig,
+        args,
+        dest_prefix="masking.",
+        seed=run.seed % (1 << 32),
+        max_span_positions=model.sbo_max_span_positions,
+    )
     on_gpu = accelerator_is_gpu()
     ds_path, ds_raw = load_deepspeed_json(run.deepspeed_config, on_gpu)
     ds = resolve_deepspeed_config(ds_path, ds_raw, optim, run.output_dir, on_gpu)
     pin = {} if getattr(args, "data.pin_memory", None) is not None else {"pin_memory": on_gpu}  # default: pin on GPUs
-    data = dataclass_from_args(DataConfig, args, dest_prefix="data.", artifact=run.data, seed=run.seed,
-                               micro_batch_size=ds["train_micro_batch_size_per_gpu"], max_seq_len=max_seq_len, **pin)
+    data = dataclass_from_args(
+        DataConfig,
+        args,
+        dest_prefix="data.",
+        artifact=run.data,
+        seed=run.seed,
+        micro_batch_size=ds["train_micro_batch_size_per_gpu"],
+        max_seq_len=max_seq_len,
+        **pin,
+    )
     if model.nsp and data.segments != 2:
         raise ConfigError("--nsp predicts whether segment B follows segment A: add --segments 2")
     if run.eval_every and data.eval_shards == 0:
-        raise ConfigError("--eval-every needs held-out shards: set --eval-shards >= 1, or --eval-every 0 to not evaluate")
+        raise ConfigError(
+            "--eval-every needs held-out shards: set --eval-shards >= 1, or --eval-every 0 to not evaluate"
+        )
     rank, _, world_size = env_rank()
     elastic, resume_meta, checkpoint = _check_resume(run, model, artifact, world_size, ds)
     # The loaders only index the shards here (no reading, no workers yet), so their errors are clear messages too.
@@ -204,9 +233,20 @@ def prepare(args) -> TrainSetup:
     eval_loader = None
     if run.eval_every:
         eval_loader, _ = build_eval_loader(data, masking, rank=rank, world_size=world_size, **expected)
-    return TrainSetup(model=model, optim=optim, run=run, data=data, masking=masking, deepspeed_path=ds_path,
-                      deepspeed=ds, artifact=artifact, train_loader=train_loader, eval_loader=eval_loader,
-                      elastic=elastic, resume_changes=changes)
+    return TrainSetup(
+        model=model,
+        optim=optim,
+        run=run,
+        data=data,
+        masking=masking,
+        deepspeed_path=ds_path,
+        deepspeed=ds,
+        artifact=artifact,
+        train_loader=train_loader,
+        eval_loader=eval_loader,
+        elastic=elastic,
+        resume_changes=changes,
+    )
 
 
 def write_resolved_config(setup: TrainSetup, dist: Dist) -> None:
@@ -214,4 +254,3 @@ def write_resolved_config(setup: TrainSetup, dist: Dist) -> None:
         os.makedirs(setup.run.output_dir, exist_ok=True)
         with open(os.path.join(setup.run.output_dir, "config.json"), "w") as f:
             f.write(dumps(setup.resolved(dist.world_size)))
-

@@ -62,4 +62,3 @@ def protect_workers(loader) -> None:
     """Make ``loader``'s workers ignore stop signals (see :func:`ignore_stop_signals_in_worker`)."""
     if loader is not None and not isinstance(loader.worker_init_fn, _ChainedWorkerInit):
         loader.worker_init_fn = _ChainedWorkerInit(loader.worker_init_fn)
-

@@ -35,13 +35,18 @@ def load_pretrained(path: str) -> tuple[SpanBert, str, dict]:
         raise CheckpointError(f"--init {path}: no such directory")
     if os.path.isfile(os.path.join(path, "config.json")) and os.path.isfile(os.path.join(path, "model.safetensors")):
         return _from_hf(path)
-    for ckpt_dir, tag in ((os.path.join(path, "checkpoints"), None), (path, None),
-                          (os.path.dirname(os.path.abspath(path)), os.path.basename(os.path.abspath(path)))):
+    for ckpt_dir, tag in (
+        (os.path.join(path, "checkpoints"), None),
+        (path, None),
+        (os.path.dirname(os.path.abspath(path)), os.path.basename(os.path.abspath(path))),
+    ):
         marker = os.path.join(ckpt_dir, "latest") if tag is None else os.path.join(ckpt_dir, tag, CHECKPOINT_META_FILE)
         if os.path.isfile(marker):
             return _from_deepspeed(ckpt_dir, tag)
-    raise CheckpointError(f"--init {path}: neither a pre-training run (RUN_DIR with checkpoints/latest, or a "
-                          f"checkpoint directory) nor a Hugging Face export (config.json + model.safetensors)")
+    raise CheckpointError(
+        f"--init {path}: neither a pre-training run (RUN_DIR with checkpoints/latest, or a "
+        f"checkpoint directory) nor a Hugging Face export (config.json + model.safetensors)"
+    )
 
 
 def _from_deepspeed(ckpt_dir: str, tag: str | None) -> tuple[SpanBert, str, dict]:
@@ -55,9 +60,14 @@ def _from_deepspeed(ckpt_dir: str, tag: str | None) -> tuple[SpanBert, str, dict
         raise CheckpointError(f"--init: {tok_path} is missing; the checkpoint does not carry its tokenizer")
     with open(tok_path, encoding="utf-8") as f:
         tokenizer_json = f.read()
-    info = {"kind": "deepspeed_checkpoint", "path": os.path.join(ckpt_dir, tag), "step": meta.get("step"),
-            "artifact": meta.get("artifact"), "tokenizer_sha256": meta.get("tokenizer", {}).get("sha256"),
-            "max_seq_len": meta.get("max_seq_len")}
+    info = {
+        "kind": "deepspeed_checkpoint",
+        "path": os.path.join(ckpt_dir, tag),
+        "step": meta.get("step"),
+        "artifact": meta.get("artifact"),
+        "tokenizer_sha256": meta.get("tokenizer", {}).get("sha256"),
+        "max_seq_len": meta.get("max_seq_len"),
+    }
     return model.train(), tokenizer_json, info
 
 
@@ -71,15 +81,19 @@ def from_hf_state_dict(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[st
             raise CheckpointError(f"the Hugging Face weights lack {key}")
         return hf[key].float()
 
-    out = {"embeddings.word_embeddings.weight": get("embeddings.word_embeddings.weight"),
-           "embeddings.position_embeddings.weight": get("embeddings.position_embeddings.weight")}
+    out = {
+        "embeddings.word_embeddings.weight": get("embeddings.word_embeddings.weight"),
+        "embeddings.position_embeddings.weight": get("embeddings.position_embeddings.weight"),
+    }
     if cfg.type_vocab_size:
         out["embeddings.token_type_embeddings.weight"] = get("embeddings.token_type_embeddings.weight")
     for p in ("weight", "bias"):
         out[f"embeddings.LayerNorm.{p}"] = get(f"embeddings.LayerNorm.{p}")
         for i in range(cfg.num_layers):
             src, dst = f"encoder.layer.{i}.", f"layers.{i}."
-            out[dst + f"attn.qkv.{p}"] = torch.cat([get(src + f"attention.self.{m}.{p}") for m in ("query", "key", "value")])
+            out[dst + f"attn.qkv.{p}"] = torch.cat(
+                [get(src + f"attention.self.{m}.{p}") for m in ("query", "key", "value")]
+            )
             out[dst + f"attn.proj.{p}"] = get(src + f"attention.output.dense.{p}")
             out[dst + f"ln1.{p}"] = get(src + f"attention.output.LayerNorm.{p}")
             out[dst + f"fc1.{p}"] = get(src + f"intermediate.dense.{p}")
@@ -96,17 +110,26 @@ def _from_hf(path: str) -> tuple[SpanBert, str, dict]:
     with open(os.path.join(path, "config.json")) as f:
         hf_cfg = json.load(f)
     if hf_cfg.get("model_type") != "bert" or hf_cfg.get("hidden_act", "gelu") != "gelu":
-        raise CheckpointError(f"--init {path}: a {hf_cfg.get('model_type')!r} model with activation "
-                              f"{hf_cfg.get('hidden_act')!r}; fine-tuning reads BERT models with GeLU")
+        raise CheckpointError(
+            f"--init {path}: a {hf_cfg.get('model_type')!r} model with activation "
+            f"{hf_cfg.get('hidden_act')!r}; fine-tuning reads BERT models with GeLU"
+        )
     try:
         cfg = ModelConfig(
-            vocab_size=hf_cfg["vocab_size"], hidden_size=hf_cfg["hidden_size"], num_layers=hf_cfg["num_hidden_layers"],
-            num_heads=hf_cfg["num_attention_heads"], intermediate_size=hf_cfg["intermediate_size"],
-            max_position_embeddings=hf_cfg["max_position_embeddings"], type_vocab_size=hf_cfg.get("type_vocab_size", 2),
+            vocab_size=hf_cfg["vocab_size"],
+            hidden_size=hf_cfg["hidden_size"],
+            num_layers=hf_cfg["num_hidden_layers"],
+            num_heads=hf_cfg["num_attention_heads"],
+            intermediate_size=hf_cfg["intermediate_size"],
+            max_position_embeddings=hf_cfg["max_position_embeddings"],
+            type_vocab_size=hf_cfg.get("type_vocab_size", 2),
             hidden_dropout=hf_cfg.get("hidden_dropout_prob", 0.1),
             attention_dropout=hf_cfg.get("attention_probs_dropout_prob", 0.1),
-            layer_norm_eps=hf_cfg.get("layer_norm_eps", 1e-12), initializer_range=hf_cfg.get("initializer_range", 0.02),
-            pad_token_id=hf_cfg.get("pad_token_id") or 0, objective="mlm")
+            layer_norm_eps=hf_cfg.get("layer_norm_eps", 1e-12),
+            initializer_range=hf_cfg.get("initializer_range", 0.02),
+            pad_token_id=hf_cfg.get("pad_token_id") or 0,
+            objective="mlm",
+        )
     except (KeyError, ConfigError) as e:
         raise CheckpointError(f"--init {path}/config.json: {e}") from None
     model = SpanBert(cfg)
@@ -114,7 +137,9 @@ def _from_hf(path: str) -> tuple[SpanBert, str, dict]:
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.startswith(("mlm_head.", "sbo_head."))]
     if missing or unexpected:
-        raise CheckpointError(f"--init {path}: weights do not fit the config (missing {missing[:3]}, unexpected {unexpected[:3]})")
+        raise CheckpointError(
+            f"--init {path}: weights do not fit the config (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
     tokenizer_json = _hf_tokenizer(path)
     info = {"kind": "huggingface", "path": path, "max_seq_len": hf_cfg["max_position_embeddings"]}
     return model.train(), tokenizer_json, info

@@ -32,9 +32,9 @@ class Piece:
         for i, w in enumerate(self.word_ids):
             if out and self.word_ids[out[-1][1]] == w:
                 word, first, _ = out[-1]
-                out[-1] = (self.text[self.offsets[first][0]:self.offsets[i][1]], first, i + 1)
+                out[-1] = (self.text[self.offsets[first][0] : self.offsets[i][1]], first, i + 1)
             else:
-                out.append((self.text[self.offsets[i][0]:self.offsets[i][1]], i, i + 1))
+                out.append((self.text[self.offsets[i][0] : self.offsets[i][1]], i, i + 1))
         return out
 
 

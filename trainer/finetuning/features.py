@@ -20,8 +20,19 @@ SCALARS = {"labels": None, "start_positions": torch.long, "end_positions": torch
 FIXED = ("span_index", "span_token_mask")
 
 
-def glue_feature(task: Task, head: str, tokenizer, ex: Example, *, max_seq_len: int, segmentation: str = "ngram",
-                 segmenter=None, max_spans: int = 16, max_span_len: int = 64, seed: int = 0) -> dict:
+def glue_feature(
+    task: Task,
+    head: str,
+    tokenizer,
+    ex: Example,
+    *,
+    max_seq_len: int,
+    segmentation: str = "ngram",
+    segmenter=None,
+    max_spans: int = 16,
+    max_span_len: int = 64,
+    seed: int = 0,
+) -> dict:
     if head == "spex":
         return spex.spex_feature(task, tokenizer, ex.text_a, ex.text_b, ex.label, max_seq_len)
     a = encode(tokenizer, ex.text_a)
@@ -51,8 +62,9 @@ def collate(features: list[dict], pad_id: int, regression: bool = False) -> dict
         if key in features[0]:
             value = pad_id if fill is None else fill
             batch[key] = torch.tensor([f[key] + [value] * (width - len(f[key])) for f in features], dtype=torch.long)
-    batch["attention_mask"] = torch.tensor([[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"]))
-                                            for f in features], dtype=torch.long)
+    batch["attention_mask"] = torch.tensor(
+        [[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"])) for f in features], dtype=torch.long
+    )
     for key, dtype in SCALARS.items():
         if key in features[0]:
             if dtype is None:

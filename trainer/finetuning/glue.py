@@ -48,8 +48,12 @@ class BadRows:
         return len(self.records)
 
     def summary(self) -> dict:
-        return {"read": self.read, "used": self.used, "bad": self.bad,
-                "by_reason": dict(sorted(Counter(r["reason"] for r in self.records).items()))}
+        return {
+            "read": self.read,
+            "used": self.used,
+            "bad": self.bad,
+            "by_reason": dict(sorted(Counter(r["reason"] for r in self.records).items())),
+        }
 
     def check(self) -> None:
         if self.read != self.used + self.bad:

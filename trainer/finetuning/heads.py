@@ -26,8 +26,16 @@ NEG = -1e4  # masked logits: exp() underflows to 0 in fp32 and bf16
 
 
 class FineTuneModel(nn.Module):
-    def __init__(self, encoder: SpanBert, head: str, *, num_labels: int = 2, regression: bool = False,
-                 segmentation: str = "ngram", kernel_size: int = 3):
+    def __init__(
+        self,
+        encoder: SpanBert,
+        head: str,
+        *,
+        num_labels: int = 2,
+        regression: bool = False,
+        segmentation: str = "ngram",
+        kernel_size: int = 3,
+    ):
         super().__init__()
         if head not in HEADS:
             raise ValueError(f"unknown head {head!r}; choose one of {', '.join(HEADS)}")
@@ -55,11 +63,20 @@ class FineTuneModel(nn.Module):
     def head_parameters(self) -> int:
         return sum(p.numel() for n, p in self.named_parameters() if not n.startswith("encoder."))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, start_positions: torch.Tensor | None = None,
-                end_positions: torch.Tensor | None = None, span_mask: torch.Tensor | None = None,
-                span_index: torch.Tensor | None = None, span_token_mask: torch.Tensor | None = None,
-                token_mask: torch.Tensor | None = None, **unused) -> dict[str, torch.Tensor]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        span_mask: torch.Tensor | None = None,
+        span_index: torch.Tensor | None = None,
+        span_token_mask: torch.Tensor | None = None,
+        token_mask: torch.Tensor | None = None,
+        **unused,
+    ) -> dict[str, torch.Tensor]:
         hidden = self.encoder.encode(input_ids, attention_mask, token_type_ids)
         if self.head in ("span", "spex"):
             logits = self.qa_outputs(hidden).float()

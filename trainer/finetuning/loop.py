@@ -30,8 +30,17 @@ import torch
 
 from pipeline.segmenter import Segmenter
 from trainer.config import OptimConfig, WarmupLinearDecay, dumps
-from trainer.engine import (Dist, accelerator_is_gpu, env_rank, environment_ninja, finish_distributed, init_distributed,
-                            load_deepspeed_json, parameter_groups, resolve_deepspeed_config)
+from trainer.engine import (
+    Dist,
+    accelerator_is_gpu,
+    env_rank,
+    environment_ninja,
+    finish_distributed,
+    init_distributed,
+    load_deepspeed_json,
+    parameter_groups,
+    resolve_deepspeed_config,
+)
 from trainer.finetuning import spex, squad, squad_metric
 from trainer.finetuning.features import collate, glue_feature
 from trainer.finetuning.glue import BadRows, DataError, read_tsv, write_bad_rows
@@ -47,7 +56,9 @@ def _path(cfg: FinetuneConfig, task: Task, split: str) -> str:
         return given
     if task.default_files.get(split) and cfg.data_dir:
         return os.path.join(cfg.data_dir, task.default_files[split])
-    raise DataError(f"no {split} file: give --{split}-file" + (" or --data-dir" if task.default_files.get(split) else ""))
+    raise DataError(
+        f"no {split} file: give --{split}-file" + (" or --data-dir" if task.default_files.get(split) else "")
+    )
 
 
 class Data:
@@ -69,13 +80,31 @@ class Data:
                 examples = examples[:limit]
             self.examples[split], self.bad[split] = examples, bad
             if task.kind == "qa":
-                feats = squad.qa_features(examples, tokenizer, max_seq_len=max_seq_len, doc_stride=cfg.doc_stride,
-                                          max_query_len=cfg.max_query_len, training=split == "train", bad=bad)
+                feats = squad.qa_features(
+                    examples,
+                    tokenizer,
+                    max_seq_len=max_seq_len,
+                    doc_stride=cfg.doc_stride,
+                    max_query_len=cfg.max_query_len,
+                    training=split == "train",
+                    bad=bad,
+                )
             else:
-                feats = [glue_feature(task, cfg.head, tokenizer, ex, max_seq_len=max_seq_len,
-                                      segmentation=cfg.segmentation, segmenter=self.segmenter,
-                                      max_spans=cfg.max_spans, max_span_len=cfg.max_span_len, seed=cfg.seed)
-                         for ex in examples]
+                feats = [
+                    glue_feature(
+                        task,
+                        cfg.head,
+                        tokenizer,
+                        ex,
+                        max_seq_len=max_seq_len,
+                        segmentation=cfg.segmentation,
+                        segmenter=self.segmenter,
+                        max_spans=cfg.max_spans,
+                        max_span_len=cfg.max_span_len,
+                        seed=cfg.seed,
+                    )
+                    for ex in examples
+                ]
             if not feats:
                 raise DataError(f"{self.files[split]}: no usable {split} examples ({bad.summary()})")
             self.features[split] = feats
@@ -83,8 +112,12 @@ class Data:
     def summary(self) -> dict:
         out = {}
         for split in ("train", "dev"):
-            out[split] = {"file": self.files[split], **self.bad[split].summary(),
-                          "examples": len(self.examples[split]), "features": len(self.features[split])}
+            out[split] = {
+                "file": self.files[split],
+                **self.bad[split].summary(),
+                "examples": len(self.examples[split]),
+                "features": len(self.features[split]),
+            }
             spans = [f["num_spans"] for f in self.features[split] if "num_spans" in f]
             if spans:
                 out[split]["mean_spans"] = round(sum(spans) / len(spans), 3)
@@ -130,9 +163,21 @@ def prepare(cfg: FinetuneConfig, optim_flags: dict, encoder, tokenizer, source: 
     steps_per_epoch = math.ceil(len(data.features["train"]) / global_batch)
     max_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
     optim = replace(optim, warmup_steps=int(cfg.warmup_ratio * max_steps))
-    return Setup(cfg=cfg, task=task, data=data, encoder=encoder, source=source, optim=optim, ds_path=ds_path, ds=ds,
-                 world_size=world, global_batch=global_batch, steps_per_epoch=steps_per_epoch, max_steps=max_steps,
-                 max_seq_len=max_seq_len)
+    return Setup(
+        cfg=cfg,
+        task=task,
+        data=data,
+        encoder=encoder,
+        source=source,
+        optim=optim,
+        ds_path=ds_path,
+        ds=ds,
+        world_size=world,
+        global_batch=global_batch,
+        steps_per_epoch=steps_per_epoch,
+        max_steps=max_steps,
+        max_seq_len=max_seq_len,
+    )
 
 
 class FineTuner:
@@ -145,20 +190,33 @@ class FineTuner:
         self.steps_per_epoch, self.max_steps, self.ds = s.steps_per_epoch, s.max_steps, s.ds
         self.dist: Dist = init_distributed()
         if self.dist.world_size != s.world_size:
-            raise RuntimeError(f"the environment said {s.world_size} ranks, torch.distributed has {self.dist.world_size}")
+            raise RuntimeError(
+                f"the environment said {s.world_size} ranks, torch.distributed has {self.dist.world_size}"
+            )
         self.micro, self.accum = s.ds["train_micro_batch_size_per_gpu"], s.ds["gradient_accumulation_steps"]
         self.pad_id = s.encoder.config.pad_token_id
         self.regression = s.task.kind == "regression"
         torch.manual_seed(s.cfg.seed)  # the head's initialisation: identical on every rank
-        model = FineTuneModel(s.encoder, s.cfg.head, num_labels=s.task.num_labels, regression=self.regression,
-                              segmentation=s.cfg.segmentation)
-        self.parameters = {"encoder": sum(p.numel() for p in model.encoder.parameters()), "head": model.head_parameters()}
+        model = FineTuneModel(
+            s.encoder,
+            s.cfg.head,
+            num_labels=s.task.num_labels,
+            regression=self.regression,
+            segmentation=s.cfg.segmentation,
+        )
+        self.parameters = {
+            "encoder": sum(p.numel() for p in model.encoder.parameters()),
+            "head": model.head_parameters(),
+        }
         logging.getLogger("DeepSpeed").setLevel(s.cfg.log_level.upper())
         schedule = WarmupLinearDecay(s.optim.warmup_steps, s.max_steps)
         with environment_ninja():
             self.engine, _, _, self.scheduler = deepspeed.initialize(
-                model=model, model_parameters=parameter_groups(model, s.optim.weight_decay), config=s.ds,
-                lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule))
+                model=model,
+                model_parameters=parameter_groups(model, s.optim.weight_decay),
+                config=s.ds,
+                lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule),
+            )
 
     def _print(self, message: str) -> None:
         if self.dist.is_main:
@@ -169,8 +227,14 @@ class FineTuner:
             return None
         from tqdm import tqdm
 
-        return tqdm(total=total, desc=desc, unit="step" if desc == "train" else "batch", file=sys.stderr,
-                    dynamic_ncols=True, mininterval=1.0)
+        return tqdm(
+            total=total,
+            desc=desc,
+            unit="step" if desc == "train" else "batch",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            mininterval=1.0,
+        )
 
     def _batch(self, feats: list[dict]) -> dict[str, torch.Tensor]:
         batch = collate(feats, self.pad_id, self.regression)
@@ -187,7 +251,7 @@ class FineTuner:
             mine = [order[(k * G + j) % n] for j in range(G)][rank::world]
             loss_sum = torch.zeros((), dtype=torch.float64)
             for m in range(self.accum):
-                batch = self._batch([feats[i] for i in mine[m * self.micro:(m + 1) * self.micro]])
+                batch = self._batch([feats[i] for i in mine[m * self.micro : (m + 1) * self.micro]])
                 torch.manual_seed(((self.cfg.seed * 1_000_003 + step) * 257 + m) * 65_537 + rank)
                 out = self.engine(**batch)
                 self.engine.backward(out["loss"])
@@ -202,7 +266,9 @@ class FineTuner:
             if (step + 1) % self.cfg.log_every == 0 or step + 1 == self.max_steps:
                 mean = sum(window) / len(window)
                 lr = self.scheduler.get_last_lr()[0]
-                self.engine.monitor.write_events([("finetune/train_loss", mean, step + 1), ("finetune/lr", lr, step + 1)])
+                self.engine.monitor.write_events(
+                    [("finetune/train_loss", mean, step + 1), ("finetune/lr", lr, step + 1)]
+                )
                 log.append({"step": step + 1, "loss": round(mean, 6)})
                 window = []
         if bar is not None:
@@ -222,9 +288,14 @@ class FineTuner:
         self.engine.eval()
         outputs: dict[int, dict] = {}
         for b in range(0, per_rank, size):
-            ids = mine[b:b + size]
-            out = self.engine(**{k: v for k, v in self._batch([feats[max(i, 0)] for i in ids]).items()
-                                 if k not in ("labels", "start_positions", "end_positions")})
+            ids = mine[b : b + size]
+            out = self.engine(
+                **{
+                    k: v
+                    for k, v in self._batch([feats[max(i, 0)] for i in ids]).items()
+                    if k not in ("labels", "start_positions", "end_positions")
+                }
+            )
             for row, i in enumerate(ids):
                 if i < 0:
                     continue
@@ -249,18 +320,28 @@ class FineTuner:
         task, feats, examples = self.task, self.data.features["dev"], self.data.examples["dev"]
         if task.kind == "qa":
             order = range(len(feats))
-            predictions = squad.decode(examples, feats, [outputs[i]["start_logits"] for i in order],
-                                       [outputs[i]["end_logits"] for i in order], n_best=self.cfg.n_best,
-                                       max_answer_len=self.cfg.max_answer_len, version2=task.name == "squad2",
-                                       null_threshold=self.cfg.null_threshold)
+            predictions = squad.decode(
+                examples,
+                feats,
+                [outputs[i]["start_logits"] for i in order],
+                [outputs[i]["end_logits"] for i in order],
+                n_best=self.cfg.n_best,
+                max_answer_len=self.cfg.max_answer_len,
+                version2=task.name == "squad2",
+                null_threshold=self.cfg.null_threshold,
+            )
             golds = {ex.qid: [t for t, _ in ex.answers] for ex in examples}
             return squad_metric.evaluate(golds, predictions), predictions
         gold = [ex.label for ex in examples]
         extra = {}
         if self.cfg.head == "spex":
-            decoded = [spex.decode(feats[i], outputs[i]["start_logits"], outputs[i]["end_logits"]) for i in range(len(feats))]
+            decoded = [
+                spex.decode(feats[i], outputs[i]["start_logits"], outputs[i]["end_logits"]) for i in range(len(feats))
+            ]
             pred = [spex.value_of(task, d["choice"]) for d in decoded]
-            extra["spex_free_span_is_choice"] = round(100.0 * sum(d["free_is_choice"] for d in decoded) / len(decoded), 4)
+            extra["spex_free_span_is_choice"] = round(
+                100.0 * sum(d["free_is_choice"] for d in decoded) / len(decoded), 4
+            )
         elif self.regression:
             pred = [outputs[i]["logits"][0] for i in range(len(feats))]
         else:
@@ -273,12 +354,24 @@ class FineTuner:
     def write(self, train_log: list[dict], metrics: dict, predictions, seconds: float) -> dict:
         cfg, out_dir = self.cfg, self.cfg.output_dir
         result = {
-            "task": self.task.name, "head": cfg.head, "init": self.source,
+            "task": self.task.name,
+            "head": cfg.head,
+            "init": self.source,
             "segmentation": cfg.segmentation if cfg.head == "span-ft" else None,
-            "data": self.data.summary(), "world_size": self.dist.world_size, "global_batch_size": self.global_batch,
-            "max_seq_len": self.max_seq_len, "steps": self.max_steps, "epochs": round(self.max_steps / self.steps_per_epoch, 4),
-            "seed": cfg.seed, "parameters": {**self.parameters, "head_fraction": round(self.parameters["head"] / self.parameters["encoder"], 6)},
-            "train_loss": train_log, "eval": metrics, "main_metric": self.task.main_metric,
+            "data": self.data.summary(),
+            "world_size": self.dist.world_size,
+            "global_batch_size": self.global_batch,
+            "max_seq_len": self.max_seq_len,
+            "steps": self.max_steps,
+            "epochs": round(self.max_steps / self.steps_per_epoch, 4),
+            "seed": cfg.seed,
+            "parameters": {
+                **self.parameters,
+                "head_fraction": round(self.parameters["head"] / self.parameters["encoder"], 6),
+            },
+            "train_loss": train_log,
+            "eval": metrics,
+            "main_metric": self.task.main_metric,
             "seconds": round(seconds, 1),
         }
         with open(os.path.join(out_dir, "metrics.json"), "w") as f:
@@ -301,24 +394,41 @@ def run(setup: Setup) -> dict | None:
     if ft.dist.is_main:
         os.makedirs(cfg.output_dir, exist_ok=True)
         with open(os.path.join(cfg.output_dir, "config.json"), "w") as f:
-            f.write(dumps({"finetune": cfg, "optim": setup.optim, "deepspeed": ft.ds, "init": setup.source,
-                           "world_size": ft.dist.world_size}))
+            f.write(
+                dumps(
+                    {
+                        "finetune": cfg,
+                        "optim": setup.optim,
+                        "deepspeed": ft.ds,
+                        "init": setup.source,
+                        "world_size": ft.dist.world_size,
+                    }
+                )
+            )
         for split, bad in ft.data.bad.items():
             s = bad.summary()
-            ft._print(f"{split}: {s['read']} rows read, {s['used']} used, {s['bad']} bad"
-                      + (f" {s['by_reason']} (RUN_DIR/bad_rows.jsonl)" if s["bad"] else ""))
-        ft._print(f"{cfg.task}/{cfg.head}: {len(ft.data.features['train'])} training features, {ft.max_steps} steps "
-                  f"of {ft.global_batch} on {ft.dist.world_size} rank(s); head {ft.parameters['head']:,} parameters "
-                  f"({100 * ft.parameters['head'] / ft.parameters['encoder']:.2f}% of the encoder's)")
+            ft._print(
+                f"{split}: {s['read']} rows read, {s['used']} used, {s['bad']} bad"
+                + (f" {s['by_reason']} (RUN_DIR/bad_rows.jsonl)" if s["bad"] else "")
+            )
+        ft._print(
+            f"{cfg.task}/{cfg.head}: {len(ft.data.features['train'])} training features, {ft.max_steps} steps "
+            f"of {ft.global_batch} on {ft.dist.world_size} rank(s); head {ft.parameters['head']:,} parameters "
+            f"({100 * ft.parameters['head'] / ft.parameters['encoder']:.2f}% of the encoder's)"
+        )
     train_log = ft.train()
     outputs = ft.predict()
     result = None
     if ft.dist.is_main:
         metrics, predictions = ft.score(outputs)
-        ft.engine.monitor.write_events([(f"finetune/eval_{k}", float(v), ft.max_steps) for k, v in metrics.items()
-                                        if isinstance(v, (int, float))])
+        ft.engine.monitor.write_events(
+            [(f"finetune/eval_{k}", float(v), ft.max_steps) for k, v in metrics.items() if isinstance(v, (int, float))]
+        )
         result = ft.write(train_log, metrics, predictions, time.perf_counter() - start)
-        ft._print(f"eval {cfg.task}/{cfg.head}: " + "  ".join(f"{k} {v}" for k, v in metrics.items())
-                  + f"  -> {os.path.join(cfg.output_dir, 'metrics.json')}")
+        ft._print(
+            f"eval {cfg.task}/{cfg.head}: "
+            + "  ".join(f"{k} {v}" for k, v in metrics.items())
+            + f"  -> {os.path.join(cfg.output_dir, 'metrics.json')}"
+        )
     finish_distributed()
     return result

@@ -20,10 +20,22 @@ from trainer.finetuning.tasks import TASKS, check_head, get_task
 
 @dataclass(kw_only=True)
 class FinetuneConfig:
-    init: str = opt("", "where to start: a pre-training RUN_DIR (or RUN_DIR/checkpoints[/TAG]) or a Hugging Face export directory", required=True)
-    task: Literal[tuple(TASKS)] = opt("rte", "task (its file layout and labels are declared in trainer/finetuning/tasks.py)", required=True)  # type: ignore[valid-type]
-    head: Literal[HEADS] = opt("cls", "cls (linear layer on [CLS]), span (QA start/end), spex (SpEx-BERT), span-ft (Span Fine-tuning)", required=True)  # type: ignore[valid-type]
-    output_dir: str = opt("", "RUN_DIR: metrics.json, predictions.json (QA), bad_rows.jsonl, config.json, monitor/", required=True)
+    init: str = opt(
+        "",
+        "where to start: a pre-training RUN_DIR (or RUN_DIR/checkpoints[/TAG]) or a Hugging Face export directory",
+        required=True,
+    )
+    task: Literal[tuple(TASKS)] = opt(
+        "rte", "task (its file layout and labels are declared in trainer/finetuning/tasks.py)", required=True
+    )  # type: ignore[valid-type]
+    head: Literal[HEADS] = opt(
+        "cls",
+        "cls (linear layer on [CLS]), span (QA start/end), spex (SpEx-BERT), span-ft (Span Fine-tuning)",
+        required=True,
+    )  # type: ignore[valid-type]
+    output_dir: str = opt(
+        "", "RUN_DIR: metrics.json, predictions.json (QA), bad_rows.jsonl, config.json, monitor/", required=True
+    )
     data_dir: str = opt("", "directory the task's default files are relative to (e.g. ../shared/data/finetune)")
     train_file: str = opt("", "training file (default: the task's train file under --data-dir)")
     dev_file: str = opt("", "evaluation file (default: the task's dev file under --data-dir)")
@@ -37,16 +49,25 @@ class FinetuneConfig:
     seed: int = opt(42, "seed of the head's initialisation, the example order, dropout and random segmentation")
     eval_batch_size: int = opt(0, "features per rank per evaluation batch (0: the micro batch size)")
     log_every: int = opt(10, "write the training loss to the monitor every N steps")
-    segmentation: Literal[SEGMENTATIONS] = opt("ngram", "span-ft: ngram (dictionary, greedy longest match), random (ablation), none (BERT + CNN ablation)")  # type: ignore[valid-type]
-    ngram_dictionary: str = opt("", "span-ft with --segmentation ngram: a dictionary directory from pipeline.build_ngram_dictionary")
+    segmentation: Literal[SEGMENTATIONS] = opt(
+        "ngram", "span-ft: ngram (dictionary, greedy longest match), random (ablation), none (BERT + CNN ablation)"
+    )  # type: ignore[valid-type]
+    ngram_dictionary: str = opt(
+        "", "span-ft with --segmentation ngram: a dictionary directory from pipeline.build_ngram_dictionary"
+    )
     max_spans: int = opt(16, "span-ft: r, the most spans per input (padding and cutting)")
     max_span_len: int = opt(64, "span-ft: l, the most tokens per span (64 or 128 in the paper)")
     doc_stride: int = opt(128, "QA: tokens between the starts of two windows of a long passage (BERT 128)")
     max_query_len: int = opt(64, "QA: questions are cut to this many tokens (BERT 64)")
     max_answer_len: int = opt(30, "QA: the longest answer decoded, in tokens (BERT 30)")
     n_best: int = opt(20, "QA: best start and end positions considered per window (BERT 20)")
-    null_threshold: float = opt(0.0, "SQuAD 2.0: predict no answer when the [CLS] score beats the best span by more than this")
-    deepspeed_config: str = opt("auto", "DeepSpeed JSON (ZeRO stage, precision, micro batch); auto = trainer/configs/zero2.json on GPU, zero2_cpu.json on CPU")
+    null_threshold: float = opt(
+        0.0, "SQuAD 2.0: predict no answer when the [CLS] score beats the best span by more than this"
+    )
+    deepspeed_config: str = opt(
+        "auto",
+        "DeepSpeed JSON (ZeRO stage, precision, micro batch); auto = trainer/configs/zero2.json on GPU, zero2_cpu.json on CPU",
+    )
     progress: bool = opt(True, "show progress bars on rank 0")
     log_level: Literal["debug", "info", "warning", "error"] = opt("warning", "level of DeepSpeed's own log messages")
 
@@ -57,16 +78,34 @@ class FinetuneConfig:
         check_head(task, self.head)
         for name in ("max_train_examples", "max_eval_examples", "max_seq_len", "max_steps", "eval_batch_size"):
             value = getattr(self, name)
-            require(isinstance(value, int) and value >= 0, f"--{name.replace('_', '-')} must be an integer >= 0, got {value!r}")
-        for name in ("epochs", "log_every", "max_spans", "max_span_len", "doc_stride", "max_query_len", "max_answer_len", "n_best"):
+            require(
+                isinstance(value, int) and value >= 0,
+                f"--{name.replace('_', '-')} must be an integer >= 0, got {value!r}",
+            )
+        for name in (
+            "epochs",
+            "log_every",
+            "max_spans",
+            "max_span_len",
+            "doc_stride",
+            "max_query_len",
+            "max_answer_len",
+            "n_best",
+        ):
             value = getattr(self, name)
-            require(isinstance(value, int) and value > 0, f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+            require(
+                isinstance(value, int) and value > 0,
+                f"--{name.replace('_', '-')} must be a positive integer, got {value!r}",
+            )
         require(self.lr > 0, f"--lr must be > 0, got {self.lr!r}")
         require(0.0 <= self.warmup_ratio < 1.0, f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio!r}")
         require(0 <= self.seed < 2**32, f"--seed must be in [0, 2**32), got {self.seed!r}")
         if self.head == "span-ft" and self.segmentation == "ngram":
-            require(bool(self.ngram_dictionary), "--head span-ft --segmentation ngram needs --ngram-dictionary DIR "
-                     "(python -m pipeline.build_ngram_dictionary; or --segmentation random|none for the ablations)")
+            require(
+                bool(self.ngram_dictionary),
+                "--head span-ft --segmentation ngram needs --ngram-dictionary DIR "
+                "(python -m pipeline.build_ngram_dictionary; or --segmentation random|none for the ablations)",
+            )
         if self.task == "squad2" or self.null_threshold:
             require(self.task == "squad2", "--null-threshold applies to squad2 only")
 

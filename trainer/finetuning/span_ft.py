@@ -31,8 +31,9 @@ SEGMENTATIONS = ("ngram", "random", "none")
 RANDOM_MAX_WORDS = 5  # the dictionary's n <= 5
 
 
-def segment_piece(piece: Piece, offset: int, segmentation: str, segmenter=None, rng: random.Random | None = None
-                  ) -> list[tuple[int, int]]:
+def segment_piece(
+    piece: Piece, offset: int, segmentation: str, segmenter=None, rng: random.Random | None = None
+) -> list[tuple[int, int]]:
     """Token spans [start, end) in sequence positions (the piece starts at ``offset``) of one text."""
     words = piece.words()
     if segmentation == "ngram":
@@ -48,7 +49,9 @@ def segment_piece(piece: Piece, offset: int, segmentation: str, segmenter=None, 
     return [(offset + words[s][1], offset + words[e - 1][2]) for s, e in word_spans]
 
 
-def span_tensors(spans: list[tuple[int, int]], max_spans: int, max_span_len: int) -> tuple[list[list[int]], list[list[int]]]:
+def span_tensors(
+    spans: list[tuple[int, int]], max_spans: int, max_span_len: int
+) -> tuple[list[list[int]], list[list[int]]]:
     """span_index and span_token_mask ([max_spans][max_span_len]): the first spans, each cut, then padding."""
     index = [[0] * max_span_len for _ in range(max_spans)]
     mask = [[0] * max_span_len for _ in range(max_spans)]
@@ -86,8 +89,13 @@ class HierarchicalCNN(nn.Module):
         x = x * mask.unsqueeze(-1).to(x.dtype)
         return torch.relu(conv(x.transpose(1, 2))).transpose(1, 2)
 
-    def forward(self, hidden: torch.Tensor, span_index: torch.Tensor | None = None,
-                span_token_mask: torch.Tensor | None = None, token_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        span_index: torch.Tensor | None = None,
+        span_token_mask: torch.Tensor | None = None,
+        token_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         if self.segmentation == "none":  # BERT + CNN: two CNN layers over the tokens, one max-pool
             mask = token_mask.bool()
             h = self._conv(self.conv1, hidden, mask)

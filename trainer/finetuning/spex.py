@@ -75,7 +75,9 @@ def spex_feature(task: Task, tokenizer, text_a: str, text_b: str | None, label: 
     gold = gold_index(task, label)
     feature.update(
         span_mask=[0] + [1] * len(source_ids) + [0] * (len(feature["input_ids"]) - 1 - len(source_ids)),
-        start_positions=spans[gold][0], end_positions=spans[gold][1], choice_spans=spans,
+        start_positions=spans[gold][0],
+        end_positions=spans[gold][1],
+        choice_spans=spans,
     )
     return feature
 
@@ -89,4 +91,3 @@ def decode(feature: dict, start_logits: list[float], end_logits: list[float]) ->
     a = max(source, key=lambda i: (start_logits[i], -i))
     b = max(source, key=lambda i: (end_logits[i], -i))
     return {"choice": choice, "free_span": (a, b), "free_is_choice": (a, b) in [tuple(s) for s in spans]}
-

@@ -71,9 +71,12 @@ def read_squad(path: str, task_name: str, split: str) -> tuple[list[QAExample], 
                 answers, problem = [], ""
                 for ans in [] if impossible else qa.get("answers", []):
                     text, start = ans.get("text", ""), ans.get("answer_start", -1)
-                    if not isinstance(start, int) or context[start:start + len(text)] != text or not text.strip():
-                        problem = f"answer {text!r} at {start}: context has {context[start:start + len(text)]!r}" \
-                            if isinstance(start, int) else f"answer_start {start!r}"
+                    if not isinstance(start, int) or context[start : start + len(text)] != text or not text.strip():
+                        problem = (
+                            f"answer {text!r} at {start}: context has {context[start : start + len(text)]!r}"
+                            if isinstance(start, int)
+                            else f"answer_start {start!r}"
+                        )
                         break
                     answers.append((text, start))
                 if problem:
@@ -82,8 +85,11 @@ def read_squad(path: str, task_name: str, split: str) -> tuple[list[QAExample], 
                 if not impossible and not answers:
                     bad.add(path, where, "no_answer", f"{qid}: an answerable question without answers")
                     continue
-                examples.append(QAExample(qid=str(qid), question=question, context=context, answers=answers,
-                                          is_impossible=impossible))
+                examples.append(
+                    QAExample(
+                        qid=str(qid), question=question, context=context, answers=answers, is_impossible=impossible
+                    )
+                )
                 bad.used += 1
     bad.check()
     return examples, bad
@@ -108,8 +114,16 @@ def window_starts(n_tokens: int, window: int, stride: int) -> list[int]:
         start += min(window, stride)
 
 
-def qa_features(examples: list[QAExample], tokenizer, *, max_seq_len: int, doc_stride: int, max_query_len: int,
-                training: bool, bad: BadRows | None = None) -> list[dict]:
+def qa_features(
+    examples: list[QAExample],
+    tokenizer,
+    *,
+    max_seq_len: int,
+    doc_stride: int,
+    max_query_len: int,
+    training: bool,
+    bad: BadRows | None = None,
+) -> list[dict]:
     """One feature per window. Model inputs: input_ids, token_type_ids, span_mask, start/end_positions;
     decoding needs: example_index, window_start (its first passage token), token_offsets (per position, the
     characters of the word its token belongs to; None off the passage: an answer never starts or ends inside a
@@ -121,8 +135,10 @@ def qa_features(examples: list[QAExample], tokenizer, *, max_seq_len: int, doc_s
         ctx = tokenizer.encode(ex.context, add_special_tokens=False)
         window = max_seq_len - len(q_ids) - 3
         if window < 1:
-            raise DataError(f"--max-seq-len {max_seq_len} leaves no room for the passage beside a "
-                            f"{len(q_ids)}-token question (--max-query-len {max_query_len})")
+            raise DataError(
+                f"--max-seq-len {max_seq_len} leaves no room for the passage beside a "
+                f"{len(q_ids)}-token question (--max-query-len {max_query_len})"
+            )
         answer_tokens = None
         if not ex.is_impossible and ex.answers:
             text, start = ex.answers[0]
@@ -140,8 +156,8 @@ def qa_features(examples: list[QAExample], tokenizer, *, max_seq_len: int, doc_s
         starts = window_starts(len(ctx.ids), window, doc_stride)
         for w, start in enumerate(starts):
             length = min(window, len(ctx.ids) - start)
-            ids = [cls_id] + ctx.ids[start:start + length] + [sep_id] + q_ids + [sep_id]
-            offsets = [None] + word_offsets[start:start + length] + [None] * (len(q_ids) + 2)
+            ids = [cls_id] + ctx.ids[start : start + length] + [sep_id] + q_ids + [sep_id]
+            offsets = [None] + word_offsets[start : start + length] + [None] * (len(q_ids) + 2)
             max_context = [False] * len(ids)
             for j in range(length):
                 pos = start + j
@@ -150,13 +166,19 @@ def qa_features(examples: list[QAExample], tokenizer, *, max_seq_len: int, doc_s
             start_pos = end_pos = 0
             if answer_tokens is not None and start <= answer_tokens[0] and answer_tokens[1] < start + length:
                 start_pos, end_pos = answer_tokens[0] - start + 1, answer_tokens[1] - start + 1
-            features.append({
-                "input_ids": ids,
-                "token_type_ids": [0] * (length + 2) + [1] * (len(q_ids) + 1),
-                "span_mask": [1] * (length + 1) + [0] * (len(q_ids) + 2),  # [CLS] and the passage
-                "start_positions": start_pos, "end_positions": end_pos,
-                "example_index": index, "window_start": start, "token_offsets": offsets, "max_context": max_context,
-            })
+            features.append(
+                {
+                    "input_ids": ids,
+                    "token_type_ids": [0] * (length + 2) + [1] * (len(q_ids) + 1),
+                    "span_mask": [1] * (length + 1) + [0] * (len(q_ids) + 2),  # [CLS] and the passage
+                    "start_positions": start_pos,
+                    "end_positions": end_pos,
+                    "example_index": index,
+                    "window_start": start,
+                    "token_offsets": offsets,
+                    "max_context": max_context,
+                }
+            )
     return features
 
 
@@ -167,9 +189,17 @@ def _context_score(start: int, n_tokens: int, window: int, pos: int) -> float:
     return min(pos - start, start + length - 1 - pos) + 0.01 * length
 
 
-def decode(examples: list[QAExample], features: list[dict], start_logits: list[list[float]],
-           end_logits: list[list[float]], *, n_best: int = 20, max_answer_len: int = 30,
-           version2: bool = False, null_threshold: float = 0.0) -> dict[str, str]:
+def decode(
+    examples: list[QAExample],
+    features: list[dict],
+    start_logits: list[list[float]],
+    end_logits: list[list[float]],
+    *,
+    n_best: int = 20,
+    max_answer_len: int = 30,
+    version2: bool = False,
+    null_threshold: float = 0.0,
+) -> dict[str, str]:
     """qid -> predicted answer text (SQuAD's predictions.json)."""
     by_example: dict[int, list[int]] = {}
     for i, feat in enumerate(features):
@@ -193,7 +223,7 @@ def decode(examples: list[QAExample], features: list[dict], start_logits: list[l
                     score = s_log[s] + e_log[e]
                     if best_score is None or score > best_score:
                         best_score = score
-                        best_text = ex.context[feat["token_offsets"][s][0]:feat["token_offsets"][e][1]]
+                        best_text = ex.context[feat["token_offsets"][s][0] : feat["token_offsets"][e][1]]
         if version2 and null_score is not None and (best_score is None or null_score - best_score > null_threshold):
             best_text = ""
         predictions[ex.qid] = best_text

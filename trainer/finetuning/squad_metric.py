@@ -60,8 +60,12 @@ def evaluate(golds: Mapping[str, Sequence[str]], predictions: Mapping[str, str])
             em[qid], f[qid] = score_question(predictions[qid], answers)
         else:
             em[qid], f[qid] = 0.0, 0.0
-    out = {"exact_match": round(100.0 * sum(em.values()) / len(em), 4), "f1": round(100.0 * sum(f.values()) / len(f), 4),
-           "questions": len(golds), "missing_predictions": sum(q not in predictions for q in golds)}
+    out = {
+        "exact_match": round(100.0 * sum(em.values()) / len(em), 4),
+        "f1": round(100.0 * sum(f.values()) / len(f), 4),
+        "questions": len(golds),
+        "missing_predictions": sum(q not in predictions for q in golds),
+    }
     unanswerable = [q for q, a in golds.items() if not [x for x in a if x]]
     if unanswerable:
         answerable = [q for q in golds if q not in set(unanswerable)]

@@ -19,7 +19,19 @@ from trainer.masking.masker import Masker
 from trainer.masking.rows import ACTION_KEEP, ACTION_MASK, ACTION_RANDOM, IGNORE_INDEX, Masked, Rows, masking_stats
 
 __all__ = [
-    "ACTION_KEEP", "ACTION_MASK", "ACTION_RANDOM", "CANDIDATE_COLUMNS", "IGNORE_INDEX", "NUMERIC_ENTITY_LABELS",
-    "PAD_TO_MULTIPLE", "SCHEMES", "SPECIAL_TOKEN_NAMES", "Collator", "Masked", "Masker", "MaskingConfig", "Rows",
+    "ACTION_KEEP",
+    "ACTION_MASK",
+    "ACTION_RANDOM",
+    "CANDIDATE_COLUMNS",
+    "IGNORE_INDEX",
+    "NUMERIC_ENTITY_LABELS",
+    "PAD_TO_MULTIPLE",
+    "SCHEMES",
+    "SPECIAL_TOKEN_NAMES",
+    "Collator",
+    "Masked",
+    "Masker",
+    "MaskingConfig",
+    "Rows",
     "masking_stats",
 ]

@@ -60,7 +60,9 @@ class Collator:
         out[1] = IGNORE_INDEX
         out[0, :, 0] = self.cls_id
         out[0, np.arange(B), n + 1] = self.sep_id
-        for k, values in enumerate((masked.input_ids, masked.labels, masked.span_left, masked.span_right, masked.span_position)):
+        for k, values in enumerate(
+            (masked.input_ids, masked.labels, masked.span_left, masked.span_right, masked.span_position)
+        ):
             out[k, r, p] = values[lo:hi]
         out[5] = np.arange(T)[None, :] < (n + SPECIAL_POSITIONS)[:, None]
 
@@ -102,4 +104,3 @@ class Collator:
             batches.append(self._as_batch(t[off : off + 6 * B * T].view(6, B, T), t[off + 6 * B * T : off + size]))
             off += size
         return batches
-

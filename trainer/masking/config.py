@@ -57,14 +57,18 @@ class MaskingConfig:
                 bad(f"{name} must be in [0, 1]; got {getattr(self, name)}")
         total = self.mask_prob + self.random_prob + self.keep_prob
         if abs(total - 1.0) > 1e-9:
-            bad(f"mask_prob + random_prob + keep_prob must be 1; got {self.mask_prob} + {self.random_prob} + {self.keep_prob} = {total}")
+            bad(
+                f"mask_prob + random_prob + keep_prob must be 1; got {self.mask_prob} + {self.random_prob} + {self.keep_prob} = {total}"
+            )
         for name, lo in (("max_span_words", 1), ("max_span_positions", 1), ("start_retries", 1)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 bad(f"{name} must be an integer >= {lo}; got {v!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < SEED_LIMIT:
             bad(f"seed must be an integer in [0, 2**32); got {self.seed!r}")
-        if isinstance(self.excluded_entity_labels, str) or not all(isinstance(x, str) for x in self.excluded_entity_labels):
+        if isinstance(self.excluded_entity_labels, str) or not all(
+            isinstance(x, str) for x in self.excluded_entity_labels
+        ):
             bad(f"excluded_entity_labels must be a tuple of strings; got {self.excluded_entity_labels!r}")
         object.__setattr__(self, "excluded_entity_labels", tuple(self.excluded_entity_labels))
 
@@ -82,4 +86,3 @@ class MaskingConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MaskingConfig":
         return config_from_dict(cls, d)
-

@@ -53,7 +53,6 @@ action per unit] (units = tokens for ``subword``, words otherwise; random order 
 then, only for a row no whole unit fitted in, two more (``fill_empty_rows``).
 """
 
-
 from __future__ import annotations
 
 from typing import Mapping
@@ -98,7 +97,9 @@ class Masker:
         self._forbidden_lut = np.zeros(max(self.vocab_size, int(self.forbidden_ids.max()) + 1), dtype=bool)
         self._forbidden_lut[self.forbidden_ids] = True
         self.max_seq_len = int(max_seq_len)
-        self.collator = Collator(pad_id=self.pad_id, cls_id=self.cls_id, sep_id=self.sep_id, max_seq_len=self.max_seq_len)
+        self.collator = Collator(
+            pad_id=self.pad_id, cls_id=self.cls_id, sep_id=self.sep_id, max_seq_len=self.max_seq_len
+        )
         self.M = int(candidates_per_block)
         counts = np.asarray(unigram_counts, dtype=np.float64).copy()
         if counts.shape != (self.vocab_size,):
@@ -148,7 +149,9 @@ class Masker:
         max_row = max_row_tokens(self.max_seq_len)
         if (n > max_row).any():
             i = int(np.argmax(n > max_row))
-            raise ValueError(f"row of sample {int(sample_ids[i])} has {int(n[i])} tokens; max_seq_len {self.max_seq_len} allows {max_row}")
+            raise ValueError(
+                f"row of sample {int(sample_ids[i])} has {int(n[i])} tokens; max_seq_len {self.max_seq_len} allows {max_row}"
+            )
         total = int(offsets[-1])
         tok_row = np.repeat(np.arange(R), n)
         if len(ids) and (ids.min() < 0 or ids.max() >= len(self._forbidden_lut)):
@@ -183,17 +186,36 @@ class Masker:
         if cfg.scheme == "span":
             units = self._span_units(gens, R, offsets, n, budget, wpos, wend, woff, nw, word_bad)
         else:
-            units = self._greedy_units(gens, rows, R, offsets, n, budget, ids, forbidden, tok_row, wpos, wend, woff, nw, word_bad)
+            units = self._greedy_units(
+                gens, rows, R, offsets, n, budget, ids, forbidden, tok_row, wpos, wend, woff, nw, word_bad
+            )
         u_row, u_start, u_end, u_words, u_act_u, u_cand = units
         # Rows no whole unit fitted in (every word longer than the budget) get part of a word.
-        f_row, f_s, f_e, f_w, f_a = fill_empty_rows(gens, budget, np.bincount(u_row, minlength=R) > 0, offsets, wpos, wend, woff, word_bad)
+        f_row, f_s, f_e, f_w, f_a = fill_empty_rows(
+            gens, budget, np.bincount(u_row, minlength=R) > 0, offsets, wpos, wend, woff, word_bad
+        )
         if len(f_row):
             u_row, u_start, u_end, u_words, u_act_u, u_cand = (
-                np.concatenate([a, b]) for a, b in ((u_row, f_row), (u_start, f_s), (u_end, f_e), (u_words, f_w), (u_act_u, f_a), (u_cand, np.zeros(len(f_row), bool))))
+                np.concatenate([a, b])
+                for a, b in (
+                    (u_row, f_row),
+                    (u_start, f_s),
+                    (u_end, f_e),
+                    (u_words, f_w),
+                    (u_act_u, f_a),
+                    (u_cand, np.zeros(len(f_row), bool)),
+                )
+            )
 
         order = np.argsort((u_row << 20) | u_start, kind="stable")  # by row, then start (starts < 2**20)
-        u_row, u_start, u_end, u_words, u_act_u, u_cand = (a[order] for a in (u_row, u_start, u_end, u_words, u_act_u, u_cand))
-        action = np.where(u_act_u < cfg.mask_prob, ACTION_MASK, np.where(u_act_u < cfg.mask_prob + cfg.random_prob, ACTION_RANDOM, ACTION_KEEP))
+        u_row, u_start, u_end, u_words, u_act_u, u_cand = (
+            a[order] for a in (u_row, u_start, u_end, u_words, u_act_u, u_cand)
+        )
+        action = np.where(
+            u_act_u < cfg.mask_prob,
+            ACTION_MASK,
+            np.where(u_act_u < cfg.mask_prob + cfg.random_prob, ACTION_RANDOM, ACTION_KEEP),
+        )
 
         # Expand units to tokens.
         ulen = u_end - u_start
@@ -217,9 +239,22 @@ class Masker:
         r = act_tok == ACTION_RANDOM
         out_ids[flat[r]] = self.sample_unigram(u_repl[flat[r]])
         return Masked(
-            offsets=offsets, original_ids=ids, input_ids=out_ids, labels=labels, span_left=left, span_right=right,
-            span_position=pos, sample_ids=sample_ids, maskable=maskable, unit_row=u_row, unit_start=u_start,
-            unit_end=u_end, unit_words=u_words, unit_action=action, unit_candidate=u_cand, word_start=ws,
+            offsets=offsets,
+            original_ids=ids,
+            input_ids=out_ids,
+            labels=labels,
+            span_left=left,
+            span_right=right,
+            span_position=pos,
+            sample_ids=sample_ids,
+            maskable=maskable,
+            unit_row=u_row,
+            unit_start=u_start,
+            unit_end=u_end,
+            unit_words=u_words,
+            unit_action=action,
+            unit_candidate=u_cand,
+            word_start=ws,
         )
 
     def _span_units(self, gens, R, offsets, n, budget, wpos, wend, woff, nw, word_bad):
@@ -234,7 +269,9 @@ class Masker:
         wi = np.arange(Wmax)
         occ[:, :Wmax] = ~(wi[None, :] < nw[:, None])
         if len(wpos):
-            occ[np.repeat(np.arange(R), nw)[word_bad], (np.arange(len(wpos)) - np.repeat(woff[:-1], nw))[word_bad]] = True
+            occ[np.repeat(np.arange(R), nw)[word_bad], (np.arange(len(wpos)) - np.repeat(woff[:-1], nw))[word_bad]] = (
+                True
+            )
         rem = budget.copy()
         active = (rem > 0) & (nw > 0)
         ptr = np.zeros(R, dtype=np.int64)
@@ -295,7 +332,14 @@ class Masker:
             active &= (rem > 0) & ~stop & (ptr < max_candidates)
         cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
         u_row = cat(out_row, np.int64)
-        return u_row, cat(out_s, np.int64), cat(out_e, np.int64), cat(out_w, np.int64), cat(out_a, np.float64), np.zeros(len(u_row), bool)
+        return (
+            u_row,
+            cat(out_s, np.int64),
+            cat(out_e, np.int64),
+            cat(out_w, np.int64),
+            cat(out_a, np.float64),
+            np.zeros(len(u_row), bool),
+        )
 
     def _greedy_units(self, gens, rows, R, offsets, n, budget, ids, forbidden, tok_row, wpos, wend, woff, nw, word_bad):
         """subword / whole_word / candidate schemes: random order + BERT's fit-or-skip rule."""
@@ -336,7 +380,9 @@ class Masker:
             fcum = np.concatenate([[0], np.cumsum(forbidden)])
             ok &= (fcum[ge] - fcum[gs]) == 0
             # ignore candidates overlapping an earlier one (in (start, end) order) of the same row
-            order = np.argsort((crow << 40) | (np.clip(cs, 0, (1 << 20) - 1) << 20) | np.clip(ce, 0, (1 << 20) - 1), kind="stable")
+            order = np.argsort(
+                (crow << 40) | (np.clip(cs, 0, (1 << 20) - 1) << 20) | np.clip(ce, 0, (1 << 20) - 1), kind="stable"
+            )
             big = np.int64(1 << 20)
             key_e = crow[order] * big + ce[order]
             prev_max = np.maximum.accumulate(key_e)

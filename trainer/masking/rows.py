@@ -45,7 +45,11 @@ class Rows:
         """Build from per-row sequences (tests, small tools). ``spans``: per row, a list of (start, end)."""
         lengths = np.array([len(r) for r in input_ids], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        ids = np.concatenate([np.asarray(r, dtype=np.int64) for r in input_ids]) if len(input_ids) else np.zeros(0, np.int64)
+        ids = (
+            np.concatenate([np.asarray(r, dtype=np.int64) for r in input_ids])
+            if len(input_ids)
+            else np.zeros(0, np.int64)
+        )
         ws = np.concatenate([np.asarray(r, dtype=bool) for r in word_start]) if len(word_start) else np.zeros(0, bool)
         rows = cls(input_ids=ids.astype(np.int64), offsets=offsets, word_start=ws)
         if spans is not None:
@@ -84,7 +88,6 @@ class Masked:
     unit_action: np.ndarray
     unit_candidate: np.ndarray
     word_start: np.ndarray = field(repr=False, default=None)
-
 
 
 def masking_stats(masked: Masked) -> dict[str, float]:

@@ -80,7 +80,9 @@ def fill_empty_rows(
     return as_i(out_row), as_i(out_s), as_i(out_e), as_i(out_w), np.asarray(out_a, dtype=np.float64)
 
 
-def boundary_stats(labels: np.ndarray, span_left: np.ndarray, span_right: np.ndarray, offsets: np.ndarray) -> dict[str, float]:
+def boundary_stats(
+    labels: np.ndarray, span_left: np.ndarray, span_right: np.ndarray, offsets: np.ndarray
+) -> dict[str, float]:
     """How many MLM targets have a boundary (``span_left``/``span_right``) that is itself a target.
 
     Arrays are flat per token like ``trainer.masking.Masked`` (final-sequence boundary positions: content
@@ -100,5 +102,8 @@ def boundary_stats(labels: np.ndarray, span_left: np.ndarray, span_right: np.nda
         return inside & is_target[flat]
 
     bad = target_at(span_left[tgt]) | target_at(span_right[tgt])
-    return {"targets_checked": int(len(tgt)), "masked_boundary_targets": int(bad.sum()),
-            "masked_boundary_share": float(bad.mean())}
+    return {
+        "targets_checked": int(len(tgt)),
+        "masked_boundary_targets": int(bad.sum()),
+        "masked_boundary_share": float(bad.mean()),
+    }
