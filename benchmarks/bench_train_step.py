@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{platform.node()} | {platform.processor() or platform.machine()} | {os.cpu_count()} cores | torch "
         f"{torch.__version__} ({torch.get_num_threads()} threads) | {device} | "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
     )
     print(
         f"preset {args.preset}, vocab {args.vocab_size}, batch {args.batch_size} x {batch['input_ids'].shape[1]} tokens, "

@@ -275,10 +275,11 @@ def main() -> None:
 
 
 def trainer_estimate() -> None:
+    import torch
+
     from schemas.format import max_row_tokens
     from trainer.config import ModelConfig
     from trainer.model import SpanBert
-    import torch
 
     cfg = ModelConfig.preset("large", vocab_size=28996)
     with torch.device("meta"):

@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 
 class _QuietBeamImportWarning(logging.Filter):
@@ -68,9 +68,9 @@ def without_pandas():
 # (:func:`exit_code`), as on an install without pandas. Beam's runners (Dataflow, Flink, Spark, portable) do not
 # import it; pandas stays importable outside the block (Beam's DataFrame API imports it when used).
 with without_pandas():
-    import apache_beam as beam  # noqa: E402  (after the filter: see the docstring)
-    from apache_beam.io.filesystem import BeamIOError  # noqa: E402
-    from apache_beam.io.filesystems import FileSystems  # noqa: E402
+    import apache_beam as beam
+    from apache_beam.io.filesystem import BeamIOError
+    from apache_beam.io.filesystems import FileSystems
 
 from pipeline import output  # noqa: E402
 from schemas import format as fmt  # noqa: E402

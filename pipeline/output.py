@@ -165,7 +165,7 @@ def prepare_output(
     build_id = uuid.uuid4().hex
     lock = {
         "build_id": build_id,
-        "started_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "started_at": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         "host": socket.gethostname(),
     }
     if not _create_exclusively(_lock_path(output), json.dumps(lock, sort_keys=True).encode("utf-8")):

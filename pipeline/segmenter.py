@@ -94,7 +94,7 @@ class Segmenter:
         max_n: int | None = None,
         min_count: int | None = None,
         normalize_markers: bool = True,
-    ) -> "Segmenter":
+    ) -> Segmenter:
         """Load a dictionary directory written by ``pipeline.build_ngram_dictionary`` (local or a URI
         pyarrow.fs understands), through ``schemas.ngram_dictionary``, which refuses an incomplete directory or
         an unknown format version with a ``ValueError``. Honours its ``lowercase`` option; ``min_count`` keeps

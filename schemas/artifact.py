@@ -30,7 +30,7 @@ class Artifact:
     manifest: dict[str, Any]
 
     @classmethod
-    def open(cls, uri: str) -> "Artifact":
+    def open(cls, uri: str) -> Artifact:
         fs, root = fmt.split_uri(uri.rstrip("/"))
         raw = fmt.read_if_present(fs, f"{root}/{fmt.MANIFEST_FILE}")  # first: one request when it is there
         if raw is None and fs.get_file_info(root).type == pafs.FileType.NotFound:

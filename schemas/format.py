@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs

@@ -24,7 +24,8 @@ import hashlib
 import json
 import os
 import tempfile
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pyarrow.fs as pafs
 

@@ -58,7 +58,7 @@ class NgramDictionary:
     manifest: dict[str, Any]
 
     @classmethod
-    def open(cls, path: str) -> "NgramDictionary":
+    def open(cls, path: str) -> NgramDictionary:
         fs, root = split_uri(path.rstrip("/"))
         raw = read_if_present(fs, f"{root}/{MANIFEST_FILE}")
         if raw is None:

@@ -134,7 +134,7 @@ class ModelConfig:
         return self.objective == "mlm+sbo"
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "ModelConfig":
+    def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """``ModelConfig.preset("base", vocab_size=30522)``: a preset's sizes with some fields replaced."""
         if name not in PRESETS:
             raise ConfigError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")

@@ -37,9 +37,9 @@ import tempfile
 import pyarrow as pa
 import torch
 
-from trainer.engine.checkpoint_files import UntrustedCheckpointError, load_tensors
-from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ConfigError, ModelConfig
 from schemas.format import split_uri
+from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ConfigError, ModelConfig
+from trainer.engine.checkpoint_files import UntrustedCheckpointError, load_tensors
 from trainer.model import SpanBert
 
 

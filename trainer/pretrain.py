@@ -34,9 +34,9 @@ import sys
 from schemas.format import FormatError
 from trainer import engine
 from trainer.config import (
+    PRESETS,
     ModelConfig,
     OptimConfig,
-    PRESETS,
     RunConfig,
     add_dataclass_arguments,
 )

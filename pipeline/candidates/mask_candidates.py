@@ -8,7 +8,7 @@ and runs with ``nlp.pipe`` over batches of documents; each batch comes out as
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from collections.abc import Iterable
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 from pipeline.elements import CharSpans
 

@@ -10,7 +10,6 @@ from apache_beam.transforms.window import GlobalWindows
 from pipeline.ngrams.rules import decode_line
 from pipeline.read.wikitext import UNK, heading_level
 
-
 CORPUS_FIELDS = (
     "lines",
     "blank_lines",

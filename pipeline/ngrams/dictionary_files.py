@@ -15,8 +15,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline import __version__
 from pipeline.files import HashingSink, create
-from pipeline.output import check_lock, release_lock
 from pipeline.ngrams.rules import NgramRules
+from pipeline.output import check_lock, release_lock
 from schemas.ngram_dictionary import (
     ARROW_FILE,
     ARROW_SCHEMA,

@@ -7,7 +7,7 @@ reasons).
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 # JSON records nest at most this deep; deeper lines are dead-lettered before parsing, so the parser's
 # recursion can never fail a worker (and the limit does not depend on the worker's stack depth).

@@ -16,8 +16,9 @@ import itertools
 import json
 import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 import zstandard
 

@@ -8,8 +8,8 @@ import heapq
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa

@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,7 @@ def _decoder(art: Artifact):
 
     try:
         return Tokenizer.from_str(art.tokenizer_json())
-    except (OSError, Exception) as e:  # noqa: BLE001 - tokenizers raises its own Exception type
+    except (OSError, Exception) as e:
         raise ReportError(f"{art.display(art.manifest['tokenizer']['file'])}: cannot load the tokenizer: {e}") from None
 
 

@@ -41,7 +41,7 @@ import json
 import string
 import threading
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -210,11 +210,11 @@ def _byte_classes(tok, marker: str, punctuation_cuts: bool) -> tuple[np.ndarray,
     return classes, tuple(glued)
 
 
-_SHARED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+_SHARED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_cache(key, make: "Callable[[], ChunkCache]") -> "ChunkCache":
+def shared_cache(key, make: Callable[[], ChunkCache]) -> ChunkCache:
     """One cache per key in the process while anything holds it: Beam runs a DoFn instance per thread, and
     the threads of a worker process share one cache (and its memory) per tokenizer."""
     with _SHARED_LOCK:

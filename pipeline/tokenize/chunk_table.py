@@ -12,7 +12,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-
 _LOAD = 4  # the index has at least this many slots per entry: few probes per lookup
 
 

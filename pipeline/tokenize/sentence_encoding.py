@@ -87,7 +87,7 @@ class SentenceEncoder:
             )
 
     @classmethod
-    def for_tokenizer(cls, tok, cache_bytes: int = DEFAULT_CACHE_BYTES) -> "SentenceEncoder | None":
+    def for_tokenizer(cls, tok, cache_bytes: int = DEFAULT_CACHE_BYTES) -> SentenceEncoder | None:
         """The encoder for ``tok`` (as it encodes documents), or None when the equivalence above is not given.
         With ``cache_bytes`` > 0 it encodes through a cache of chunk encodings of that size (``chunk_cache``),
         shared by every encoder of the same tokenizer in the process; 0 encodes every sentence."""

@@ -17,7 +17,7 @@ CPU; any other configuration or package version uses the package's own ``span_to
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 
 import punkt
 import punkt.rules.boundaries as _boundaries
@@ -58,12 +58,12 @@ if _punkt_multi_char_interior is not None and hasattr(_boundaries, "_compile_mul
     _boundaries._multi_char_interior = _multi_char_interior
 
 
-@lru_cache(maxsize=None)
+@cache
 def _punkt(language: str):
     return punkt.tokenizer_for(language)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _paragraph_spans(language: str):
     """``(paragraph, offset) -> spans`` for ``language``: the exact fast path when it applies, else Punkt's own."""
     tok = _punkt(language)

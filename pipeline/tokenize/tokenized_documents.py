@@ -133,7 +133,7 @@ class _Encoded:
         return np.searchsorted(self.offsets[:, 0], chars, side="left")
 
     @classmethod
-    def of(cls, enc, char_base: int = 0) -> "_Encoded":
+    def of(cls, enc, char_base: int = 0) -> _Encoded:
         word_ids = enc.word_ids
         try:
             w = np.array(word_ids, dtype=np.int64)
@@ -145,7 +145,7 @@ class _Encoded:
         return cls(ids, w, encoding=enc)
 
     @classmethod
-    def concatenate(cls, parts: list["_Encoded"]) -> "_Encoded":
+    def concatenate(cls, parts: list[_Encoded]) -> _Encoded:
         if len(parts) == 1:
             return parts[0]
         words, base = [], 0
@@ -261,7 +261,7 @@ class _TokenizeFn(beam.DoFn):
                 encoded.update(
                     zip(fast, self._sentences.encode([docs[i].text for i in fast], [sentences[i] for i in fast]))
                 )
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         short = [i for i, d in enumerate(docs) if i not in encoded and len(d.text) <= ENCODE_PIECE_CHARS]
         if short:
@@ -269,7 +269,7 @@ class _TokenizeFn(beam.DoFn):
                 encoded.update(
                     zip(short, self._tok.encode_batch([docs[i].text for i in short], add_special_tokens=False))
                 )
-            except Exception:  # noqa: BLE001 - tokenizers raises TypeError/bare Exception from Rust
+            except Exception:
                 pass
         return encoded
 
@@ -288,18 +288,18 @@ class _TokenizeFn(beam.DoFn):
                 continue
             yield from self._tokenize(doc, char_spans, sent, enc)
 
-    def _encode_one(self, doc: Document) -> "_Encoded | str":
+    def _encode_one(self, doc: Document) -> _Encoded | str:
         """The document's encoding (long texts piece by piece), or the tokenizer's error message (a dead letter)."""
         try:
             parts = [
                 _Encoded.of(self._tok.encode(doc.text[a:b], add_special_tokens=False), a)
                 for a, b in text_pieces(doc.text, ENCODE_PIECE_CHARS)
             ]
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return f"the tokenizer cannot encode this text: {type(e).__name__}: {e}"
         return _Encoded.concatenate(parts)
 
-    def _tokenize(self, doc: Document, char_spans, sent: list[tuple[int, int]], enc: "_Encoded | tuple"):
+    def _tokenize(self, doc: Document, char_spans, sent: list[tuple[int, int]], enc: _Encoded | tuple):
         if isinstance(enc, tuple):  # sentence by sentence: ids, word starts, sentence starts (no offsets)
             (ids, word_start, sentence_firsts), enc = enc, None
         else:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers

@@ -91,7 +91,7 @@ def build_manifest(
         "format": fmt.FORMAT_NAME,
         "format_version": fmt.FORMAT_VERSION,
         "created_by": static["created_by"],
-        "created_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "created_at": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         "build_id": static.get("build_id"),
         "command": static["command"],
         "options": static["options"],

@@ -17,7 +17,6 @@ import numpy as np
 
 from pipeline.elements import Row, TokenizedDocument
 
-
 # The spans of a row or document without any of a kind (read-only: one array serves them all).
 NO_SPANS = np.empty((0, 2), np.int32)
 NO_SPANS.flags.writeable = False

@@ -18,9 +18,9 @@ import functools
 import heapq
 import logging
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -31,8 +31,8 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipeline.files import HashingSink
 from pipeline.elements import Row, TokenizedDocument
+from pipeline.files import HashingSink
 from pipeline.write.packing import NO_SPANS, pack_doc_sentences, pack_full_sentences
 from schemas import format as fmt
 
@@ -264,7 +264,7 @@ class _SpillRunsFn(beam.DoFn):
     """Buffers documents per shard; when the buffer is full and at the end of each bundle, writes
     each shard's buffered documents, sorted, to a run file and emits ``(shard, run path)``."""
 
-    def __init__(self, spec: "ShardSpec", buffer_bytes: int):
+    def __init__(self, spec: ShardSpec, buffer_bytes: int):
         self._spec = spec
         self._buffer_bytes = buffer_bytes
         self._runs = Metrics.counter("shards", "runs")
@@ -303,7 +303,7 @@ class _SpillRunsFn(beam.DoFn):
 class _ShardStats:
     """Counts, histogram and unigram counts of one shard, accumulated as rows are written."""
 
-    def __init__(self, spec: "ShardSpec"):
+    def __init__(self, spec: ShardSpec):
         self.spec = spec
         self.documents = self.rows = self.tokens = self.cleaned = self.duplicates = 0
         self.sentences = self.sentences_cut = 0
@@ -311,8 +311,8 @@ class _ShardStats:
         self.bins = -(-spec.max_row_tokens // HISTOGRAM_BIN_WIDTH)
         self.histogram = np.zeros(self.bins, np.int64)
         self.unigram = np.zeros(spec.vocab_size, np.int64)
-        self.spans = {kind: 0 for kind in fmt.CANDIDATE_KINDS}
-        self.dropped = {kind: 0 for kind in fmt.CANDIDATE_KINDS}
+        self.spans = dict.fromkeys(fmt.CANDIDATE_KINDS, 0)
+        self.dropped = dict.fromkeys(fmt.CANDIDATE_KINDS, 0)
 
     def add_doc(self, doc: TokenizedDocument) -> None:
         self.documents += 1
@@ -360,7 +360,7 @@ class _ShardStats:
 class _MergeAndWriteFn(beam.DoFn):
     """Merges a shard's sorted runs (k-way, streaming), packs rows and writes the shard file."""
 
-    def __init__(self, spec: "ShardSpec"):
+    def __init__(self, spec: ShardSpec):
         self._spec = spec
         self._rows = Metrics.counter("shards", "rows")
         self._tokens = Metrics.counter("shards", "tokens")

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import SHARED_DATA, free_port, wikitext2
+
 from pipeline import build_ngram_dictionary
 from tests.support.pretrain_runs import run_env  # the same environment as the pre-training runs
 

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-from schemas.artifact import Artifact
 from test_object_stores import _bucket_bytes, _prefix, _run
 from test_pretrain import COMMON, launcher
 
+from schemas.artifact import Artifact
 from tests.support.pretrain_runs import DEEPSPEED, PRETRAIN, TIMEOUT, ds_config, metric, run_env
 from tests.support.shard_damage import flip_byte_changing_input_ids
 

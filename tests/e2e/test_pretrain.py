@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import free_port
+
 from tests.support.pretrain_runs import (
     DEEPSPEED,
     MICRO_BATCH,

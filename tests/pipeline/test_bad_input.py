@@ -12,11 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import apache_beam as beam
 import numpy as np
 import pyarrow.ipc as ipc
 import pytest
 import zstandard
-import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -25,9 +25,9 @@ from pipeline.elements import DeadLetter, Document, InputSummary, Source
 from pipeline.tokenize import tokenizer
 from pipeline.tokenize.tokenized_documents import TokenizeDocuments
 from pipeline.verify import verify
+from tests.conftest import REPO, WIKIPEDIA_SAMPLE, build, wikitext2_articles
 from tests.pipeline.test_build_shards import _create
 from tests.pipeline.test_readers import read
-from tests.conftest import REPO, WIKIPEDIA_SAMPLE, build, wikitext2_articles
 
 LONE_SURROGATE = b'{"id":"s1","text":"lone \\ud800 surrogate"}'
 DEEP_ALONE = b"[" * 100_000
@@ -431,8 +431,8 @@ def test_write_manifest_refuses_when_another_build_holds_the_lock(tmp_path, spec
         "duplicate_doc_ids": 0,
         "sentences": 1,
         "sentences_cut": 0,
-        "spans": {k: 0 for k in fmt.CANDIDATE_KINDS},
-        "dropped": {k: 0 for k in fmt.CANDIDATE_KINDS},
+        "spans": dict.fromkeys(fmt.CANDIDATE_KINDS, 0),
+        "dropped": dict.fromkeys(fmt.CANDIDATE_KINDS, 0),
         "histogram": [1],
         "unigram_ids": np.array([7], np.int32),
         "unigram_counts": np.array([5], np.int64),

@@ -25,9 +25,9 @@ from pipeline.read.documents import ReadDocuments
 from pipeline.read.records import ReaderOptions
 from pipeline.tokenize import tokenizer
 from pipeline.tokenize.tokenized_documents import TokenizeDocuments
+from pipeline.verify import verify
 from pipeline.write.dead_letters import WriteDeadLetters
 from pipeline.write.shards import ShardSpec, WriteShards
-from pipeline.verify import verify
 from schemas import format as fmt
 from schemas.artifact import Artifact
 from tests.conftest import WIKITEXT2_BUILD, build, wikitext2
@@ -459,8 +459,8 @@ def test_write_manifest_writes_tokenizer_unigram_and_manifest_last_and_checks_ac
         "duplicate_doc_ids": 0,
         "sentences": 2,
         "sentences_cut": 0,
-        "spans": {k: 0 for k in fmt.CANDIDATE_KINDS},
-        "dropped": {k: 0 for k in fmt.CANDIDATE_KINDS},
+        "spans": dict.fromkeys(fmt.CANDIDATE_KINDS, 0),
+        "dropped": dict.fromkeys(fmt.CANDIDATE_KINDS, 0),
         "histogram": [1],
         "unigram_ids": np.array([7], np.int32),
         "unigram_counts": np.array([5], np.int64),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import threading
 
-import numpy as np
 import pytest
 
 from pipeline.elements import Document

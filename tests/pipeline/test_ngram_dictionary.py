@@ -25,13 +25,12 @@ import pipeline
 from pipeline import build_ngram_dictionary as job
 from pipeline import output
 from pipeline.jobs import UsageError
-from schemas import ngram_dictionary as ngram_format
 from pipeline.ngrams import dictionary_files, frequent_pairs
 from pipeline.ngrams.codes import encode_code
 from pipeline.ngrams.corpus_summary import CorpusSummary
-from pipeline.ngrams.dictionary_files import WriteNgramDictionary
 from pipeline.ngrams.counted_ngrams import CountNgrams, KeepFrequent
 from pipeline.ngrams.decoded_ngrams import DecodeNgrams
+from pipeline.ngrams.dictionary_files import WriteNgramDictionary
 from pipeline.ngrams.frequent_longer_ngrams import FrequentLongerNgrams
 from pipeline.ngrams.frequent_ngrams import FrequentNgrams
 from pipeline.ngrams.frequent_pairs import FrequentPairs
@@ -40,6 +39,7 @@ from pipeline.ngrams.lines import ReadLines
 from pipeline.ngrams.rules import NgramRules, is_punctuation, line_runs
 from pipeline.ngrams.source_files import SourceFiles
 from pipeline.read.wikitext import heading_level
+from schemas import ngram_dictionary as ngram_format
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(__file__).resolve().parents[3] / "shared"

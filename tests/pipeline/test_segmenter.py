@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import build_ngram_dictionary as job
-from schemas import ngram_dictionary as ngram_format
 from pipeline.segmenter import Segmenter
+from schemas import ngram_dictionary as ngram_format
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 WIKITEXT2 = SHARED / "data" / "wikitext-2"

@@ -209,8 +209,8 @@ def test_export_refuses_a_checkpoint_file_that_would_run_code(tmp_path):
 
 
 def test_optimizer_state_sizes_are_read_without_running_code(tmp_path):
-    from trainer.engine.checkpoint_files import UntrustedCheckpointError
     from trainer.engine import optimizer_state_bytes
+    from trainer.engine.checkpoint_files import UntrustedCheckpointError
 
     marker = tmp_path / "code_ran"
     ckpt = crafted_checkpoint(

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import SHARED_DATA
 from tokenizers import Tokenizer
 
-from conftest import SHARED_DATA
 from trainer.finetuning import squad, squad_metric
 from trainer.finetuning.glue import DataError, read_tsv
 from trainer.finetuning.tasks import TASKS, get_task

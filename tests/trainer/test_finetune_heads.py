@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import SHARED_DATA, wikitext2
 from tokenizers import Tokenizer
 
-from conftest import SHARED_DATA, wikitext2
 from pipeline import build_ngram_dictionary
 from pipeline.segmenter import Segmenter
+from trainer.config import ModelConfig
 from trainer.finetuning import span_ft, spex
 from trainer.finetuning.encoding import encode
 from trainer.finetuning.features import collate, glue_feature
 from trainer.finetuning.glue import Example, read_tsv
 from trainer.finetuning.heads import FineTuneModel
 from trainer.finetuning.tasks import TASKS, buckets, get_task
-from trainer.config import ModelConfig
 from trainer.model import SpanBert
 
 GLUE_TASKS = [t for t in TASKS.values() if t.kind != "qa"]

@@ -7,8 +7,8 @@ import json
 import math
 
 import pytest
-
 from conftest import SHARED_DATA
+
 from trainer.finetuning import metrics, squad_metric
 
 XQUAD = SHARED_DATA / "finetune" / "squad_format_xquad_en" / "xquad.en.json"

@@ -11,6 +11,7 @@ import torch
 
 from schemas import format as fmt
 from schemas.artifact import Artifact
+from tests.trainer.test_trainer_data import synthetic_rows, write_artifact
 from trainer import preview_masking
 from trainer.masking import (
     ACTION_KEEP,
@@ -23,7 +24,6 @@ from trainer.masking import (
     Rows,
     masking_stats,
 )
-from tests.trainer.test_trainer_data import synthetic_rows, write_artifact
 
 SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 

@@ -13,15 +13,14 @@ import numpy as np
 import pyarrow.ipc as ipc
 import pytest
 import torch
+from conftest import free_port
 
 from schemas.artifact import Artifact
+from tests.support.pretrain_runs import DEEPSPEED, PRETRAIN, REPO, TIMEOUT, ds_config, metric, resume_from, run, run_env
 from trainer.config import ConfigError, ModelConfig
 from trainer.data import DataConfig, build_eval_loader, build_train_loader
 from trainer.masking import IGNORE_INDEX, MaskingConfig
 from trainer.model import SpanBert
-
-from tests.support.pretrain_runs import DEEPSPEED, PRETRAIN, REPO, TIMEOUT, ds_config, metric, resume_from, run, run_env
-from conftest import free_port
 
 
 def _rows_by_sample_id(artifact_dir: Path) -> tuple[list[list[int]], list[str], list[list[bool]]]:

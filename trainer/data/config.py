@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from trainer.config import config_from_dict
 from trainer.masking.config import SEED_LIMIT
@@ -92,5 +93,5 @@ class DataConfig:
             bad(f"short_seq_prob must be in [0, 1]; got {self.short_seq_prob!r}")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "DataConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> DataConfig:
         return config_from_dict(cls, d)

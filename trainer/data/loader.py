@@ -35,7 +35,8 @@ Building a loader checks its split's shards against the manifest first (size, an
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from torch.utils.data import DataLoader
 

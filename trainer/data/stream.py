@@ -36,7 +36,8 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,8 +48,8 @@ from schemas.artifact import Artifact
 from trainer.data.blocks import BlockReader, index_blocks, split_shards
 from trainer.data.config import DataConfig
 from trainer.data.order import EpochOrder
-from trainer.data.shard_cache import ShardCache
 from trainer.data.segments import add_pair_fields, build_pairs, other_positions, pair_draws
+from trainer.data.shard_cache import ShardCache
 from trainer.masking import Masker, MaskingConfig, Rows
 
 STATE_FORMAT = "spanprep-loader-state"

@@ -15,7 +15,7 @@ import os
 import shutil
 import sys
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -319,7 +319,7 @@ class Trainer:
         torch.distributed.all_reduce(t)
         return dict(zip(self.DEVICE_STATS + self.HOST_STATS, t.tolist()))
 
-    def _log_train(self, w: "_Window") -> None:
+    def _log_train(self, w: _Window) -> None:
         t = w.totals
         if not t:
             return

@@ -17,7 +17,8 @@ Checkpoints written before these fields existed are resumed as before (nothing t
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from trainer.config import ConfigError
 

@@ -15,7 +15,7 @@ class StopRequested:
         self._previous: dict[int, Any] = {}
         self._pid = os.getpid()
 
-    def __enter__(self) -> "StopRequested":
+    def __enter__(self) -> StopRequested:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._previous[sig] = signal.signal(sig, self._handle)
         return self

@@ -23,7 +23,7 @@ class Piece:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def cut(self, n: int) -> "Piece":
+    def cut(self, n: int) -> Piece:
         return Piece(self.text, self.ids[:n], self.offsets[:n], self.word_ids[:n])
 
     def words(self) -> list[tuple[str, int, int]]:

@@ -43,7 +43,7 @@ from trainer.engine import (
 )
 from trainer.finetuning import spex, squad, squad_metric
 from trainer.finetuning.features import collate, glue_feature
-from trainer.finetuning.glue import BadRows, DataError, read_tsv, write_bad_rows
+from trainer.finetuning.glue import DataError, read_tsv, write_bad_rows
 from trainer.finetuning.heads import FineTuneModel
 from trainer.finetuning.metrics import glue_metrics
 from trainer.finetuning.options import FinetuneConfig

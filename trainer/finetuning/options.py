@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from trainer.config import require, opt
+from trainer.config import opt, require
 from trainer.finetuning.heads import HEADS
 from trainer.finetuning.span_ft import SEGMENTATIONS
 from trainer.finetuning.tasks import TASKS, check_head, get_task

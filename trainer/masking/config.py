@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -84,5 +85,5 @@ class MaskingConfig:
         return p / p.sum()
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "MaskingConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> MaskingConfig:
         return config_from_dict(cls, d)

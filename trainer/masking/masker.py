@@ -55,7 +55,7 @@ then, only for a row no whole unit fitted in, two more (``fill_empty_rows``).
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -114,7 +114,7 @@ class Masker:
         self._len_cdf[-1] = 1.0
 
     @classmethod
-    def from_artifact(cls, cfg: MaskingConfig, artifact, *, max_seq_len: int = 512, unigram_counts=None) -> "Masker":
+    def from_artifact(cls, cfg: MaskingConfig, artifact, *, max_seq_len: int = 512, unigram_counts=None) -> Masker:
         """A masker for ``schemas.artifact.Artifact`` ``artifact`` (its tokenizer's ids and unigram counts;
         ``unigram_counts``: the artifact's, already read, e.g. from a cached copy)."""
         return cls(

@@ -41,7 +41,7 @@ class Rows:
         return np.diff(self.offsets)
 
     @classmethod
-    def from_lists(cls, input_ids, word_start, spans=None) -> "Rows":
+    def from_lists(cls, input_ids, word_start, spans=None) -> Rows:
         """Build from per-row sequences (tests, small tools). ``spans``: per row, a list of (start, end)."""
         lengths = np.array([len(r) for r in input_ids], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
