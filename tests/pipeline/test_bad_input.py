@@ -395,7 +395,7 @@ def test_dataset_card_shows_the_vocab_size_and_tokenizer_path(tmp_path):
 
 def test_long_texts_encoded_in_pieces_give_the_tokens_of_the_whole_text(tmp_path):
     """A huge record is encoded piece by piece (bounded memory); on real text the result is the whole encoding's."""
-    from pipeline.tokenize.tokenized_documents import _Encoded, text_pieces
+    from pipeline.tokenize.encodings import Encoded, text_pieces
 
     text = wikitext2_articles(3, tmp_path).read_text(encoding="utf-8")
     spec = tokenizer.make_spec(tokenizer.train([text], vocab_size=1000), "trained", False)
@@ -403,8 +403,8 @@ def test_long_texts_encoded_in_pieces_give_the_tokens_of_the_whole_text(tmp_path
     pieces = text_pieces(text, 5000)
     assert len(pieces) > 5 and pieces[0][0] == 0 and pieces[-1][1] == len(text)
     assert all(b - a <= 5000 for a, b in pieces) and all(text[a] in "\n " for a, _ in pieces[1:])
-    whole = _Encoded.of(tok.encode(text, add_special_tokens=False))
-    parts = _Encoded.concatenate([_Encoded.of(tok.encode(text[a:b], add_special_tokens=False), a) for a, b in pieces])
+    whole = Encoded.of(tok.encode(text, add_special_tokens=False))
+    parts = Encoded.concatenate([Encoded.of(tok.encode(text[a:b], add_special_tokens=False), a) for a, b in pieces])
     assert len(whole.ids) > 5_000
     assert np.array_equal(whole.ids, parts.ids) and np.array_equal(whole.offsets, parts.offsets)
     assert np.array_equal(np.diff(whole.words) != 0, np.diff(parts.words) != 0)  # the same word starts

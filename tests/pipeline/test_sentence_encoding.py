@@ -12,9 +12,10 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from pipeline.elements import Document, Source, TokenizedDocument
 from pipeline.read.records import ReaderOptions, clean_text, read_file
 from pipeline.tokenize import tokenizer
+from pipeline.tokenize.encodings import Encoded
 from pipeline.tokenize.sentence_encoding import CUT_MARKER, SentenceEncoder
 from pipeline.tokenize.sentences import sentence_spans
-from pipeline.tokenize.tokenized_documents import _Encoded, _TokenizeFn
+from pipeline.tokenize.tokenized_documents import _TokenizeFn
 from tests.conftest import WIKIPEDIA_SAMPLE, wikitext2
 
 FRAGMENTS = [
@@ -226,7 +227,7 @@ def test_random_cuts_are_accepted_only_where_the_tokens_agree():
     rng = random.Random(5)
     accepted = refused_and_different = 0
     for text in texts:
-        whole = _Encoded.of(tok.encode(text, add_special_tokens=False))
+        whole = Encoded.of(tok.encode(text, add_special_tokens=False))
         whole_starts = (
             np.concatenate([[True], whole.words[1:] != whole.words[:-1]]) if len(whole.ids) else np.zeros(0, bool)
         )

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from pipeline.tokenize import tokenizer
+from pipeline.tokenize.encodings import Encoded
 from pipeline.tokenize.sentences import sentence_spans
-from pipeline.tokenize.tokenized_documents import _Encoded
 from tests.conftest import wikitext2
 
 TEXTS = [
@@ -24,8 +24,8 @@ def tok():
 
 def _both(tok, text: str, chars: list[int]):
     chars = np.array(chars, dtype=np.int64)
-    fast = _Encoded.of(tok.encode(text, add_special_tokens=False))
-    exact = np.searchsorted(_Encoded.of(tok.encode(text, add_special_tokens=False)).offsets[:, 0], chars, side="left")
+    fast = Encoded.of(tok.encode(text, add_special_tokens=False))
+    exact = np.searchsorted(Encoded.of(tok.encode(text, add_special_tokens=False)).offsets[:, 0], chars, side="left")
     return fast.first_tokens_at(text, chars), exact, fast
 
 

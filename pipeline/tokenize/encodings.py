@@ -1,0 +1,131 @@
+"""A document's encoding as arrays (:class:`Encoded`), long texts in pieces, character spans to token spans.
+
+Used by ``tokenized_documents``; numpy and the tokenizer's ``Encoding`` only, no Beam.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import numpy as np
+
+
+def char_spans_to_tokens(
+    starts: np.ndarray, ends: np.ndarray, token_starts: np.ndarray, token_ends: np.ndarray, word_start: np.ndarray
+):
+    """Map character spans to token spans ``[first, last + 1)`` covering them.
+
+    A token belongs to a span when its characters overlap the span. The result is widened to
+    whole words (a span never starts or ends inside a word). Returns (token_spans (k, 2) int32,
+    keep mask) where spans covering no token are not kept.
+    """
+    if len(starts) == 0:
+        return np.empty((0, 2), np.int32), np.zeros(0, bool)
+    first = np.searchsorted(token_ends, starts, side="right")  # first token ending after span start
+    last = np.searchsorted(token_starts, ends, side="left")  # one past the last token starting before span end
+    keep = last > first
+    first = first[keep]
+    last = last[keep]
+    if len(first):
+        # widen to word boundaries
+        word_id = np.cumsum(word_start) - 1
+        word_first = np.flatnonzero(word_start)
+        word_end = np.append(word_first[1:], len(word_start))
+        first = word_first[word_id[first]]
+        last = word_end[word_id[last - 1]]
+    return np.stack([first, last], axis=1).astype(np.int32), keep
+
+
+# Longer texts are encoded in pieces cut at a line break (else a space): the tokenizer's own encoding
+# costs about 600 bytes of memory per token, so one 50 MB record used to need ~10 GB. Pieces give the
+# same tokens: the normalizer works per character and the pre-tokenizer splits at every whitespace.
+ENCODE_PIECE_CHARS = 1 << 20
+
+
+def text_pieces(text: str, limit: int) -> list[tuple[int, int]]:
+    """``[start, end)`` character ranges of at most ``limit`` characters, each (but the first) starting at a
+    line break or, failing that, a space; a run of ``limit`` characters without either stays whole."""
+    pieces, start, n = [], 0, len(text)
+    while n - start > limit:
+        cut = text.rfind("\n", start + 1, start + limit)
+        if cut < 0:
+            cut = text.rfind(" ", start + 1, start + limit)
+        if cut < 0:
+            break
+        pieces.append((start, cut))
+        start = cut
+    pieces.append((start, n))
+    return pieces
+
+
+_NON_SPACE = re.compile(r"\S")
+
+
+class Encoded:
+    """A tokenizer encoding as arrays: ids, word numbers (distinct per word) and character offsets (n, 2).
+
+    Offsets are read back from the tokenizer only when asked for (they cost about a quarter of the
+    encoding itself); :meth:`first_tokens_at` answers sentence starts without them.
+    """
+
+    def __init__(self, ids: np.ndarray, words: np.ndarray, offsets: np.ndarray | None = None, encoding=None):
+        self.ids = ids
+        self.words = words
+        self._offsets = offsets
+        self._encoding = encoding
+
+    @property
+    def offsets(self) -> np.ndarray:
+        if self._offsets is None:
+            n = len(self.ids)
+            self._offsets = np.fromiter(
+                itertools.chain.from_iterable(self._encoding.offsets), dtype=np.int64, count=2 * n
+            ).reshape(n, 2)
+        return self._offsets
+
+    def first_tokens_at(self, text: str, chars: np.ndarray) -> np.ndarray:
+        """For each character position of ``text``, the first token starting at or after it (``len(ids)``
+        if none), as ``searchsorted(token_starts, chars, side="left")`` gives it. Without the offsets when
+        it can be proved per position: the tokenizer names the token k holding the first non-space
+        character from there, and start(k) >= c > start(k - 1) makes k the answer; else the offsets decide."""
+        enc = self._encoding
+        if enc is not None and self._offsets is None:
+            out = []
+            for c in chars.tolist():
+                m = _NON_SPACE.search(text, c)
+                k = enc.char_to_token(m.start()) if m else None
+                if k is None or enc.token_to_chars(k)[0] < c or (k > 0 and enc.token_to_chars(k - 1)[0] >= c):
+                    break
+                out.append(k)
+            else:
+                return np.array(out, dtype=np.int64)
+        return np.searchsorted(self.offsets[:, 0], chars, side="left")
+
+    @classmethod
+    def of(cls, enc, char_base: int = 0) -> Encoded:
+        word_ids = enc.word_ids
+        try:
+            w = np.array(word_ids, dtype=np.int64)
+        except TypeError:  # special tokens inside text have no word: each is its own word
+            w = np.array([-1 - i if v is None else v for i, v in enumerate(word_ids)], dtype=np.int64)
+        ids = np.array(enc.ids, dtype=np.int64)
+        if char_base:
+            return cls(ids, w, cls(ids, w, encoding=enc).offsets + char_base)
+        return cls(ids, w, encoding=enc)
+
+    @classmethod
+    def concatenate(cls, parts: list[Encoded]) -> Encoded:
+        if len(parts) == 1:
+            return parts[0]
+        words, base = [], 0
+        for p in parts:  # renumber the words so that no word continues across pieces
+            if len(p.words):
+                w = p.words - p.words.min() + base
+                base = int(w.max()) + 1
+                words.append(w)
+        return cls(
+            np.concatenate([p.ids for p in parts]),
+            np.concatenate(words) if words else np.zeros(0, np.int64),
+            np.concatenate([p.offsets for p in parts]).reshape(-1, 2),
+        )
