@@ -466,6 +466,7 @@ def build_pipeline(
         segmenter_path=segmenter,
         encoder_threads=o.encoder_threads,
         cache_bytes=o.encode_cache_mb << 20,
+        max_word_tokens=shard_spec.max_row_tokens,
     )
     shards = tokenized["documents"] | "WriteShards" >> WriteShards(shard_spec, buffer_bytes=o.spill_buffer_mb << 20)
     dead_letters = (

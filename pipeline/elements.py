@@ -27,6 +27,7 @@ NO_TOKENS = "no_tokens"
 INVALID_UNICODE = "invalid_unicode"
 TOO_DEEP = "json_too_deep"
 TOKENIZER_ERROR = "tokenizer_error"
+WORD_TOO_LONG = "word_too_long"
 
 PREVIEW_CHARS = 1000  # a dead letter shows at most this much of its record
 

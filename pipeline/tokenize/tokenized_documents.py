@@ -23,6 +23,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from pipeline.elements import (
     NO_TOKENS,
     TOKENIZER_ERROR,
+    WORD_TOO_LONG,
     AnnotatedDocument,
     DeadLetter,
     Document,
@@ -49,8 +50,10 @@ class _TokenizeFn(beam.DoFn):
         segmenter_path: str | None = None,
         encoder_threads: int = 1,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        max_word_tokens: int | None = None,
     ):
         self._spec = spec
+        self._max_word_tokens = max_word_tokens
         self._threads = max(1, encoder_threads)
         self._cache_bytes = cache_bytes
         self._ids_dtype = ids_dtype
@@ -202,6 +205,12 @@ class _TokenizeFn(beam.DoFn):
             word_start = np.empty(n, dtype=bool)
             np.not_equal(w[1:], w[:-1], out=word_start[1:])
         word_start[0] = True
+        too_long = self._word_too_long(ids, word_start)
+        if too_long is not None:
+            yield beam.pvalue.TaggedOutput(
+                DEAD_LETTERS, DeadLetter(WORD_TOO_LONG, too_long, doc.source, doc.doc_id, preview(doc.text))
+            )
+            return
         sentence_start = np.zeros(n, dtype=bool)
         if sent:
             if sentence_firsts is not None:
@@ -243,6 +252,24 @@ class _TokenizeFn(beam.DoFn):
             cleaned=doc.cleaned,
             spans=spans,
             span_labels=labels,
+        )
+
+    def _word_too_long(self, ids: np.ndarray, word_start: np.ndarray) -> str | None:
+        """Why the document cannot be packed when one of its words has more tokens than a row holds (a row
+        never starts inside a word: FORMAT.md), else None."""
+        limit = self._max_word_tokens
+        if limit is None or len(ids) <= limit:
+            return None
+        firsts = np.flatnonzero(word_start)
+        lengths = np.diff(np.append(firsts, len(ids)))
+        longest = int(np.argmax(lengths))
+        if lengths[longest] <= limit:
+            return None
+        start = int(firsts[longest])
+        word = self._tok.decode(ids[start : start + min(int(lengths[longest]), 32)].tolist())
+        return (
+            f"word {word[:80]!r}{'...' if lengths[longest] > 32 else ''} at token {start} has "
+            f"{int(lengths[longest])} tokens, more than a row holds ({limit}; --max-seq-len less 2)"
         )
 
     def _ngram_spans(self, text: str, sent: list[tuple[int, int]], word_start, token_starts, token_ends) -> np.ndarray:
@@ -289,7 +316,8 @@ class TokenizeDocuments(beam.PTransform):
     """Encode each document (or annotated document) once and find its word and sentence starts.
 
     Returns a dict: ``documents`` (:class:`TokenizedDocument`) and ``dead_letters`` (documents
-    that produced no token at all, e.g. only characters the normalizer removes).
+    that produced no token at all, e.g. only characters the normalizer removes, that the tokenizer
+    failed on, or with a word of more than ``max_word_tokens`` tokens: more than a row holds).
     """
 
     def __init__(
@@ -300,10 +328,16 @@ class TokenizeDocuments(beam.PTransform):
         batch_size: int = 32,
         encoder_threads: int = 1,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        max_word_tokens: int | None = None,
     ):
         super().__init__()
         self._fn = _TokenizeFn(
-            spec, ids_dtype, segmenter_path=segmenter_path, encoder_threads=encoder_threads, cache_bytes=cache_bytes
+            spec,
+            ids_dtype,
+            segmenter_path=segmenter_path,
+            encoder_threads=encoder_threads,
+            cache_bytes=cache_bytes,
+            max_word_tokens=max_word_tokens,
         )
         self._batch_size = batch_size
 

@@ -23,7 +23,10 @@ NO_SPANS.flags.writeable = False
 
 
 def _cut_long(start: int, end: int, word_start: np.ndarray, limit: int) -> list[tuple[int, int]]:
-    """Cut ``[start, end)`` into pieces of at most ``limit`` tokens, at word starts where possible."""
+    """Cut ``[start, end)`` into pieces of at most ``limit`` tokens, at word starts where possible.
+
+    A word longer than ``limit`` is cut between its tokens here; the job never gets that far with one (such a
+    document is dead-lettered as ``word_too_long`` when it is tokenized), since a row must start at a word start."""
     pieces = []
     pos = start
     while end - pos > limit:
