@@ -85,22 +85,44 @@ class Encoded:
         return self._offsets
 
     def first_tokens_at(self, text: str, chars: np.ndarray) -> np.ndarray:
-        """For each character position of ``text``, the first token starting at or after it (``len(ids)``
-        if none), as ``searchsorted(token_starts, chars, side="left")`` gives it. Without the offsets when
-        it can be proved per position: the tokenizer names the token k holding the first non-space
-        character from there, and start(k) >= c > start(k - 1) makes k the answer; else the offsets decide."""
+        """For each character position ``c`` of ``text`` (a sentence start), the sentence's first token: the first
+        token starting at or after ``c``, or the token that holds ``c`` when only whitespace precedes ``c`` in it (an
+        added token with ``lstrip`` takes the whitespace before it into its span); ``len(ids)`` if none.
+
+        Without the offsets when it can be proved per position: the tokenizer names the token k holding the first
+        non-space character from there; k is the answer when it starts at or after ``c`` and k - 1 starts before
+        ``c``, or when it starts before ``c`` with only whitespace in between and k - 1 ends at or before ``c``.
+        Else the offsets decide (:meth:`first_tokens_exact`)."""
         enc = self._encoding
         if enc is not None and self._offsets is None:
             out = []
             for c in chars.tolist():
                 m = _NON_SPACE.search(text, c)
                 k = enc.char_to_token(m.start()) if m else None
-                if k is None or enc.token_to_chars(k)[0] < c or (k > 0 and enc.token_to_chars(k - 1)[0] >= c):
+                if k is None:
+                    break
+                start = enc.token_to_chars(k)[0]
+                if start >= c:
+                    if k > 0 and enc.token_to_chars(k - 1)[0] >= c:
+                        break
+                elif not (text[start:c].isspace() and (k == 0 or enc.token_to_chars(k - 1)[1] <= c)):
                     break
                 out.append(k)
             else:
                 return np.array(out, dtype=np.int64)
-        return np.searchsorted(self.offsets[:, 0], chars, side="left")
+        return self.first_tokens_exact(text, chars)
+
+    def first_tokens_exact(self, text: str, chars: np.ndarray) -> np.ndarray:
+        """:meth:`first_tokens_at` from the offsets."""
+        starts, ends = self.offsets[:, 0], self.offsets[:, 1]
+        after = np.searchsorted(starts, chars, side="left")  # first token starting at or after c
+        holding = np.searchsorted(ends, chars, side="right")  # first token ending after c
+        out = after.copy()
+        for i in np.flatnonzero(holding < after).tolist():
+            start, c = int(starts[holding[i]]), int(chars[i])
+            if start < c and text[start:c].isspace():
+                out[i] = holding[i]
+        return out
 
     @classmethod
     def of(cls, enc, char_base: int = 0) -> Encoded:

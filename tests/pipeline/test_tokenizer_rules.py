@@ -7,9 +7,15 @@ import json
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer
 
 from pipeline import verify
+from pipeline.elements import Document
+from pipeline.read.records import ReaderOptions, read_file
+from pipeline.tokenize import tokenizer
+from pipeline.tokenize.tokenized_documents import _TokenizeFn
 from schemas.artifact import Artifact
+from schemas.format import SPECIAL_TOKENS
 from tests.conftest import WIKITEXT2_BUILD, build, wikitext2
 
 
@@ -38,3 +44,43 @@ def test_a_word_longer_than_a_row_dead_letters_its_document_and_the_artifact_ver
             assert np.diff(starts).max() <= 6
             words += len(starts) - 1
     assert words > 10_000
+
+
+def _wikitext_documents() -> list[Document]:
+    opts = ReaderOptions(input_format="wikitext", wikitext_unk=SPECIAL_TOKENS["unk"])
+    return [r for r in read_file(str(wikitext2("valid")), opts) if isinstance(r, Document)]
+
+
+def _tokenize(spec: tokenizer.TokenizerSpec, docs: list[Document], sentence_path: bool) -> list:
+    fn = _TokenizeFn(spec, "int32")
+    fn.setup()
+    if not sentence_path:
+        fn._sentences = None  # the whole-document path: sentence starts placed through the offsets
+    assert sentence_path == (fn._sentences is not None)
+    out = []
+    for i in range(0, len(docs), 32):
+        out.extend(fn.process(docs[i : i + 32]))
+    out.extend(o.value for o in fn.finish_bundle())
+    fn.teardown()
+    return out
+
+
+def test_an_lstrip_added_token_starts_its_sentence_on_the_whole_document_path():
+    """Issue 21 item 10: [UNK] with lstrip (WikiText's <unk> at a sentence start) takes the space before it into
+    its span; the whole-document path placed the sentence start one token late."""
+    docs = _wikitext_documents()
+    config = json.loads(tokenizer.train([d.text for d in docs], vocab_size=4000).to_str())
+    for added in config["added_tokens"]:
+        if added["content"] == SPECIAL_TOKENS["unk"]:
+            added["lstrip"] = True
+    spec = tokenizer.make_spec(Tokenizer.from_str(json.dumps(config)), "file")
+    by_sentences, whole = _tokenize(spec, docs, True), _tokenize(spec, docs, False)
+    unk = spec.load().token_to_id(SPECIAL_TOKENS["unk"])
+    assert len(by_sentences) == len(whole) == len(docs) == 60
+    unk_starts = 0
+    for a, b in zip(by_sentences, whole):
+        assert a.ids.tobytes() == b.ids.tobytes()
+        assert a.word_start.tolist() == b.word_start.tolist()
+        assert a.sentence_start.tolist() == b.sentence_start.tolist(), a.doc_id
+        unk_starts += int((a.sentence_start[1:] & (a.ids[1:] == unk)).sum())
+    assert unk_starts > 10  # sentences that start with the lstrip token were compared
