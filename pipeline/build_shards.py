@@ -134,7 +134,11 @@ class BuildShardsOptions(PipelineOptions):
         )
 
         g = parser.add_argument_group("tokenizer (one of)")
-        g.add_argument("--tokenizer", default=None, help="Hugging Face tokenizer.json of a WordPiece tokenizer")
+        g.add_argument(
+            "--tokenizer",
+            default=None,
+            help="Hugging Face tokenizer.json of a WordPiece tokenizer (BertPreTokenizer; BertNormalizer or none)",
+        )
         g.add_argument("--vocab", default=None, help="BERT vocab.txt (WordPiece, one token per line)")
         g.add_argument(
             "--train-tokenizer",
@@ -375,7 +379,7 @@ def _load_tokenizer(o, paths: list[str]) -> tokenizer.TokenizerSpec:
     except OSError as e:
         raise UsageError(f"cannot read the tokenizer: {e}") from None
     except tokenizer.TokenizerError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(f"--tokenizer {o.tokenizer}: {e}" if o.tokenizer else str(e)) from None
     # Train on the input, read once here in the launching process (for big corpora, train once
     # and pass --tokenizer to later runs).
     if not o.train_tokenizer:

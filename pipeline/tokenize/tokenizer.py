@@ -145,7 +145,7 @@ def train(
     )
     bpe.train_from_iterator((words(t) for t in texts), trainer)
     vocab: dict[str, int] = {}
-    for token, i in sorted(bpe.get_vocab().items(), key=lambda kv: kv[1]):
+    for token, _ in sorted(bpe.get_vocab().items(), key=lambda kv: kv[1]):
         if token not in SPECIAL_TOKENS.values() and _is_private(token[0]):
             token = "##" + _from_private(token)
         else:
@@ -154,6 +154,33 @@ def train(
     tok = Tokenizer(models.WordPiece(vocab, unk_token=SPECIAL_TOKENS["unk"], max_input_chars_per_word=100))
     tok.add_special_tokens(list(SPECIAL_TOKENS.values()))
     return _add_post_processor(_bert_pipeline(tok, lowercase))
+
+
+SUPPORTED = "a WordPiece model behind BertPreTokenizer, with a BertNormalizer or no normalizer"
+
+
+def _component(config: dict | None) -> str:
+    """A normalizer's or pre-tokenizer's type as its JSON names it; a Sequence with its members."""
+    if not config:
+        return "none"
+    kind = str(config.get("type"))
+    members = config.get("normalizers") or config.get("pretokenizers")
+    if kind == "Sequence" and isinstance(members, list):
+        return f"Sequence[{', '.join(_component(m) for m in members)}]"
+    return kind
+
+
+def check_supported(tok: Tokenizer) -> None:
+    """Raise :class:`TokenizerError` unless ``tok`` is a family whose rows are proved right (word starts, literal
+    special tokens kept as text; FORMAT.md): a pre-tokenizer that does not split at punctuation (``WhitespaceSplit``)
+    reads ``[MASK]`` in text as the mask id, and byte-level BPE and Unigram are not handled yet."""
+    config = json.loads(tok.to_str())
+    model = str((config.get("model") or {}).get("type"))
+    pre, norm = _component(config.get("pre_tokenizer")), _component(config.get("normalizer"))
+    if model != "WordPiece" or pre != "BertPreTokenizer" or norm not in ("none", "BertNormalizer"):
+        raise TokenizerError(
+            f"model {model}, pre-tokenizer {pre}, normalizer {norm}: not supported (supported: {SUPPORTED})"
+        )
 
 
 @dataclass(frozen=True)
@@ -202,6 +229,7 @@ class TokenizerSpec:
 
 def make_spec(tok: Tokenizer, source: str, lowercase: bool | None = None) -> TokenizerSpec:
     """Disable truncation/padding, check the special tokens, and freeze the tokenizer to JSON."""
+    check_supported(tok)
     tok.no_truncation()
     tok.no_padding()
     missing = [t for t in SPECIAL_TOKENS.values() if tok.token_to_id(t) is None]

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from pipeline import verify
 from pipeline.elements import Document
@@ -84,3 +84,62 @@ def test_an_lstrip_added_token_starts_its_sentence_on_the_whole_document_path():
         assert a.sentence_start.tolist() == b.sentence_start.tolist(), a.doc_id
         unk_starts += int((a.sentence_start[1:] & (a.ids[1:] == unk)).sum())
     assert unk_starts > 10  # sentences that start with the lstrip token were compared
+
+
+def _other_families(docs: list[Document]) -> dict[str, Tokenizer]:
+    """Tokenizers of families the job cannot handle yet, trained here on real text with BERT's special tokens."""
+    texts = [d.text for d in docs]
+    specials = list(SPECIAL_TOKENS.values())
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=2000,
+            special_tokens=specials,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
+    unigram = Tokenizer(models.Unigram())
+    unigram.normalizer = normalizers.NFKC()
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    unigram.train_from_iterator(
+        texts,
+        trainers.UnigramTrainer(vocab_size=2000, special_tokens=specials, unk_token="[UNK]", show_progress=False),
+    )
+    whitespace = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    whitespace.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    whitespace.train_from_iterator(
+        texts, trainers.WordPieceTrainer(vocab_size=2000, special_tokens=specials, show_progress=False)
+    )
+    return {
+        "BPE, pre-tokenizer ByteLevel": bpe,
+        "Unigram, pre-tokenizer Metaspace": unigram,
+        "WordPiece, pre-tokenizer WhitespaceSplit": whitespace,
+    }
+
+
+def test_tokenizers_the_job_cannot_handle_are_refused_in_one_line(tmp_path, capsys):
+    """Issue 21 items 6b and 6c: a WordPiece tokenizer.json behind WhitespaceSplit read literal [MASK] in the text
+    as the mask id, Unigram did the same, and verify rejected the artifacts; each is refused before any work."""
+    from pipeline import build_shards
+
+    docs = _wikitext_documents()[:3]
+    corpus = tmp_path / "wiki.tokens"
+    # real WikiText articles, one paragraph of which writes the special tokens literally
+    text = wikitext2("valid").read_text(encoding="utf-8")
+    corpus.write_text(text[: text.index(" = ", 200_000)] + " Literal [MASK] , [SEP] , [CLS] and [PAD] in text . \n")
+    for found, tok in _other_families(docs).items():
+        path = tmp_path / "tokenizer.json"
+        tok.save(str(path))
+        out = tmp_path / "out"
+        argv = ["--input", str(corpus), "--input-format", "wikitext", "--tokenizer", str(path), "--output", str(out)]
+        argv += ["--runner", "FnApiRunner", "--num-shards", "2"]
+        assert build_shards.main(argv) == 2, found
+        captured = capsys.readouterr().err
+        err = [line for line in captured.splitlines() if " INFO " not in line]  # the log's progress lines aside
+        assert "Traceback" not in captured and len(err) == 1, captured
+        assert err[0].startswith("build_shards: error: --tokenizer " + str(path)), err
+        assert f"model {found}" in err[0] and "not supported (supported: a WordPiece model" in err[0], err
+        assert not (out / "manifest.json").exists()
