@@ -37,7 +37,7 @@ from pipeline.read.documents import ReadDocuments
 from pipeline.read.ranges import DEFAULT_SPLIT_BYTES
 from pipeline.read.records import DEFAULT_MAX_RECORD_BYTES, ReaderOptions, read_file
 from pipeline.segmenter import Segmenter
-from pipeline.tokenize import tokenizer
+from pipeline.tokenize import hf_directory, tokenizer
 from pipeline.tokenize.tokenized_documents import TokenizeDocuments
 from pipeline.write.dead_letters import WriteDeadLetters
 from pipeline.write.manifest import WriteManifest, library_versions
@@ -140,6 +140,14 @@ class BuildShardsOptions(PipelineOptions):
             help="Hugging Face tokenizer.json of a WordPiece tokenizer (BertPreTokenizer; BertNormalizer or none)",
         )
         g.add_argument("--vocab", default=None, help="BERT vocab.txt (WordPiece, one token per line)")
+        g.add_argument(
+            "--tokenizer-from",
+            "--tokenizer_from",
+            dest="tokenizer_from",
+            default=None,
+            help="a Hugging Face tokenizer directory (a checkpoint's): tokenizer.json, or vocab.txt + "
+            "tokenizer_config.json, read as transformers.AutoTokenizer reads it",
+        )
         g.add_argument(
             "--train-tokenizer",
             "--train_tokenizer",
@@ -298,14 +306,15 @@ def _validate(o: argparse.Namespace) -> None:
         raise UsageError(f"--encode-cache-mb must be 0 (no cache) or more, got {o.encode_cache_mb}")
     if o.encoder_threads < 0:
         raise UsageError(f"--encoder-threads must be 0 (automatic) or more, got {o.encoder_threads}")
-    sources = [s for s in ("tokenizer", "vocab") if getattr(o, s)] + (["train_tokenizer"] if o.train_tokenizer else [])
-    if len(sources) > 1:
-        raise UsageError("give only one of --tokenizer, --vocab, --train-tokenizer")
+    sources = [s for s in ("tokenizer", "vocab", "tokenizer_from") if getattr(o, s)]
+    if len(sources + (["train_tokenizer"] if o.train_tokenizer else [])) > 1:
+        raise UsageError("give only one of --tokenizer, --vocab, --tokenizer-from, --train-tokenizer")
     if o.vocab_size < len(fmt.SPECIAL_TOKENS) + 1:
         raise UsageError(f"--vocab-size {o.vocab_size} is too small")
-    if o.tokenizer and o.lowercase:
+    if (o.tokenizer or o.tokenizer_from) and o.lowercase:
         raise UsageError(
-            "--lowercase applies to --vocab and --train-tokenizer; a tokenizer.json carries its own normalizer"
+            "--lowercase applies to --vocab and --train-tokenizer; a tokenizer.json or a tokenizer directory "
+            "carries its own casing"
         )
 
 
@@ -376,10 +385,13 @@ def _load_tokenizer(o, paths: list[str]) -> tokenizer.TokenizerSpec:
             return tokenizer.make_spec(tokenizer.from_file(o.tokenizer), "file")
         if o.vocab:
             return tokenizer.make_spec(tokenizer.from_vocab(o.vocab, o.lowercase), "vocab", o.lowercase)
+        if o.tokenizer_from:
+            return tokenizer.make_spec(hf_directory.from_directory(o.tokenizer_from)[0], "directory")
     except OSError as e:
         raise UsageError(f"cannot read the tokenizer: {e}") from None
     except tokenizer.TokenizerError as e:
-        raise UsageError(f"--tokenizer {o.tokenizer}: {e}" if o.tokenizer else str(e)) from None
+        given = f"--tokenizer {o.tokenizer}" if o.tokenizer else f"--tokenizer-from {o.tokenizer_from}"
+        raise UsageError(f"{given}: {e}" if o.tokenizer or o.tokenizer_from else str(e)) from None
     # Train on the input, read once here in the launching process (for big corpora, train once
     # and pass --tokenizer to later runs).
     if not o.train_tokenizer:

@@ -1,0 +1,130 @@
+"""The tokenizer of a Hugging Face tokenizer directory, built as ``transformers.AutoTokenizer`` builds it.
+
+A continued-pre-training artifact must use exactly the checkpoint's tokenizer: ``build_shards --tokenizer-from DIR``
+reads what ``AutoTokenizer.from_pretrained(DIR)`` reads (transformers 5) and gives the same ids:
+
+* ``tokenizer_config.json`` names the class (``tokenizer_class``; else ``config.json``'s ``model_type`` ``bert``).
+  For BERT's class, transformers rebuilds the normalizer from the config whatever ``tokenizer.json`` holds:
+  ``BertNormalizer(clean_text=True, handle_chinese_chars=tokenize_chinese_chars, strip_accents=strip_accents,
+  lowercase=do_lower_case)``, with transformers' defaults (``do_lower_case`` true, ``tokenize_chinese_chars``
+  true, ``strip_accents`` unset: it follows the casing), behind ``BertPreTokenizer``; so does this module.
+* ``tokenizer.json``, when present, gives the vocabulary (and, for other classes, the whole tokenizer as is);
+  else ``vocab.txt`` (one WordPiece a line) for BERT's class; ``vocab.json`` + ``merges.txt`` alone is a
+  byte-level BPE (RoBERTa, GPT-2), refused for now like any family ``tokenizer.check_supported`` refuses.
+* The special tokens of the config (``unk_token`` ... ``mask_token``, or ``special_tokens_map.json``) must be
+  BERT's five names, the only ones an artifact records so far.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from apache_beam.io.filesystems import FileSystems
+from tokenizers import Tokenizer, normalizers, pre_tokenizers
+
+from pipeline.tokenize.tokenizer import SUPPORTED, TokenizerError, from_file, from_vocab
+from schemas.format import SPECIAL_TOKENS
+
+BERT_CLASSES = ("BertTokenizer", "BertTokenizerFast")
+CONFIG = "tokenizer_config.json"
+
+
+def _join(directory: str, name: str) -> str:
+    return FileSystems.join(directory.rstrip("/"), name)
+
+
+def _exists(path: str) -> bool:
+    return FileSystems.exists(path)
+
+
+def _json(path: str) -> dict[str, Any]:
+    with FileSystems.open(path) as f:
+        raw = f.read()
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise TokenizerError(f"{path}: not a JSON file: {e}") from None
+    if not isinstance(value, dict):
+        raise TokenizerError(f"{path}: not a JSON object")
+    return value
+
+
+def _token(value: Any) -> str | None:
+    """A special token as the config writes it: a string, or an AddedToken object with ``content``."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _check_special_tokens(directory: str, config: dict[str, Any]) -> None:
+    named = {}
+    path = _join(directory, "special_tokens_map.json")
+    sources = [_json(path)] if _exists(path) else []
+    for source in sources + [config]:  # the config's own entries win, as in transformers
+        for role in SPECIAL_TOKENS:
+            token = _token(source.get(f"{role}_token"))
+            if token is not None:
+                named[role] = token
+    other = {role: token for role, token in named.items() if token != SPECIAL_TOKENS[role]}
+    if other:
+        found = ", ".join(f"{role} {token!r}" for role, token in sorted(other.items()))
+        raise TokenizerError(
+            f"{directory}: special tokens {found}: not supported (supported: BERT's "
+            f"{' '.join(SPECIAL_TOKENS.values())})"
+        )
+
+
+def _tokenizer_class(directory: str, config: dict[str, Any]) -> str | None:
+    name = config.get("tokenizer_class")
+    if isinstance(name, str):
+        return name
+    path = _join(directory, "config.json")
+    if _exists(path) and _json(path).get("model_type") == "bert":
+        return "BertTokenizer"
+    return None
+
+
+def _bert_normalizer(config: dict[str, Any]) -> normalizers.Normalizer:
+    strip_accents = config.get("strip_accents")
+    return normalizers.BertNormalizer(
+        clean_text=True,
+        handle_chinese_chars=bool(config.get("tokenize_chinese_chars", True)),
+        strip_accents=None if strip_accents is None else bool(strip_accents),
+        lowercase=bool(config.get("do_lower_case", True)),
+    )
+
+
+def from_directory(directory: str) -> tuple[Tokenizer, str]:
+    """The tokenizer of ``directory`` and which file gave its vocabulary (``tokenizer.json`` or ``vocab.txt``)."""
+    if not _exists(directory):
+        raise TokenizerError(f"{directory}: no such directory")
+    config_path = _join(directory, CONFIG)
+    config = _json(config_path) if _exists(config_path) else {}
+    _check_special_tokens(directory, config)
+    kind = _tokenizer_class(directory, config)
+    bert = kind in BERT_CLASSES
+    tokenizer_json, vocab_txt = _join(directory, "tokenizer.json"), _join(directory, "vocab.txt")
+    if _exists(tokenizer_json):
+        tok = from_file(tokenizer_json)
+        if bert:
+            model = json.loads(tok.to_str()).get("model") or {}
+            if model.get("type") != "WordPiece":
+                raise TokenizerError(f"{tokenizer_json}: {kind} with a {model.get('type')} model (not supported)")
+            tok.normalizer = _bert_normalizer(config)
+            tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        return tok, "tokenizer.json"
+    if _exists(vocab_txt):
+        if not bert:
+            raise TokenizerError(
+                f"{directory}: vocab.txt without a {CONFIG} naming BertTokenizer (its casing is unknown): "
+                "give --vocab vocab.txt, with --lowercase for an uncased vocabulary"
+            )
+        tok = from_vocab(vocab_txt)
+        tok.normalizer = _bert_normalizer(config)
+        return tok, "vocab.txt"
+    if _exists(_join(directory, "vocab.json")) and _exists(_join(directory, "merges.txt")):
+        raise TokenizerError(
+            f"{directory}: vocab.json + merges.txt is a byte-level BPE tokenizer: not supported (supported: {SUPPORTED})"
+        )
+    raise TokenizerError(f"{directory}: no tokenizer.json, vocab.txt, or vocab.json + merges.txt in it")
