@@ -11,7 +11,7 @@ DIR receives what ``transformers.BertForMaskedLM.from_pretrained(DIR)`` and
     config.json             BertConfig (architectures: BertForMaskedLM)
     model.safetensors       encoder + MLM head in Hugging Face's names (the decoder is tied, as HF saves it)
     tokenizer.json          the artifact's tokenizer, byte for byte
-    tokenizer_config.json   BertTokenizer, lower-casing as the artifact's tokenizer, model_max_length
+    tokenizer_config.json   BertTokenizer, lower-casing and accents as the artifact's tokenizer, model_max_length
     vocab.txt               the WordPiece vocabulary in id order
     special_tokens_map.json
 
@@ -164,6 +164,22 @@ def hf_config(cfg: ModelConfig) -> dict:
     }
 
 
+def _tokenizer_class(tokenizer_json: str, tokenizer_meta: dict) -> dict:
+    """The class AutoTokenizer builds and its settings. transformers rebuilds BertTokenizer's normalizer from
+    ``do_lower_case``, ``strip_accents`` and ``tokenize_chinese_chars`` (defaults: lower-case, strip accents when
+    lower-casing), whatever tokenizer.json holds: all three are written as the tokenizer's BertNormalizer has them.
+    A tokenizer without a BertNormalizer is loaded as is (PreTrainedTokenizerFast)."""
+    norm = json.loads(tokenizer_json).get("normalizer") or {}
+    if norm.get("type") != "BertNormalizer":
+        return {"tokenizer_class": "PreTrainedTokenizerFast"}
+    return {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": bool(norm.get("lowercase", tokenizer_meta.get("lowercase", False))),
+        "strip_accents": norm.get("strip_accents"),
+        "tokenize_chinese_chars": bool(norm.get("handle_chinese_chars", True)),
+    }
+
+
 def write_tokenizer_files(tokenizer_json: str, tokenizer_meta: dict, max_seq_len: int, out: str) -> None:
     """tokenizer.json as trained, plus the files BertTokenizer / AutoTokenizer expect next to it."""
     with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
@@ -179,8 +195,7 @@ def write_tokenizer_files(tokenizer_json: str, tokenizer_meta: dict, max_seq_len
     with open(os.path.join(out, "special_tokens_map.json"), "w", encoding="utf-8") as f:
         json.dump(special_map, f, indent=2, sort_keys=True)
     tokenizer_config = {
-        "tokenizer_class": "BertTokenizer",
-        "do_lower_case": bool(tokenizer_meta.get("lowercase", False)),
+        **_tokenizer_class(tokenizer_json, tokenizer_meta),
         "model_max_length": max_seq_len,
         "clean_up_tokenization_spaces": False,
         **special_map,

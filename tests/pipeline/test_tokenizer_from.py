@@ -1,5 +1,6 @@
 """``build_shards --tokenizer-from DIR``: an artifact whose rows are exactly what ``transformers.AutoTokenizer``
-makes of a Hugging Face tokenizer directory, cased and uncased, on WikiText-2 and the Wikipedia sample."""
+makes of a Hugging Face tokenizer directory (ids and word starts), cased and uncased, on WikiText-2 and the
+Wikipedia sample; and the trainer's export of its tokenizer loads back in AutoTokenizer as the same tokenizer."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from pipeline.elements import Document
 from pipeline.read.records import ReaderOptions, read_file
 from pipeline.tokenize import tokenizer
 from pipeline.verify import verify
+from schemas.artifact import Artifact
 from tests.conftest import WIKIPEDIA_SAMPLE, build, wikitext2
+from trainer.export import write_tokenizer_files
 
 transformers = pytest.importorskip("transformers")
 
@@ -67,12 +70,12 @@ def _build(corpus, directory: Path, out: Path, *extra: str) -> dict:
     return manifest
 
 
-def _rows(artifact: Path) -> dict[str, list[int]]:
+def _rows(artifact: Path, column: str = "input_ids") -> dict[str, list]:
     """Each document's rows, concatenated."""
-    by_doc: dict[str, list[int]] = {}
+    by_doc: dict[str, list] = {}
     for shard in sorted((artifact / "shards").glob("*.arrow")):
-        for row in ipc.open_file(shard).read_all().select(["doc_id", "input_ids"]).to_pylist():
-            by_doc.setdefault(row["doc_id"], []).extend(row["input_ids"])
+        for row in ipc.open_file(shard).read_all().select(["doc_id", column]).to_pylist():
+            by_doc.setdefault(row["doc_id"], []).extend(row[column])
     return by_doc
 
 
@@ -80,17 +83,30 @@ def _assert_exact(corpus, directory: Path, out: Path) -> int:
     """Every document's rows, concatenated, are AutoTokenizer(DIR)'s ids of its cleaned text; verify passes."""
     auto = transformers.AutoTokenizer.from_pretrained(str(directory))
     artifacts = [out] + ([out.with_name(out.name + "-wikipedia")] if corpus["wikipedia"] is not None else [])
-    rows: dict[str, list[int]] = {}
+    rows: dict[str, list] = {}
+    starts: dict[str, list] = {}
     for artifact in artifacts:
         report = verify(str(artifact))
         assert report.ok, report.problems
         rows.update(_rows(artifact))
-    checked = 0
+        starts.update(_rows(artifact, "word_start"))
+    # the trainer's export writes tokenizer files that AutoTokenizer reads back to the same tokenizer
+    exported = out.with_name(out.name + "-export")
+    exported.mkdir()
+    art = Artifact.open(str(out))
+    write_tokenizer_files(art.tokenizer_json(), art.manifest["tokenizer"], 512, str(exported))
+    reloaded = transformers.AutoTokenizer.from_pretrained(str(exported))
+    checked = words = 0
     for doc in _documents(corpus):
-        expected = auto(doc.text, add_special_tokens=False)["input_ids"]
+        encoding = auto(doc.text, add_special_tokens=False)
+        expected = encoding["input_ids"]
         assert rows[doc.doc_id] == expected, doc.doc_id
+        assert reloaded(doc.text, add_special_tokens=False)["input_ids"] == expected, doc.doc_id
+        w = encoding.word_ids()
+        assert starts[doc.doc_id] == [i == 0 or w[i] != w[i - 1] for i in range(len(w))], doc.doc_id
         checked += len(expected)
-    assert checked > 200_000
+        words += sum(starts[doc.doc_id])
+    assert checked > 200_000 and words > 100_000
     return checked
 
 
