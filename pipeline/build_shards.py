@@ -137,7 +137,7 @@ class BuildShardsOptions(PipelineOptions):
         g.add_argument(
             "--tokenizer",
             default=None,
-            help="Hugging Face tokenizer.json of a WordPiece tokenizer (BertPreTokenizer; BertNormalizer or none)",
+            help="Hugging Face tokenizer.json: WordPiece (BertPreTokenizer; BertNormalizer or none) or byte-level BPE",
         )
         g.add_argument("--vocab", default=None, help="BERT vocab.txt (WordPiece, one token per line)")
         g.add_argument(

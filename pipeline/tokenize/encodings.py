@@ -39,17 +39,23 @@ def char_spans_to_tokens(
 
 # Longer texts are encoded in pieces cut at a line break (else a space): the tokenizer's own encoding
 # costs about 600 bytes of memory per token, so one 50 MB record used to need ~10 GB. Pieces give the
-# same tokens: the normalizer works per character and the pre-tokenizer splits at every whitespace.
+# same tokens: WordPiece's normalizer works per character and its pre-tokenizer splits at every whitespace.
+# Byte-level BPE's regex keeps a run of whitespace together (and a space before a word joins the word), so there
+# a piece starts only at a line feed followed by a non-space character, not an added token (``strict``): the regex makes such a line
+# feed a word of its own, and the whitespace before it ends the same way at the end of a piece (``families.py``).
 ENCODE_PIECE_CHARS = 1 << 20
 
 
-def text_pieces(text: str, limit: int) -> list[tuple[int, int]]:
+def text_pieces(text: str, limit: int, strict: bool = False, added: tuple[str, ...] = ()) -> list[tuple[int, int]]:
     """``[start, end)`` character ranges of at most ``limit`` characters, each (but the first) starting at a
-    line break or, failing that, a space; a run of ``limit`` characters without either stays whole."""
+    line break or, failing that, a space; a run of ``limit`` characters without either stays whole. ``strict``:
+    only at a line feed followed by a non-space character that does not start one of the ``added`` tokens (the
+    tokenizer matches those first, so the regex would see the line feed at the end of a stretch of text; a text
+    without such a line feed within the limit stays whole)."""
     pieces, start, n = [], 0, len(text)
     while n - start > limit:
-        cut = text.rfind("\n", start + 1, start + limit)
-        if cut < 0:
+        cut = _strict_cut(text, start, limit, added) if strict else text.rfind("\n", start + 1, start + limit)
+        if cut < 0 and not strict:
             cut = text.rfind(" ", start + 1, start + limit)
         if cut < 0:
             break
@@ -57,6 +63,17 @@ def text_pieces(text: str, limit: int) -> list[tuple[int, int]]:
         start = cut
     pieces.append((start, n))
     return pieces
+
+
+def _strict_cut(text: str, start: int, limit: int, added: tuple[str, ...]) -> int:
+    """The last line feed in ``text[start + 1 : start + limit]`` followed by a non-space character, or -1.
+    (Python's whitespace includes every character the regex's ``\\s`` matches.)"""
+    end = start + limit
+    while True:
+        cut = text.rfind("\n", start + 1, end)
+        if cut < 0 or (cut + 1 < len(text) and not text[cut + 1].isspace() and not text.startswith(added, cut + 1)):
+            return cut
+        end = cut
 
 
 _NON_SPACE = re.compile(r"\S")

@@ -10,7 +10,7 @@ reads what ``AutoTokenizer.from_pretrained(DIR)`` reads (transformers 5) and giv
   true, ``strip_accents`` unset: it follows the casing), behind ``BertPreTokenizer``; so does this module.
 * ``tokenizer.json``, when present, gives the vocabulary (and, for other classes, the whole tokenizer as is);
   else ``vocab.txt`` (one WordPiece a line) for BERT's class; ``vocab.json`` + ``merges.txt`` alone is a
-  byte-level BPE (RoBERTa, GPT-2), refused for now like any family ``tokenizer.check_supported`` refuses.
+  byte-level BPE (RoBERTa, GPT-2), refused for now (a tokenizer.json of one is read).
 * The special tokens of the config (``unk_token`` ... ``mask_token``, or ``special_tokens_map.json``) must be
   BERT's five names, the only ones an artifact records so far.
 """
@@ -23,7 +23,8 @@ from typing import Any
 from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer, normalizers, pre_tokenizers
 
-from pipeline.tokenize.tokenizer import SUPPORTED, TokenizerError, from_file, from_vocab
+from pipeline.tokenize.families import SUPPORTED, TokenizerError
+from pipeline.tokenize.tokenizer import from_file, from_vocab
 from schemas.format import SPECIAL_TOKENS
 
 BERT_CLASSES = ("BertTokenizer", "BertTokenizerFast")

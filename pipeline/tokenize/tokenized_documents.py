@@ -9,6 +9,7 @@ aligned to tokens the same way; n-gram spans come from the segmenter over the to
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ from pipeline.elements import (
 )
 from pipeline.segmenter import Segmenter
 from pipeline.tokenize.encodings import ENCODE_PIECE_CHARS, Encoded, char_spans_to_tokens, text_pieces
+from pipeline.tokenize.families import WORDPIECE
 from pipeline.tokenize.sentence_encoding import DEFAULT_CACHE_BYTES, SentenceEncoder
 from pipeline.tokenize.sentences import sentence_spans
 from pipeline.tokenize.tokenizer import TokenizerSpec
@@ -64,6 +66,7 @@ class _TokenizeFn(beam.DoFn):
 
     def setup(self):
         self._tok = self._spec.load_for_text()
+        self._added = tuple(t["content"] for t in json.loads(self._tok.to_str()).get("added_tokens") or [])
         self._dtype = np.dtype(self._ids_dtype)
         sentence_spans("Warm up. Punkt.", self._language)
         self._segmenter = None
@@ -175,7 +178,9 @@ class _TokenizeFn(beam.DoFn):
         try:
             parts = [
                 Encoded.of(self._tok.encode(doc.text[a:b], add_special_tokens=False), a)
-                for a, b in text_pieces(doc.text, ENCODE_PIECE_CHARS)
+                for a, b in text_pieces(
+                    doc.text, ENCODE_PIECE_CHARS, strict=self._spec.family != WORDPIECE, added=self._added
+                )
             ]
         except Exception as e:
             return f"the tokenizer cannot encode this text: {type(e).__name__}: {e}"

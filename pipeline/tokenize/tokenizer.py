@@ -10,22 +10,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from schemas.format import SPECIAL_TOKENS  # BERT's special tokens; every artifact's tokenizer must have all five
+from pipeline.tokenize.families import WORDPIECE, TokenizerError, family, special_roles
+from schemas.format import SPECIAL_TOKENS  # BERT's special tokens, by role: what this module builds and trains
 
 log = logging.getLogger(__name__)
 
 # SpanBERT used a cased vocabulary of about 29k WordPieces (BERT-base-cased has 28,996).
 DEFAULT_VOCAB_SIZE = 28996
-
-
-class TokenizerError(ValueError):
-    pass
 
 
 def _bert_pipeline(tok: Tokenizer, lowercase: bool) -> Tokenizer:
@@ -156,40 +153,19 @@ def train(
     return _add_post_processor(_bert_pipeline(tok, lowercase))
 
 
-SUPPORTED = "a WordPiece model behind BertPreTokenizer, with a BertNormalizer or no normalizer"
-
-
-def _component(config: dict | None) -> str:
-    """A normalizer's or pre-tokenizer's type as its JSON names it; a Sequence with its members."""
-    if not config:
-        return "none"
-    kind = str(config.get("type"))
-    members = config.get("normalizers") or config.get("pretokenizers")
-    if kind == "Sequence" and isinstance(members, list):
-        return f"Sequence[{', '.join(_component(m) for m in members)}]"
-    return kind
-
-
-def check_supported(tok: Tokenizer) -> None:
-    """Raise :class:`TokenizerError` unless ``tok`` is a family whose rows are proved right (word starts, literal
-    special tokens kept as text; FORMAT.md): a pre-tokenizer that does not split at punctuation (``WhitespaceSplit``)
-    reads ``[MASK]`` in text as the mask id, and byte-level BPE and Unigram are not handled yet."""
-    config = json.loads(tok.to_str())
-    model = str((config.get("model") or {}).get("type"))
-    pre, norm = _component(config.get("pre_tokenizer")), _component(config.get("normalizer"))
-    if model != "WordPiece" or pre != "BertPreTokenizer" or norm not in ("none", "BertNormalizer"):
-        raise TokenizerError(
-            f"model {model}, pre-tokenizer {pre}, normalizer {norm}: not supported (supported: {SUPPORTED})"
-        )
-
-
 @dataclass(frozen=True)
 class TokenizerSpec:
     """Everything workers and the manifest need to know about the tokenizer, picklable."""
 
     json: str
-    source: str  # file | vocab | trained
+    source: str  # file | vocab | directory | trained
     lowercase: bool
+    family: str = WORDPIECE  # families.py
+    roles: tuple[tuple[str, str], ...] = tuple(SPECIAL_TOKENS.items())  # (role, token) of pad unk cls sep mask
+
+    @property
+    def special_tokens(self) -> dict[str, str]:
+        return dict(self.roles)
 
     @property
     def sha256(self) -> str:
@@ -201,13 +177,13 @@ class TokenizerSpec:
     def load_for_text(self) -> Tokenizer:
         """The tokenizer that encodes documents: special tokens written in the text are plain text.
 
-        ``[MASK]``, ``[SEP]``, ``[CLS]``, ``[PAD]`` (and any other special added token) typed in a
-        document are split like any other text (``[``, ``MA``, ``##SK``, ``]``), so rows never hold
-        their ids; only ``[UNK]`` is still matched (WikiText's ``<unk>`` becomes it). Same ids, same
-        vocabulary: the tokens stay in the vocabulary, the text is just no longer scanned for them.
+        ``[MASK]``, ``[SEP]``, ``[CLS]``, ``[PAD]`` (RoBERTa's ``<mask>`` ..., and any other special added
+        token) typed in a document are split like any other text (``[``, ``MA``, ``##SK``, ``]``), so rows
+        never hold their ids; only the unk role's token is still matched (WikiText's ``<unk>`` becomes it).
+        Same ids, same vocabulary: the tokens stay in the vocabulary, the text is just no longer scanned for them.
         """
         config = json.loads(self.json)
-        unk = SPECIAL_TOKENS["unk"]
+        unk = self.special_tokens["unk"]
         config["added_tokens"] = [
             t for t in config.get("added_tokens") or [] if not t.get("special") or t["content"] == unk
         ]
@@ -215,29 +191,28 @@ class TokenizerSpec:
 
     def describe(self) -> dict:
         tok = self.load()
-        ids = {name: tok.token_to_id(token) for name, token in SPECIAL_TOKENS.items()}
+        ids = {name: tok.token_to_id(token) for name, token in self.roles}
         return {
             "file": "tokenizer.json",
             "sha256": self.sha256,
             "vocab_size": tok.get_vocab_size(with_added_tokens=True),
             "lowercase": self.lowercase,
             "source": self.source,
-            "special_tokens": dict(SPECIAL_TOKENS),
+            "special_tokens": self.special_tokens,
             "special_token_ids": ids,
         }
 
 
-def make_spec(tok: Tokenizer, source: str, lowercase: bool | None = None) -> TokenizerSpec:
-    """Disable truncation/padding, check the special tokens, and freeze the tokenizer to JSON."""
-    check_supported(tok)
+def make_spec(
+    tok: Tokenizer, source: str, lowercase: bool | None = None, roles: Mapping[str, str] | None = None
+) -> TokenizerSpec:
+    """Check that the job handles the tokenizer (``families.family``), find its special tokens by role (``roles``
+    names them, else a known set of names), disable truncation/padding, and freeze the tokenizer to JSON."""
+    kind = family(tok)
+    found = special_roles(tok, roles)
     tok.no_truncation()
     tok.no_padding()
-    missing = [t for t in SPECIAL_TOKENS.values() if tok.token_to_id(t) is None]
-    if missing:
-        raise TokenizerError(
-            f"the tokenizer lacks the special tokens {', '.join(missing)} (BERT's [PAD] [UNK] [CLS] [SEP] [MASK] are required)"
-        )
     if lowercase is None:
         norm = tok.normalizer
         lowercase = bool(getattr(norm, "lowercase", False)) if norm is not None else False
-    return TokenizerSpec(json=tok.to_str(), source=source, lowercase=lowercase)
+    return TokenizerSpec(json=tok.to_str(), source=source, lowercase=lowercase, family=kind, roles=tuple(found.items()))
