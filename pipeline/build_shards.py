@@ -386,7 +386,8 @@ def _load_tokenizer(o, paths: list[str]) -> tokenizer.TokenizerSpec:
         if o.vocab:
             return tokenizer.make_spec(tokenizer.from_vocab(o.vocab, o.lowercase), "vocab", o.lowercase)
         if o.tokenizer_from:
-            return tokenizer.make_spec(hf_directory.from_directory(o.tokenizer_from)[0], "directory")
+            tok, _, roles = hf_directory.from_directory(o.tokenizer_from)
+            return tokenizer.make_spec(tok, "directory", roles=roles)
     except OSError as e:
         raise UsageError(f"cannot read the tokenizer: {e}") from None
     except tokenizer.TokenizerError as e:

@@ -83,16 +83,18 @@ def family(tok: Tokenizer) -> str:
 
 
 def special_roles(tok: Tokenizer, named: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The token of each role: ``named`` (a tokenizer directory's config) where it names one, else the first of
-    :data:`ROLE_NAMES` whose five tokens the tokenizer has."""
-    if named:
-        roles = {role: named.get(role) or "" for role in SPECIAL_TOKENS}
-        missing = [f"{role} {token!r}" for role, token in roles.items() if not token or tok.token_to_id(token) is None]
-        if missing:
-            raise TokenizerError(f"the tokenizer lacks the special tokens its config names: {', '.join(missing)}")
-        return roles
-    for names in ROLE_NAMES.values():
-        if all(tok.token_to_id(token) is not None for token in names.values()):
-            return dict(names)
-    known = "; ".join(f"{name}'s {' '.join(names.values())}" for name, names in ROLE_NAMES.items())
-    raise TokenizerError(f"the tokenizer lacks the special tokens of every known set ({known})")
+    """The token of each role: what ``named`` (a tokenizer directory's files) names, the other roles from the first
+    of :data:`ROLE_NAMES` whose five tokens the tokenizer has."""
+    base = next(
+        (names for names in ROLE_NAMES.values() if all(tok.token_to_id(t) is not None for t in names.values())), {}
+    )
+    roles = {role: (named or {}).get(role) or base.get(role, "") for role in SPECIAL_TOKENS}
+    missing = [
+        f"{role} {token!r}" if token else role
+        for role, token in roles.items()
+        if not token or tok.token_to_id(token) is None
+    ]
+    if missing:
+        known = "; ".join(f"{name}'s {' '.join(names.values())}" for name, names in ROLE_NAMES.items())
+        raise TokenizerError(f"the tokenizer lacks the special tokens {', '.join(missing)} (known sets: {known})")
+    return roles

@@ -9,10 +9,11 @@ reads what ``AutoTokenizer.from_pretrained(DIR)`` reads (transformers 5) and giv
   lowercase=do_lower_case)``, with transformers' defaults (``do_lower_case`` true, ``tokenize_chinese_chars``
   true, ``strip_accents`` unset: it follows the casing), behind ``BertPreTokenizer``; so does this module.
 * ``tokenizer.json``, when present, gives the vocabulary (and, for other classes, the whole tokenizer as is);
-  else ``vocab.txt`` (one WordPiece a line) for BERT's class; ``vocab.json`` + ``merges.txt`` alone is a
-  byte-level BPE (RoBERTa, GPT-2), refused for now (a tokenizer.json of one is read).
-* The special tokens of the config (``unk_token`` ... ``mask_token``, or ``special_tokens_map.json``) must be
-  BERT's five names, the only ones an artifact records so far.
+  else ``vocab.txt`` (one WordPiece a line) for BERT's class, or ``vocab.json`` + ``merges.txt`` for RoBERTa's
+  (a byte-level BPE as ``RobertaTokenizer`` builds it; ``add_prefix_space`` from the config, which
+  ``families.family`` then refuses when true).
+* The special token of each role: the class's defaults (BERT's or RoBERTa's names), then
+  ``special_tokens_map.json``, then the config's ``unk_token`` ... ``mask_token``.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ import json
 from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
-from tokenizers import Tokenizer, normalizers, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-from pipeline.tokenize.families import SUPPORTED, TokenizerError
+from pipeline.tokenize.families import ROLE_NAMES, SUPPORTED, TokenizerError
 from pipeline.tokenize.tokenizer import from_file, from_vocab
 from schemas.format import SPECIAL_TOKENS
 
 BERT_CLASSES = ("BertTokenizer", "BertTokenizerFast")
+ROBERTA_CLASSES = ("RobertaTokenizer", "RobertaTokenizerFast")
 CONFIG = "tokenizer_config.json"
 
 
@@ -58,7 +60,8 @@ def _token(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _check_special_tokens(directory: str, config: dict[str, Any]) -> None:
+def _named_roles(directory: str, config: dict[str, Any]) -> dict[str, str]:
+    """The special token of each role the directory names (``special_tokens_map.json``, then the config's own)."""
     named = {}
     path = _join(directory, "special_tokens_map.json")
     sources = [_json(path)] if _exists(path) else []
@@ -67,13 +70,7 @@ def _check_special_tokens(directory: str, config: dict[str, Any]) -> None:
             token = _token(source.get(f"{role}_token"))
             if token is not None:
                 named[role] = token
-    other = {role: token for role, token in named.items() if token != SPECIAL_TOKENS[role]}
-    if other:
-        found = ", ".join(f"{role} {token!r}" for role, token in sorted(other.items()))
-        raise TokenizerError(
-            f"{directory}: special tokens {found}: not supported (supported: BERT's "
-            f"{' '.join(SPECIAL_TOKENS.values())})"
-        )
+    return named
 
 
 def _tokenizer_class(directory: str, config: dict[str, Any]) -> str | None:
@@ -96,15 +93,31 @@ def _bert_normalizer(config: dict[str, Any]) -> normalizers.Normalizer:
     )
 
 
-def from_directory(directory: str) -> tuple[Tokenizer, str]:
-    """The tokenizer of ``directory`` and which file gave its vocabulary (``tokenizer.json`` or ``vocab.txt``)."""
+def _roberta(vocab_json: str, merges_txt: str, config: dict[str, Any], roles: dict[str, str]) -> Tokenizer:
+    """RobertaTokenizer's byte-level BPE from ``vocab.json`` + ``merges.txt``, built as transformers builds it."""
+    vocab, merges = models.BPE.read_file(vocab_json, merges_txt)
+    tok = Tokenizer(
+        models.BPE(vocab, merges, dropout=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False)
+    )
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=bool(config.get("add_prefix_space", False)))
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(dict.fromkeys(roles.values())))
+    return tok
+
+
+def from_directory(directory: str) -> tuple[Tokenizer, str, dict[str, str] | None]:
+    """The tokenizer of ``directory``, which file gave its vocabulary (``tokenizer.json``, ``vocab.txt`` or
+    ``vocab.json``), and the special token of each role it names (None: the tokenizer's own names decide)."""
     if not _exists(directory):
         raise TokenizerError(f"{directory}: no such directory")
     config_path = _join(directory, CONFIG)
     config = _json(config_path) if _exists(config_path) else {}
-    _check_special_tokens(directory, config)
+    named = _named_roles(directory, config)
     kind = _tokenizer_class(directory, config)
-    bert = kind in BERT_CLASSES
+    bert, roberta = kind in BERT_CLASSES, kind in ROBERTA_CLASSES
+    defaults = ROLE_NAMES["BERT"] if bert else ROLE_NAMES["RoBERTa"] if roberta else {}
+    roles = {**defaults, **named} if named or defaults else None  # transformers' class defaults, then the files'
+    vocab_json, merges_txt = _join(directory, "vocab.json"), _join(directory, "merges.txt")
     tokenizer_json, vocab_txt = _join(directory, "tokenizer.json"), _join(directory, "vocab.txt")
     if _exists(tokenizer_json):
         tok = from_file(tokenizer_json)
@@ -114,7 +127,9 @@ def from_directory(directory: str) -> tuple[Tokenizer, str]:
                 raise TokenizerError(f"{tokenizer_json}: {kind} with a {model.get('type')} model (not supported)")
             tok.normalizer = _bert_normalizer(config)
             tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        return tok, "tokenizer.json"
+        if roberta:
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=bool(config.get("add_prefix_space", False)))
+        return tok, "tokenizer.json", roles
     if _exists(vocab_txt):
         if not bert:
             raise TokenizerError(
@@ -123,9 +138,12 @@ def from_directory(directory: str) -> tuple[Tokenizer, str]:
             )
         tok = from_vocab(vocab_txt)
         tok.normalizer = _bert_normalizer(config)
-        return tok, "vocab.txt"
-    if _exists(_join(directory, "vocab.json")) and _exists(_join(directory, "merges.txt")):
-        raise TokenizerError(
-            f"{directory}: vocab.json + merges.txt is a byte-level BPE tokenizer: not supported (supported: {SUPPORTED})"
-        )
+        return tok, "vocab.txt", roles
+    if _exists(vocab_json) and _exists(merges_txt):
+        if not roberta:
+            raise TokenizerError(
+                f"{directory}: vocab.json + merges.txt without a {CONFIG} naming RobertaTokenizer "
+                f"(tokenizer_class {kind}): not supported (supported: {SUPPORTED})"
+            )
+        return _roberta(vocab_json, merges_txt, config, roles or {}), "vocab.json", roles
     raise TokenizerError(f"{directory}: no tokenizer.json, vocab.txt, or vocab.json + merges.txt in it")

@@ -51,10 +51,11 @@ def uncased_vocab(corpus) -> list[str]:
     return [t for t, _ in sorted(tok.get_vocab().items(), key=lambda kv: kv[1])]
 
 
-def _documents(corpus: dict[str, Path | None]) -> list[Document]:
+def _documents(corpus: dict[str, Path | None], unk: str = "[UNK]") -> list[Document]:
+    """The documents as the job reads them (WikiText's <unk> becomes the tokenizer's unk token)."""
     docs = [
         d
-        for d in read_file(str(corpus["wikitext"]), ReaderOptions(input_format="wikitext", wikitext_unk="[UNK]"))
+        for d in read_file(str(corpus["wikitext"]), ReaderOptions(input_format="wikitext", wikitext_unk=unk))
         if isinstance(d, Document)
     ]
     if corpus["wikipedia"] is not None:
@@ -79,7 +80,7 @@ def _rows(artifact: Path, column: str = "input_ids") -> dict[str, list]:
     return by_doc
 
 
-def _assert_exact(corpus, directory: Path, out: Path) -> int:
+def _assert_exact(corpus, directory: Path, out: Path, unk: str = "[UNK]") -> int:
     """Every document's rows, concatenated, are AutoTokenizer(DIR)'s ids of its cleaned text; verify passes."""
     auto = transformers.AutoTokenizer.from_pretrained(str(directory))
     artifacts = [out] + ([out.with_name(out.name + "-wikipedia")] if corpus["wikipedia"] is not None else [])
@@ -97,7 +98,7 @@ def _assert_exact(corpus, directory: Path, out: Path) -> int:
     write_tokenizer_files(art.tokenizer_json(), art.manifest["tokenizer"], 512, str(exported))
     reloaded = transformers.AutoTokenizer.from_pretrained(str(exported))
     checked = words = 0
-    for doc in _documents(corpus):
+    for doc in _documents(corpus, unk):
         encoding = auto(doc.text, add_special_tokens=False)
         expected = encoding["input_ids"]
         assert rows[doc.doc_id] == expected, doc.doc_id
@@ -176,17 +177,49 @@ def test_tokenizer_json_directory_as_is_or_recased_by_a_bert_config(tmp_path, co
     _assert_exact(corpus, recased, tmp_path / "b")
 
 
+@pytest.mark.slow
+def test_roberta_vocab_json_and_merges_directory_gives_autotokenizers_ids(tmp_path, corpus):
+    """A RoBERTa directory (vocab.json + merges.txt + tokenizer_config.json): transformers' RobertaTokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=5000,
+        special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator([d.text for d in _documents(corpus, "<unk>")[:60]], trainer)
+    directory = tmp_path / "roberta"
+    directory.mkdir()
+    bpe.model.save(str(directory))  # vocab.json, merges.txt
+    (directory / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "RobertaTokenizer"}))
+    manifest = _build(corpus, directory, tmp_path / "a")
+    assert manifest["tokenizer"]["special_tokens"] == {
+        "cls": "<s>",
+        "sep": "</s>",
+        "pad": "<pad>",
+        "unk": "<unk>",
+        "mask": "<mask>",
+    }
+    _assert_exact(corpus, directory, tmp_path / "a", unk="<unk>")
+
+
 @pytest.mark.parametrize(
     "files,message",
     [
         ({"vocab.txt": "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n"}, "vocab.txt without a tokenizer_config.json"),
-        ({"vocab.json": "{}", "merges.txt": "#version: 0.2\n"}, "byte-level BPE tokenizer: not supported"),
+        (
+            {"vocab.json": "{}", "merges.txt": "#version: 0.2\n"},
+            "vocab.json + merges.txt without a tokenizer_config.json naming RobertaTokenizer",
+        ),
         (
             {
-                "vocab.txt": "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n<mask>\n",
+                "vocab.txt": "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n",
                 "tokenizer_config.json": json.dumps({"tokenizer_class": "BertTokenizer", "mask_token": "<mask>"}),
             },
-            "special tokens mask '<mask>': not supported",
+            "the tokenizer lacks the special tokens mask '<mask>'",
         ),
         ({"README.md": "nothing here"}, "no tokenizer.json, vocab.txt, or vocab.json + merges.txt"),
         ({"tokenizer_config.json": "{not json"}, "tokenizer_config.json: not a JSON file"),
