@@ -35,7 +35,11 @@ import psutil
 import zstandard
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO.parent / "shared" / "data" / "wikipedia-en-sample" / "pages.jsonl.zst"
+SAMPLE = (
+    Path(os.environ.get("SPANPREP_SHARED_DATA") or REPO.parent / "shared" / "data")
+    / "wikipedia-en-sample"
+    / "pages.jsonl.zst"
+)
 sys.path.insert(0, str(REPO))
 
 
@@ -124,6 +128,22 @@ def run_job(corpus: Path, tokenizer: Path, out: Path, workers: int, extra: list[
     return elapsed, json.loads((out / "manifest.json").read_text()), peak
 
 
+def _bpe(texts: list[str]):
+    """A RoBERTa-style byte-level BPE trained on ``texts`` (RoBERTa's special tokens)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(
+        vocab_size=28996, special_tokens=specials, initial_alphabet=alphabet, show_progress=False
+    )
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=None, help="use the first N articles (default: all 4,576)")
@@ -141,6 +161,13 @@ def main() -> None:
         help="rounds of (baseline, each job); medians are reported (machines are noisy)",
     )
     ap.add_argument("--job-args", default="", help="more options for every job run, e.g. '--encode-cache-mb 8'")
+    ap.add_argument(
+        "--family",
+        default="wordpiece",
+        choices=["wordpiece", "byte_level_bpe"],
+        help="the tokenizer trained for the run: cased WordPiece (sentence path and chunk cache) or a RoBERTa-style "
+        "byte-level BPE (whole-document encoding), both 28,996 entries",
+    )
     args = ap.parse_args()
     if not SAMPLE.exists():
         raise SystemExit(f"{SAMPLE} not found: this benchmark needs ../shared/data")
@@ -152,12 +179,12 @@ def main() -> None:
     texts = [r["text"] for r in rows]
     mb = sum(len(t.encode()) for t in texts) / 1e6
     print(
-        f"corpus: {len(texts):,} Wikipedia articles, {mb:.1f} MB of text"
+        f"corpus: {len(texts):,} Wikipedia articles, {mb:.1f} MB of text; tokenizer: {args.family}"
         + (f"; job options: {args.job_args}" if args.job_args else "")
     )
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        tok = tokenizer.train(texts[:2000], vocab_size=28996)
+        tok = tokenizer.train(texts[:2000], vocab_size=28996) if args.family == "wordpiece" else _bpe(texts[:2000])
         spec = tokenizer.make_spec(tok, "trained")
         (tmp / "tokenizer.json").write_text(spec.json)
 

@@ -184,3 +184,29 @@ def test_exported_byte_level_bpe_loads_in_autotokenizer_with_robertas_roles(tmp_
         assert auto(text, add_special_tokens=False)["input_ids"] == tok.encode(text, add_special_tokens=False).ids
         checked += 1
     assert checked == 10
+
+
+@pytest.mark.slow
+def test_span_masking_on_a_byte_level_bpe_artifact_masks_whole_words(tmp_path, roberta_json):
+    """preview_masking --scheme span on a RoBERTa-style artifact: every masked run is whole words of the
+    pre-tokenizer (word_start from its words, not from a ## convention), and [MASK] is RoBERTa's <mask>."""
+    from trainer import preview_masking
+
+    (tmp_path / "tokenizer.json").write_text(roberta_json, encoding="utf-8")
+    out = tmp_path / "a"
+    build(wikitext2("valid"), out, "--input-format", "wikitext", "--tokenizer", str(tmp_path / "tokenizer.json"))
+    mask_id = Tokenizer.from_str(roberta_json).token_to_id("<mask>")
+    preview = tmp_path / "masked.arrow"
+    stats = preview_masking.run(["--data", str(out), "--scheme", "span", "--num", "64", "--out", str(preview)])
+    assert stats
+    table = ipc.open_file(preview).read_all().to_pydict()
+    runs = masked = 0
+    for labels, word_start, ids in zip(table["labels"], table["word_start"], table["masked_ids"]):
+        target = np.array(labels) != -100
+        ws = np.append(np.array(word_start, bool), True)
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], target.astype(np.int8), [0]))))
+        for a, b in zip(edges[::2].tolist(), edges[1::2].tolist()):
+            assert ws[a] and ws[b], (a, b)  # a run of targets starts at a word start and ends before one
+            runs += 1
+        masked += int((np.array(ids) == mask_id).sum())
+    assert runs > 100 and masked > 100
