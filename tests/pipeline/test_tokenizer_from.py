@@ -237,3 +237,35 @@ def test_directories_it_cannot_read_exactly_are_refused_in_one_line(tmp_path, ca
     err = [line for line in captured.splitlines() if " INFO " not in line]
     assert "Traceback" not in captured and len(err) == 1, captured
     assert err[0].startswith(f"build_shards: error: --tokenizer-from {directory}: ") and message in err[0], err
+
+
+@pytest.mark.parametrize(
+    "in_json,config", [(True, {}), (False, {"add_prefix_space": True}), (True, {"add_prefix_space": False})]
+)
+def test_roberta_class_takes_add_prefix_space_from_its_config_as_transformers_does(tmp_path, corpus, in_json, config):
+    """transformers rebuilds RobertaTokenizer's ByteLevel pre-tokenizer from the config (default: no prefix space)
+    whatever tokenizer.json holds; so does --tokenizer-from (and a prefix space is then refused)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from pipeline.tokenize import hf_directory
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=in_json)
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    bpe.train_from_iterator(
+        [d.text for d in _documents(corpus, "<unk>")[:5]],
+        trainers.BpeTrainer(vocab_size=800, special_tokens=specials, show_progress=False),
+    )
+    bpe.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "RobertaTokenizer", **config}))
+    auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    ours, _, roles = hf_directory.from_directory(str(tmp_path))
+    expected = json.loads(auto.backend_tokenizer.to_str())["pre_tokenizer"]["add_prefix_space"]
+    assert (
+        json.loads(ours.to_str())["pre_tokenizer"]["add_prefix_space"]
+        is expected
+        is config.get("add_prefix_space", False)
+    )
+    text = _documents(corpus, "<unk>")[0].text[:3000]
+    assert ours.encode(text, add_special_tokens=False).ids == auto(text, add_special_tokens=False)["input_ids"]
+    assert roles is not None and roles["mask"] == "<mask>" and roles["cls"] == "<s>"
