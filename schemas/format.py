@@ -159,7 +159,9 @@ def parse_version(version: str) -> tuple[int, int]:
         major, minor = version.split(".")
         return int(major), int(minor)
     except (AttributeError, ValueError):
-        raise FormatError(f"malformed format version {version!r}: expected MAJOR.MINOR, e.g. {FORMAT_VERSION!r}")
+        raise FormatError(
+            f"malformed format version {version!r}: expected MAJOR.MINOR, e.g. {FORMAT_VERSION!r}"
+        ) from None
 
 
 def check_format_version(version: str | None, where: str) -> tuple[int, int]:

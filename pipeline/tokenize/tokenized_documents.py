@@ -343,7 +343,7 @@ class _TokenizeFn(beam.DoFn):
             tok_spans, keep = char_spans_to_tokens(
                 np.asarray(cs.starts, np.int64), np.asarray(cs.ends, np.int64), token_starts, token_ends, word_start
             )
-            lab = [l for l, k in zip(cs.labels, keep.tolist()) if k] if cs.labels is not None else None
+            lab = [lab for lab, k in zip(cs.labels, keep.tolist()) if k] if cs.labels is not None else None
             tok_spans, lab = _sorted_unique(tok_spans, lab)
             spans[cs.kind] = tok_spans
             if lab is not None:
@@ -402,7 +402,7 @@ def _sorted_unique(spans: np.ndarray, labels: list[str] | None):
     keep = np.ones(len(spans), bool)
     keep[1:] = np.any(spans[1:] != spans[:-1], axis=1)
     if labels is not None:
-        labels = [l for l, k in zip(labels, keep.tolist()) if k]
+        labels = [lab for lab, k in zip(labels, keep.tolist()) if k]
     return spans[keep], labels
 
 
