@@ -21,14 +21,14 @@ import sys
 import time
 from typing import Any
 
+from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+
+# isort: split
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import (
-    jobs,  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
-    report,
-)
+from pipeline import report
 from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
 from pipeline.elements import Document

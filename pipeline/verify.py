@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -280,7 +281,7 @@ def verify(uri: str, quick: bool = False) -> Report:
             report.fail("row-level checks skipped: fix the shards above first")
         return report
 
-    totals = {
+    totals: dict[str, Any] = {
         "rows": 0,
         "tokens": 0,
         "documents": 0,

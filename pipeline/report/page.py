@@ -117,7 +117,7 @@ def _n(value: int | float) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
 
 
-def _table(headers: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> str:
+def _table(headers: list[str], rows: list[list[Any]], numeric: frozenset[int] | set[int] = frozenset()) -> str:
     head = "".join(
         f'<th class="n">{_e(h)}</th>' if i in numeric else f"<th>{_e(h)}</th>" for i, h in enumerate(headers)
     )
