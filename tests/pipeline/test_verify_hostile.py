@@ -492,3 +492,38 @@ def test_links_and_special_files_are_reported_not_followed(art: Path, tmp_path: 
     lines = [line for line in output.splitlines() if f"{relative}:" in line]
     assert lines, output
     assert "symbolic link" in lines[0] or "not a regular file" in lines[0], output
+
+
+# -- special tokens in rows (FORMAT.md: rows hold [UNK], and [SEP] only between documents of full-sentences) -------
+
+
+def test_rows_holding_another_special_added_token_are_reported(art: Path) -> None:
+    """tokenizer.json may mark more added tokens special than the manifest's five roles; no row may hold any of them.
+    Here a word the rows hold is made a special added token (same id, same vocabulary size) and resealed."""
+    config = json.loads((art / fmt.TOKENIZER_FILE).read_text(encoding="utf-8"))
+    word = "river"
+    wid = config["model"]["vocab"][word]
+    config["added_tokens"].append(
+        {"id": wid, "content": word, "single_word": False, "lstrip": False, "rstrip": False}
+        | {"normalized": False, "special": True}
+    )
+    (art / fmt.TOKENIZER_FILE).write_text(json.dumps(config), encoding="utf-8")
+    reseal(art, fmt.TOKENIZER_FILE)
+    rows = [i for p in sorted((art / "shards").glob("*.arrow")) for i in ipc.open_file(str(p)).read_all()["input_ids"]]
+    assert any(wid in r.as_py() for r in rows)
+    code, output = run_verify(art)
+    assert code == 1, output
+    assert f"special token id(s) [{wid}] inside rows" in output
+
+
+@pytest.mark.parametrize("pack", ["doc-sentences", "full-sentences"])
+def test_allowed_special_ids_follow_the_packing(art: Path, pack: str) -> None:
+    """[SEP] in a row is a document separator under full-sentences packing only; [UNK] is always allowed."""
+    from schemas import invariants as inv
+
+    m = manifest(art)
+    m["pack"] = pack
+    ids = m["tokenizer"]["special_token_ids"]
+    forbidden = set(inv.forbidden_special_ids(m).tolist())
+    assert ids["unk"] not in forbidden and {ids["pad"], ids["cls"], ids["mask"]} <= forbidden
+    assert (ids["sep"] in forbidden) == (pack == "doc-sentences")
