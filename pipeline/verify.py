@@ -4,8 +4,12 @@
     python -m pipeline.verify ARTIFACT --quick    # checksums and sizes only, no row-level checks
 
 Exit status 0 when everything holds, 1 with one line per problem otherwise (a truncated shard,
-a flipped byte, a missing file, counts that do not add up, an invariant violated), 2 when the
-artifact cannot be opened at all (no manifest: incomplete; unknown format version).
+a flipped byte, a missing file, counts that do not add up, an invariant violated, a symbolic link
+or special file anywhere in the artifact), 2 when the artifact cannot be opened at all (no manifest:
+incomplete; unknown format version; a manifest that is not the format's JSON, or names a path
+leaving the artifact). Never a traceback: damaged and hostile files give one line naming the file.
+Nothing is opened through a link; files are listed first (``verify_tree``), rows checked per batch
+(``verify_rows``).
 """
 
 from __future__ import annotations
