@@ -123,8 +123,8 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], Any]:
     def edit(m: dict[str, Any]) -> Any:
         *parents, last = path.split(".")
         node: Any = m
-        for key in parents:
-            node = node[int(key)] if isinstance(node, list) else node[key]
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
         key: Any = int(last) if isinstance(node, list) else last
         if value is ...:
             del node[key]
@@ -216,6 +216,7 @@ def test_raw_manifest_bytes_give_one_line(art: Path, case: str) -> None:
             )
         data = text[:at] + tail
         assert data != text
+    assert data is not None
     (art / fmt.MANIFEST_FILE).write_bytes(data)
     code, output = run_verify(art)
     assert_one_line_naming(code, output, fmt.MANIFEST_FILE)
@@ -330,6 +331,10 @@ def test_resealed_damaged_tokenizer_gives_one_line(art: Path, case: str) -> None
     assert_one_line_naming(code, output, fmt.TOKENIZER_FILE)
 
 
+def _truncate(path: Path, size: int) -> None:
+    path.write_bytes(path.read_bytes()[:size])
+
+
 def _rewrite_unigram(root: Path, edit: Callable[[pa.Table], pa.Table]) -> None:
     path = root / fmt.UNIGRAM_FILE
     table = edit(ipc.open_file(str(path)).read_all())
@@ -361,7 +366,7 @@ UNIGRAM_DAMAGE: dict[str, Callable[[Path], None]] = {
         r,
         lambda t: t.replace_schema_metadata({**t.schema.metadata, fmt.META_FORMAT_VERSION: b"\xff1.0"}),
     ),
-    "truncated": lambda r: (r / fmt.UNIGRAM_FILE).write_bytes((r / fmt.UNIGRAM_FILE).read_bytes()[:200]),
+    "truncated": lambda r: _truncate(r / fmt.UNIGRAM_FILE, 200),
     "flipped footer": lambda r: flip(r / fmt.UNIGRAM_FILE, (r / fmt.UNIGRAM_FILE).stat().st_size - 30, 0xFF),
 }
 
