@@ -532,3 +532,25 @@ def test_allowed_special_ids_follow_the_packing(art: Path, pack: str) -> None:
     forbidden = set(inv.forbidden_special_ids(m).tolist())
     assert ids["unk"] not in forbidden and {ids["pad"], ids["cls"], ids["mask"]} <= forbidden
     assert (ids["sep"] in forbidden) == (pack == "doc-sentences")
+
+
+@pytest.mark.parametrize("case", ["a manifest naming ../x", "a resealed shard with a flipped body byte"])
+def test_as_the_user_runs_it(art: Path, case: str) -> None:
+    """``python -m pipeline.verify DIR`` in a subprocess: the exit code and the one line the user sees."""
+    if case == "a manifest naming ../x":
+        write_manifest(art, _set("shards.0.path", "../x")(manifest(art)))
+        name, expected = fmt.MANIFEST_FILE, 2
+    else:
+        SHARD_DAMAGE["body byte"](art / shard(1))
+        reseal(art, shard(1))
+        name, expected = shard(1), 1
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.verify", str(art)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == expected, proc.stdout + proc.stderr
+    assert_one_line_naming(proc.returncode, proc.stdout + proc.stderr, name)
