@@ -63,7 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=RunConfig.__dataclass_fields__["deepspeed_config"].metadata["help"],
     )
     g = p.add_argument_group("model")
-    g.add_argument("--preset", choices=list(PRESETS), default="base", help="model sizes (default: base)")
+    g.add_argument("--preset", choices=list(PRESETS), default=None, help="model sizes (default: base; not with --init)")
+    g.add_argument(
+        "--init",
+        metavar="PATH",
+        default=None,
+        help="continued pre-training: start from a Hugging Face BERT directory (config.json + model.safetensors or "
+        "pytorch_model.bin) or a spanprep run/checkpoint; sizes and vocabulary are the checkpoint's (docs/TRAINING.md)",
+    )
     add_dataclass_arguments(g, ModelConfig)
     add_dataclass_arguments(p.add_argument_group("optimizer"), OptimConfig)
     add_dataclass_arguments(
