@@ -46,12 +46,26 @@ class PretrainedError(ValueError):
 
 @dataclass
 class CheckpointTokenizer:
-    """A checkpoint's tokenizer: its ``tokenizers`` JSON, its tokens by id and how it normalizes text."""
+    """A checkpoint's tokenizer: its tokens by id, how it normalizes text, and (:meth:`json`) the tokenizer itself."""
 
-    json: str
     source: str  # the file(s) it was read from, for messages
     tokens: list[str]
     normalization: dict  # lowercase, strip_accents, tokenize_chinese_chars (or the normalizer's JSON)
+    text: str | None = None  # its tokenizers JSON; None: a WordPiece tokenizer of vocab_path, built when needed
+    vocab_path: str | None = None
+
+    def json(self) -> str:
+        """The ``tokenizers`` JSON (from ``vocab.txt``: the pipeline's WordPiece tokenizer with this normalization)."""
+        if self.text is None:
+            from pipeline.tokenize.tokenizer import TokenizerError, from_vocab  # imports Beam: only when needed
+
+            assert self.vocab_path is not None  # a tokenizer without JSON comes from a vocab.txt
+            try:
+                tok = from_vocab(self.vocab_path, lowercase=bool(self.normalization["lowercase"]))
+            except TokenizerError as e:
+                raise PretrainedError(str(e)) from None
+            self.text = _with_normalization(tok.to_str(), self.normalization)
+        return self.text
 
 
 @dataclass
@@ -188,14 +202,26 @@ def tokenizer_from_json(text: str, source: str) -> CheckpointTokenizer:
         if not 0 <= i < len(vocab):
             raise PretrainedError(f"{source}: token ids are not 0..{len(vocab) - 1} ({token!r} has id {i})")
         tokens[i] = token
-    return CheckpointTokenizer(text, source, tokens, _normalization(normalizer))
+    return CheckpointTokenizer(source, tokens, _normalization(normalizer), text=text)
+
+
+def _with_normalization(text: str, normalization: dict) -> str:
+    """A tokenizers JSON whose BertNormalizer does what ``normalization`` says (tokenizer_config.json's keys)."""
+    config = json.loads(text)
+    norm = config.get("normalizer")
+    if not norm or norm.get("type") != "BertNormalizer" or "lowercase" not in normalization:
+        return text
+    norm.update(
+        lowercase=normalization["lowercase"],
+        strip_accents=normalization["strip_accents"],
+        handle_chinese_chars=normalization["tokenize_chinese_chars"],
+    )
+    return json.dumps(config, ensure_ascii=False)
 
 
 def hf_tokenizer(path: str) -> CheckpointTokenizer:
     """The tokenizer of a Hugging Face directory: ``tokenizer.json``, or a WordPiece tokenizer from ``vocab.txt``;
     ``tokenizer_config.json``'s do_lower_case, strip_accents and tokenize_chinese_chars override the normalizer."""
-    from pipeline.tokenize.tokenizer import TokenizerError, from_vocab
-
     tc_path = os.path.join(path, "tokenizer_config.json")
     tc: dict = {}
     if os.path.isfile(tc_path):
@@ -204,10 +230,19 @@ def hf_tokenizer(path: str) -> CheckpointTokenizer:
                 tc = json.load(f)
         except (OSError, ValueError) as e:
             raise PretrainedError(f"{tc_path}: cannot read it ({str(e).splitlines()[0]})") from None
+    overrides = {k: tc[k] for k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars") if k in tc}
     tok_path, vocab_path = os.path.join(path, "tokenizer.json"), os.path.join(path, "vocab.txt")
     if os.path.isfile(tok_path):
         with open(tok_path, encoding="utf-8") as f:
-            text, source = f.read(), tok_path
+            tok = tokenizer_from_json(f.read(), tok_path)
+        if not overrides or "lowercase" not in tok.normalization:
+            return tok
+        settings = {
+            "do_lower_case": tok.normalization["lowercase"],
+            "tokenize_chinese_chars": tok.normalization["tokenize_chinese_chars"],
+            **overrides,
+        }
+        source = f"{tok_path} with {os.path.basename(tc_path)}"
     elif os.path.isfile(vocab_path):
         if "do_lower_case" not in tc:
             raise PretrainedError(
@@ -215,22 +250,23 @@ def hf_tokenizer(path: str) -> CheckpointTokenizer:
                 f"tell whether the model lower-cases (transformers would assume it does); write {tc_path} with "
                 f'{{"do_lower_case": false}} for a cased model, true for an uncased one'
             )
-        try:
-            text, source = from_vocab(vocab_path, lowercase=bool(tc["do_lower_case"])).to_str(), vocab_path
-        except TokenizerError as e:
-            raise PretrainedError(str(e)) from None
+        with open(vocab_path, encoding="utf-8") as f:  # as transformers reads it: one token a line
+            tokens = [line.rstrip("\n") for line in f]
+        tok = CheckpointTokenizer(vocab_path, tokens, {}, vocab_path=vocab_path)
+        settings, source = overrides, f"{vocab_path} with {os.path.basename(tc_path)}"
     else:
         raise PretrainedError(f"{path}: neither tokenizer.json nor vocab.txt; cannot tokenize like the model")
-    overrides = {k: tc[k] for k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars") if k in tc}
-    config = json.loads(text)
-    norm = config.get("normalizer")
-    if overrides and norm and norm.get("type") == "BertNormalizer":
-        norm["lowercase"] = bool(overrides.get("do_lower_case", norm.get("lowercase", True)))
-        norm["strip_accents"] = overrides.get("strip_accents", norm.get("strip_accents"))
-        norm["handle_chinese_chars"] = bool(overrides.get("tokenize_chinese_chars", norm.get("handle_chinese_chars")))
-        text = json.dumps(config, ensure_ascii=False)
-        source += f" with {os.path.basename(tc_path)}"
-    return tokenizer_from_json(text, source)
+    lower = bool(settings["do_lower_case"])
+    accents = settings.get("strip_accents")
+    tok.normalization = {
+        "lowercase": lower,
+        "strip_accents": lower if accents is None else bool(accents),  # None: strip when lower-casing (BERT)
+        "tokenize_chinese_chars": bool(settings.get("tokenize_chinese_chars", True)),
+    }
+    tok.source = source
+    if tok.text is not None:
+        tok.text = _with_normalization(tok.text, tok.normalization)
+    return tok
 
 
 def vocabulary_difference(ours: CheckpointTokenizer, theirs: CheckpointTokenizer) -> str | None:

@@ -68,4 +68,8 @@ def _from_hf(source: Pretrained) -> tuple[SpanBert, str, dict]:
     model = SpanBert(cfg)
     model.load_state_dict(state, strict=False)  # the encoder is complete (checked); a missing MLM head stays fresh
     info = {"kind": "huggingface", "path": source.path, "max_seq_len": source.fixed["max_position_embeddings"]}
-    return model.train(), source.tokenizer.json, info
+    try:
+        tokenizer_json = source.tokenizer.json()
+    except PretrainedError as e:
+        raise CheckpointError(f"--init {e}") from None
+    return model.train(), tokenizer_json, info
