@@ -96,3 +96,23 @@ def test_the_export_loads_in_transformers_with_our_logits(runs):
     assert real.sum() > 100
     torch.testing.assert_close(theirs[real], mine[real], rtol=1e-4, atol=1e-4)
     assert (before[real] - mine[real]).abs().max() > 1e-2  # four steps at lr 5e-3 moved the weights
+
+
+def test_a_spanprep_run_continues_with_every_head(runs, monkeypatch):
+    """--init RUN_DIR: the checkpoint's sizes and all its weights (SBO included); with --objective mlm the SBO head
+    is listed as not used."""
+    hf, tmp = runs["hf"], runs["tmp"]
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    ours, _ = load_model(str(tmp / "full" / "checkpoints"))
+    args = options(hf, runs["ds"], tmp / "again")
+    args[args.index("--init") + 1] = str(tmp / "full")
+    setup = engine.prepare(pretrain.build_parser().parse_args(args))
+    assert setup.init is not None and setup.init.kind == "spanprep" and setup.init.new == [] and setup.init.unused == []
+    assert setup.model.hidden_size == 32 and setup.model.use_sbo
+    expected = ours.state_dict()
+    assert len(setup.init.state) > 30
+    for name, tensor in setup.init.state.items():
+        torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0)
+    setup = engine.prepare(pretrain.build_parser().parse_args([*args, "--objective", "mlm"]))
+    assert setup.init is not None and setup.init.unused and all(n.startswith("sbo_head.") for n in setup.init.unused)

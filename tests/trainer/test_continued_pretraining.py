@@ -288,3 +288,28 @@ def test_uncased_rows_have_bert_word_starts_and_mask_whole_words(uncased):
             # a masked word is masked whole: a continuation is a target exactly when the token before it is
             assert (targets[1:][continuation[1:]] == targets[:-1][continuation[1:]]).all()
     assert checked > 500 and partial < rows.num_rows // 20
+
+
+# -- one loader for both --init options ----------------------------------------------------------------
+@pytest.mark.parametrize("weights", ["safetensors", "bin"])
+def test_fine_tuning_reads_the_same_checkpoints_with_the_same_loader(cased, weights):
+    """finetune.py --init goes through trainer.pretrained as pretrain.py does: also pytorch_model.bin with vocab.txt,
+    the encoder's hidden states are transformers' BertModel's, and the tokenizer is the checkpoint's vocabulary."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer
+
+    from trainer.finetuning.checkpoint import load_pretrained
+
+    encoder, tokenizer_json, info = load_pretrained(str(cased[weights]))
+    assert info["kind"] == "huggingface" and info["max_seq_len"] == MAX_SEQ_LEN
+    tok = Tokenizer.from_str(tokenizer_json)
+    vocab = cased["vocab"].read_text(encoding="utf-8").splitlines()
+    assert tok.get_vocab_size(with_added_tokens=True) == len(vocab) and tok.token_to_id(vocab[1500]) == 1500
+    line = next(x for x in cased["text"].read_text(encoding="utf-8").splitlines() if len(x) > 300)
+    ids = torch.tensor([tok.encode(line).ids[:MAX_SEQ_LEN]])
+    assert ids.shape[1] > 50
+    bert = transformers.BertModel.from_pretrained(str(cased["safetensors"])).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            encoder.eval().encode(ids), bert(input_ids=ids).last_hidden_state, rtol=1e-4, atol=1e-4
+        )
