@@ -19,7 +19,7 @@ The SBO head is a pre-training device and is not exported (BertForMaskedLM has n
 trained with NSP (``--nsp``) exports as ``BertForPreTraining`` (architectures in config.json): the same files
 plus ``bert.pooler`` and ``cls.seq_relationship``, so ``transformers.BertForPreTraining.from_pretrained(DIR)``
 gives both the MLM and the next sentence logits (``BertForMaskedLM`` still loads it, without the pooler).
-Needs the ``hf`` extra's ``safetensors`` (and DeepSpeed's consolidation needs ``huggingface_hub``);
+The Hugging Face names come from ``trainer.hf_bert``, the table both ``--init`` options read too. Needs the ``hf`` extra's ``safetensors`` (and DeepSpeed's consolidation needs ``huggingface_hub``);
 ``transformers`` itself is not needed to export.
 """
 
