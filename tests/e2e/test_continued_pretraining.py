@@ -116,3 +116,13 @@ def test_a_spanprep_run_continues_with_every_head(runs, monkeypatch):
         torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0)
     setup = engine.prepare(pretrain.build_parser().parse_args([*args, "--objective", "mlm"]))
     assert setup.init is not None and setup.init.unused and all(n.startswith("sbo_head.") for n in setup.init.unused)
+
+
+def test_resuming_without_the_init_option_says_what_to_give(runs, monkeypatch):
+    hf, tmp = runs["hf"], runs["tmp"]
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    args = options(hf, runs["ds"], tmp / "full", "--resume")
+    del args[args.index("--init") : args.index("--init") + 2]
+    with pytest.raises(ValueError, match=r"hidden_size: checkpoint 32, now 768.*its --preset or --init included"):
+        engine.prepare(pretrain.build_parser().parse_args(args))

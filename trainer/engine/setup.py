@@ -171,7 +171,11 @@ def _check_resume(
     saved_model, now = meta.get("model", {}), to_jsonable(model)
     diff = [f"{k}: checkpoint {saved_model.get(k)!r}, now {now[k]!r}" for k in now if saved_model.get(k) != now[k]]
     if diff:
-        raise ConfigError(f"cannot resume {ckpt}/{tag} with another model configuration: " + "; ".join(diff))
+        raise ConfigError(
+            f"cannot resume {ckpt}/{tag} with another model configuration: "
+            + "; ".join(diff)
+            + " (give the model options the run started with, its --preset or --init included)"
+        )
     saved_world = meta.get("world_size")
     if saved_world in (None, world_size):
         return None, meta, f"{ckpt}/{tag}"
