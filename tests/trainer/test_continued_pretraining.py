@@ -313,3 +313,14 @@ def test_fine_tuning_reads_the_same_checkpoints_with_the_same_loader(cased, weig
         torch.testing.assert_close(
             encoder.eval().encode(ids), bert(input_ids=ids).last_hidden_state, rtol=1e-4, atol=1e-4
         )
+
+
+def test_an_artifact_built_with_the_checkpoints_tokenizer_json_is_accepted(uncased, tmp_path):
+    """The refusal's other suggestion, `build_shards --tokenizer HF_DIR/tokenizer.json`, gives an artifact --init takes."""
+    from conftest import build
+
+    artifact = tmp_path / "artifact"
+    build(uncased["text"], artifact, "--input-format", "wikitext", "--tokenizer",
+          str(uncased["safetensors"] / "tokenizer.json"), "--max-seq-len", str(MAX_SEQ_LEN), "--num-shards", "2")  # fmt: skip
+    setup = prepare(*argv(artifact, uncased["safetensors"], tmp_path / "run"))
+    assert setup.init is not None and setup.artifact.manifest["tokenizer"]["lowercase"] is True
