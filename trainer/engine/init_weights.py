@@ -35,10 +35,16 @@ class InitWeights:
     state: dict[str, torch.Tensor]
     new: list[str]  # the model's parameters the checkpoint lacks: initialised fresh
     unused: list[str]  # the checkpoint's tensors this model has no place for
+    loaded: int = 0  # tensors the checkpoint gives (len(state) before apply releases it)
+
+    def __post_init__(self) -> None:
+        self.loaded = self.loaded or len(self.state)
 
     def apply(self, model: torch.nn.Module) -> None:
-        """Copy the weights into ``model`` (built with the run's seed; the decoder stays tied to the embeddings)."""
+        """Copy the weights into ``model`` (built with the run's seed; the decoder stays tied to the embeddings), then
+        release them: the model holds the only copy from here on."""
         result = model.load_state_dict(self.state, strict=False)
+        self.state = {}
         left = sorted(set(result.missing_keys) - set(self.new) - {"mlm_head.decoder.weight"})
         if left or result.unexpected_keys:  # load_init checked the names against this configuration
             raise RuntimeError(
@@ -46,13 +52,13 @@ class InitWeights:
             )
 
     def describe(self) -> str:
-        loaded = f"--init: loaded {len(self.state)} tensors from {self.path} ({self.kind})"
+        loaded = f"--init: loaded {self.loaded} tensors from {self.path} ({self.kind})"
         new = f"new (initialised fresh): {', '.join(self.new) if self.new else 'none'}"
         unused = f"not used: {', '.join(self.unused)}" if self.unused else ""
         return "; ".join(p for p in (loaded, new, unused) if p)
 
     def summary(self) -> dict:
-        return {"path": self.path, "kind": self.kind, "loaded": len(self.state), "new": self.new, "unused": self.unused}
+        return {"path": self.path, "kind": self.kind, "loaded": self.loaded, "new": self.new, "unused": self.unused}
 
 
 def open_init(path: str, model_given: dict, preset: str | None) -> Pretrained:

@@ -63,6 +63,7 @@ def test_the_first_step_loss_is_transformers_loss_on_our_batches(runs, monkeypat
     assert metric(tmp / "full", "train_mlm_loss")[1] == pytest.approx(sum(losses) / 2, rel=1e-5)
     resolved = json.loads((tmp / "full" / "config.json").read_text())
     assert resolved["init"]["kind"] == "huggingface" and resolved["init"]["path"] == str(hf["safetensors"])
+    assert resolved["init"]["loaded"] > 30 and all(n.startswith("sbo_head.") for n in resolved["init"]["new"])
     assert resolved["model"]["hidden_size"] == 32 and resolved["deepspeed"]["zero_optimization"]["stage"] == 2
 
 
