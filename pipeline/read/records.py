@@ -48,6 +48,7 @@ from pipeline.read.streams import (
     CorruptInputError,
     HashingReader,
     TruncatedInputError,
+    check_members,
     compression_of,
     decompressed_chunks,
     iter_lines,
@@ -333,11 +334,11 @@ def _wikitext_records(lines, name: str, path: str, opts: ReaderOptions, first_or
         level = wikitext.heading_level(text)
         if level:
             if opts.wikitext_headings == "keep":
-                doc.add(convert(wikitext.heading_text(text)), length)
+                doc.add(convert(wikitext.heading_text(text)), len(line))
             continue
         converted = convert(text)
         if converted:
-            doc.add(converted, length)
+            doc.add(converted, len(line))
     yield from doc.emit()
 
 
@@ -354,7 +355,7 @@ def _text_records(lines, name: str, path: str, opts: ReaderOptions, first_ordina
             yield from doc.emit()
             doc.reset(None)
             continue
-        doc.add(text.rstrip("\r"), length)
+        doc.add(text.rstrip("\r"), len(line))
     yield from doc.emit()
 
 
@@ -370,17 +371,27 @@ def parse_lines(lines, path: str, opts: ReaderOptions, first_ordinal: int = 0) -
 def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record | InputSummary]:
     """Yield every record of one raw (possibly compressed) file, then its :class:`InputSummary`.
 
-    A truncated or corrupt compressed stream does not raise: the records decoded so far are
-    yielded, then a ``truncated_input`` dead letter describes how far reading got, and the
-    summary has ``truncated=True``.
+    A compressed file is read twice (``f`` must be seekable): the first pass hashes it and checks every
+    gzip member / zstd frame (:func:`~pipeline.read.streams.check_members`), the second reads the records of
+    the members that checked out, up to the first damaged one. A truncated or corrupt compressed stream does
+    not raise: those records are yielded, then one ``truncated_input`` or ``corrupt_input`` dead letter
+    stands for the rest of the file and says how far reading got, and the summary has ``truncated=True``.
     """
     raw = HashingReader(f)
     summary = InputSummary(path)
     lines_seen = [0, 0]  # last line number, byte offset after it
     bom = [False]
+    compression = compression_of(path)
+    read: Callable[[int], bytes] = raw.read
+    damage: CorruptInputError | None = None
+    if compression != "none":
+        damage = check_members(raw.read, compression)
+        raw.drain()
+        f.seek(0)
+        read = f.read
 
     def tracked_lines():
-        chunks = skip_bom(iter(decompressed_chunks(raw, compression_of(path))), bom)
+        chunks = skip_bom(iter(decompressed_chunks(read, compression, damage)), bom)
         first = next(chunks, b"")  # skip_bom has decided by the time it yields its first chunk
         for item in iter_lines(itertools.chain([first], chunks), opts.max_record_bytes, len(UTF8_BOM) if bom[0] else 0):
             lines_seen[0] = item[0]
@@ -393,17 +404,21 @@ def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record 
             summary.documents_read += 1
             yield rec
     except (TruncatedInputError, CorruptInputError) as e:
+        kept = summary.documents_read
         summary.documents_read += 1
         summary.truncated = True
         src = Source(path, lines_seen[0] + 1, lines_seen[1])
+        trust = "" if isinstance(e, TruncatedInputError) else "; nothing of it or after it is used"
         yield DeadLetter(
             TRUNCATED_INPUT if isinstance(e, TruncatedInputError) else CORRUPT_INPUT,
-            f"{e}; the records before line {lines_seen[0] + 1} were read, the rest of the file is lost",
+            f"{e}{trust}; {kept:,} records before line {lines_seen[0] + 1} (decompressed byte {lines_seen[1]:,}) "
+            "were read, the rest of the file is lost",
             src,
             None,
             "",
         )
-    raw.drain()
+    if compression == "none":
+        raw.drain()
     summary.byte_order_mark = bom[0]
     summary.bytes = raw.bytes
     summary.sha256 = raw.sha256.hexdigest()
