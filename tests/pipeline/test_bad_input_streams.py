@@ -365,3 +365,72 @@ def test_the_wikipedia_sample_is_one_zstd_frame_without_checksum():
     head = WIKIPEDIA_SAMPLE.read_bytes()[:18]
     params = zstandard.get_frame_parameters(head)
     assert not params.has_checksum and params.content_size == zstandard.CONTENTSIZE_UNKNOWN
+
+
+# -- the build lock after a failed or killed build -----------------------------------------------
+
+
+def error_line(stderr: str) -> str:
+    """The one error line of a job's stderr (its progress lines aside); fails unless there is exactly one."""
+    lines = [line for line in stderr.splitlines() if line.startswith("build_shards: error:")]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def _text_argv(tmp_path: Path, out: Path) -> list[str]:
+    path = tmp_path / "in.txt"
+    path.write_text("Some text. More text.\n\nA second document here.\n")
+    return ["--input", str(path), "--input-format", "text", "--output", str(out), "--vocab-size", "100"]
+
+
+def test_a_build_that_fails_releases_its_lock(tmp_path, monkeypatch, capsys):
+    """Issue 21.4: the MemoryError build left _build.lock behind. Any failure inside the pipeline releases it."""
+    from pipeline import build_shards
+    from pipeline.write import manifest
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    out = tmp_path / "out"
+    argv = _text_argv(tmp_path, out) + ["--num-shards", "1"]
+    monkeypatch.setattr(manifest, "build_manifest", fail)
+    with pytest.raises(Exception, match="disk on fire"):
+        build_shards.run(argv)
+    assert out.exists() and not (out / fmt.LOCK_FILE).exists()
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert build_shards.main(argv) == 2  # the partial output is still there: refused in one line, no lock named
+    err = error_line(capsys.readouterr().err)
+    assert "is not empty" in err and "--overwrite" in err and fmt.LOCK_FILE not in err
+    assert build_shards.main(argv + ["--overwrite"]) == 0 and not (out / fmt.LOCK_FILE).exists()
+
+
+def test_the_lock_of_a_killed_build_says_whose_it_is_and_how_to_clear_it(tmp_path, capsys, wikitext2_artifact):
+    import signal
+    import time
+
+    from pipeline import build_shards
+
+    out = tmp_path / "out"
+    tok = str(wikitext2_artifact / fmt.TOKENIZER_FILE)
+    argv = ["--input", str(wikitext2("valid")), "--input-format", "wikitext", "--output", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.build_shards", *argv, "--tokenizer", tok],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    deadline = time.monotonic() + 300
+    while not (out / fmt.LOCK_FILE).exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    lock = json.loads((out / fmt.LOCK_FILE).read_text())
+    assert lock["pid"] == proc.pid
+    assert build_shards.main([*argv, "--tokenizer", tok]) == 2
+    err = error_line(capsys.readouterr().err)
+    assert f"holds {fmt.LOCK_FILE}, the lock of build {lock['build_id']}" in err
+    assert f"by process {proc.pid}, which no longer runs" in err and "pass --overwrite" in err
+    assert build_shards.main([*argv, "--tokenizer", tok, "--overwrite", "--num-shards", "2"]) == 0
+    assert not (out / fmt.LOCK_FILE).exists()
