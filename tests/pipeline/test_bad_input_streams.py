@@ -132,6 +132,16 @@ def test_byte_ranges_of_a_crlf_file_read_the_documents_of_the_lf_file(tmp_path, 
         assert got == whole, f"split every {split_bytes} bytes"
         checked += count
     assert checked > len(crlf(data))
+    # lone CRs (not line ends) inside lines, before CRLFs and after them: ranges still read what a whole read does
+    lone = tmp_path / f"lone.{input_format}"
+    lone.write_bytes(
+        crlf(data).replace(b" the ", b" the\r").replace(b"\r\n", b"\r\r\n", 3).replace(b"\n ", b"\n\r ", 3)
+    )
+    assert lone.read_bytes().count(b"\r") - lone.read_bytes().count(b"\r\n") > 10
+    whole = list(read_file(str(lone), opts))
+    assert len(documents(whole)) > 5
+    for split_bytes in (1, 3, 64, 1001):
+        assert split_read(str(lone), opts, split_bytes)[0] == whole, f"lone CRs, split every {split_bytes} bytes"
 
 
 def _shards_and_tokenizer(out: Path) -> dict[str, bytes]:
