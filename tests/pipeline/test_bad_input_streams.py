@@ -444,3 +444,33 @@ def test_the_lock_of_a_killed_build_says_whose_it_is_and_how_to_clear_it(tmp_pat
     assert f"by process {proc.pid}, which no longer runs" in err and "pass --overwrite" in err
     assert build_shards.main([*argv, "--tokenizer", tok, "--overwrite", "--num-shards", "2"]) == 0
     assert not (out / fmt.LOCK_FILE).exists()
+
+
+def test_a_wikitext_heading_with_its_crlf_is_a_heading():
+    """For readers that hand over lines with their line end (the n-gram job's line reader, callers of wikitext.py)."""
+    from pipeline.read import wikitext
+
+    assert wikitext.heading_level(" = Title = \r\n") == 1 and wikitext.heading_level(" = = Section = = \r") == 2
+    assert wikitext.heading_text(" = A , b = \r\n") == "A , b" and wikitext.heading_level(" A = b \r\n") == 0
+
+
+def test_a_damaged_compressed_file_in_s3_is_read_as_on_local_disk(s3_store, tmp_path, monkeypatch):
+    """The second pass over a compressed file seeks back to its start: through Beam's FileSystems on s3:// too."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    for key, value in s3_store.env.items():
+        monkeypatch.setenv(key, value)
+    FileSystems.set_options(PipelineOptions(s3_store.beam_args))
+    records = real_records(60)
+    parts = [gzip.compress(member_bytes(records[i : i + 30]), mtime=0) for i in (0, 30)]
+    data = flipped(b"".join(parts), len(parts[0]) + len(parts[1]) // 2)
+    uri = s3_store.uri("damaged", "m.jsonl.gz")
+    with s3_store.pyarrow_fs().open_output_stream(uri.split("://", 1)[1], compression=None) as out:
+        out.write(data)  # (pyarrow would gzip it once more by its name)
+    local = tmp_path / "m.jsonl.gz"
+    local.write_bytes(data)
+    here, remote = list(read_file(str(local), ReaderOptions())), list(read_file(uri, ReaderOptions()))
+    assert reasons(remote) == reasons(here) == ["doc"] * 30 + ["corrupt_input"]
+    assert documents(remote) == documents(here)
+    assert (remote[-1].sha256, remote[-1].bytes, remote[-1].documents_read) == (here[-1].sha256, len(data), 31)
