@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -55,6 +56,8 @@ from pipeline.read.streams import (
 )
 
 DEFAULT_MAX_RECORD_BYTES = 16 << 20
+
+log = logging.getLogger(__name__)
 
 
 # C0 and C1 control characters except tab and newline; carriage returns are normalised first.
@@ -255,6 +258,8 @@ class _DocBuilder:
         self.name = name
         self.joiner = joiner
         self.ordinal = first_ordinal
+        self.lone_crs = 0  # lines holding a CR that is not part of a CRLF, and the first of them
+        self.first_lone_cr = 0
         self.reset(None)
 
     def reset(self, src: Source | None):
@@ -283,6 +288,9 @@ class _DocBuilder:
         """Move to the next line: the document it closes (if it starts one) and its text, or None when
         the line rejects its document (too long, or not UTF-8)."""
         text = decoded(line)
+        if text is not None and "\r" in text:
+            self.lone_crs += 1
+            self.first_lone_cr = self.first_lone_cr or src.line
         closed: list[Record] = []
         if starts.step(text):
             closed = self.emit()
@@ -295,6 +303,18 @@ class _DocBuilder:
             else:
                 self.fail(INVALID_UTF8, f"line {src.line}: {_decode(line, src)[1].detail}")
         return closed, text
+
+    def warn_lone_crs(self, path: str) -> None:
+        """A lone CR is not a line end (FORMAT.md): say so once per file when lines hold one, since a file with
+        old Mac (CR-only) line ends then reads as one long document."""
+        if self.lone_crs:
+            log.warning(
+                "%s: %d line(s) hold a lone CR (first: line %d), which is not a line end; if the file has CR-only "
+                "line ends, its paragraphs read as one document: convert them to LF",
+                path,
+                self.lone_crs,
+                self.first_lone_cr,
+            )
 
     def fail(self, reason: str, detail: str):
         if not self.problem:
@@ -340,6 +360,7 @@ def _wikitext_records(lines, name: str, path: str, opts: ReaderOptions, first_or
         if converted:
             doc.add(converted, len(line))
     yield from doc.emit()
+    doc.warn_lone_crs(path)
 
 
 def _text_records(lines, name: str, path: str, opts: ReaderOptions, first_ordinal: int = 0) -> Iterator[Record]:
@@ -357,6 +378,7 @@ def _text_records(lines, name: str, path: str, opts: ReaderOptions, first_ordina
             continue
         doc.add(text.rstrip("\r"), len(line))
     yield from doc.emit()
+    doc.warn_lone_crs(path)
 
 
 _FORMATS: dict[str, Callable] = {"jsonl": _jsonl_records, "wikitext": _wikitext_records, "text": _text_records}

@@ -113,6 +113,19 @@ def test_a_lone_cr_is_not_a_line_end():
     assert reasons(out) == ["doc", "malformed_json"]
 
 
+def test_lone_crs_in_text_and_wikitext_files_are_named_in_a_warning(caplog):
+    """A file with old Mac (CR-only) line ends reads as one document: not silently."""
+    out, _ = read(b"para one\rline two\r\rpara two\r", "mac.txt", input_format="text")
+    assert documents(out) == [("mac.txt:1", "para one\nline two\n\npara two")]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "/data/mac.txt: 1 line(s) hold a lone CR (first: line 1)" in warned[0]
+    caplog.clear()
+    read(crlf(b" = A = \n x .\n"), "w.tokens", input_format="wikitext")
+    read(b" = A = \n x \r y .\n z \r.\n", "w.tokens", input_format="wikitext")
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "2 line(s) hold a lone CR (first: line 2)" in warned[0]
+
+
 CRLF_CORPORA = {"jsonl": jsonl_corpus, "text": text_corpus, "wikitext": wikitext_corpus}
 
 
