@@ -245,6 +245,12 @@ class DocumentStarts:
         return self.advance(self.kind(text))
 
 
+_LONE_CR = (
+    "%s: %d line(s) hold a lone CR (first: line %d), which is not a line end; if the file has CR-only line ends, "
+    "its paragraphs read as one document: convert them to LF"
+)
+
+
 class _DocBuilder:
     """Accumulates the lines of one multi-line document (WikiText, plain text) with a byte bound.
 
@@ -305,16 +311,9 @@ class _DocBuilder:
         return closed, text
 
     def warn_lone_crs(self, path: str) -> None:
-        """A lone CR is not a line end (FORMAT.md): say so once per file when lines hold one, since a file with
-        old Mac (CR-only) line ends then reads as one long document."""
+        """Say once per file that lines hold a lone CR (not a line end: CR-only line ends read as one document)."""
         if self.lone_crs:
-            log.warning(
-                "%s: %d line(s) hold a lone CR (first: line %d), which is not a line end; if the file has CR-only "
-                "line ends, its paragraphs read as one document: convert them to LF",
-                path,
-                self.lone_crs,
-                self.first_lone_cr,
-            )
+            log.warning(_LONE_CR, path, self.lone_crs, self.first_lone_cr)
 
     def fail(self, reason: str, detail: str):
         if not self.problem:
@@ -429,19 +428,16 @@ def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record 
         kept = summary.documents_read
         summary.documents_read += 1
         summary.truncated = True
-        src = Source(path, lines_seen[0] + 1, lines_seen[1])
         trust = "" if isinstance(e, TruncatedInputError) else "; nothing of it or after it is used"
         yield DeadLetter(
             TRUNCATED_INPUT if isinstance(e, TruncatedInputError) else CORRUPT_INPUT,
             f"{e}{trust}; {kept:,} records before line {lines_seen[0] + 1} (decompressed byte {lines_seen[1]:,}) "
             "were read, the rest of the file is lost",
-            src,
+            Source(path, lines_seen[0] + 1, lines_seen[1]),
             None,
             "",
         )
-    if compression == "none":
-        raw.drain()
-    summary.byte_order_mark = bom[0]
+    summary.byte_order_mark = bom[0]  # (a plain file was read to its end; a compressed one by check_members)
     summary.bytes = raw.bytes
     summary.sha256 = raw.sha256.hexdigest()
     yield summary
