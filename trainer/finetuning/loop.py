@@ -330,8 +330,8 @@ class FineTuner:
                 version2=task.name == "squad2",
                 null_threshold=self.cfg.null_threshold,
             )
-            golds = {ex.qid: [t for t, _ in ex.answers] for ex in examples}
-            return squad_metric.evaluate(golds, predictions), predictions
+            golds = [(ex.qid, ex.gold_texts) for ex in examples]  # every dev entry, as the official scripts
+            return squad_metric.evaluate(golds, predictions, version2=task.name == "squad2"), predictions
         gold = [ex.label for ex in examples]
         extra = {}
         if self.cfg.head == "spex":
