@@ -121,7 +121,10 @@ class Data:
             spans = [f["num_spans"] for f in self.features[split] if "num_spans" in f]
             if spans:
                 out[split]["mean_spans"] = round(sum(spans) / len(spans), 3)
-                out[split]["inputs_with_spans_cut"] = sum(n > self.cfg.max_spans for n in spans)
+                per_text = [f["spans_per_text"] for f in self.features[split]]
+                out[split]["inputs_with_spans_cut"] = sum(any(n > self.cfg.max_spans for n in t) for t in per_text)
+                if self.task.is_pair:
+                    out[split]["pairs_second_text_without_span"] = sum(t[1] == 0 for t in per_text)
         return out
 
 
