@@ -360,3 +360,13 @@ def test_qa_features_are_those_of_the_old_algorithm_on_xquad(tokenizer):
         compared += len(new)
         assert sum(f["example_index"] == len(chunk) - 1 for f in new) >= 3  # the long passage: several windows
     assert compared > 2000
+
+
+def test_qnli_puts_the_question_first(tmp_path):
+    """Issue 25, item 6: GLUE and BERT feed QNLI as [CLS] question [SEP] sentence [SEP]."""
+    path = tmp_path / "dev.tsv"
+    path.write_text(
+        "index\tquestion\tsentence\tlabel\n0\tWhen did it rain?\tIt rained on Monday.\tentailment\n", encoding="utf-8"
+    )
+    (ex,), bad = read_tsv(get_task("qnli"), str(path), "dev")
+    assert (ex.text_a, ex.text_b, ex.label) == ("When did it rain?", "It rained on Monday.", 0) and bad.bad == 0

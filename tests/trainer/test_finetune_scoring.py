@@ -95,6 +95,7 @@ def test_glue_metrics_by_hand():
     x, y = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 9.0]
     # deviations x: -1.5 -.5 .5 1.5, y: -3.25 -1.25 .75 3.75; sxy 11.5, sxx 5, syy 26.75
     assert metrics.pearson(x, y) == pytest.approx(11.5 / math.sqrt(5 * 26.75))
+    assert metrics.pearson([2.5, 2.5, 2.5], [1.0, 2.0, 4.0]) == 0.0  # a constant prediction: 0 (scipy: NaN)
     assert metrics.spearman(x, y) == pytest.approx(1.0)
     assert metrics.ranks([10, 20, 20, 30]) == [1.0, 2.5, 2.5, 4.0]
     # ties: ranks x = 1,2.5,2.5,4, y = 1,2,3,4 -> Pearson of the ranks
