@@ -76,7 +76,7 @@ def _pick(u: float, values: np.ndarray) -> int:
 
 def _spans(rows: Rows, i: int, lo: int, hi: int, shift: int) -> list[tuple[int, int]]:
     """Candidate spans of row ``i`` inside ``[lo, hi)``, moved by ``shift``."""
-    if rows.span_offsets is None:
+    if rows.span_offsets is None or rows.span_starts is None or rows.span_ends is None:
         return []
     p, q = int(rows.span_offsets[i]), int(rows.span_offsets[i + 1])
     s, e = rows.span_starts[p:q], rows.span_ends[p:q]

@@ -64,11 +64,12 @@ def _load_json(path: str) -> object:
         raise DataError(f"{path}:{e.lineno}:{e.colno}: not SQuAD JSON ({e.msg})") from None
 
 
-def _gold_answers(raw: object) -> tuple[list[str], list[tuple[object, object]], str]:
+def _gold_answers(raw: object) -> tuple[list[str], list[tuple[str, object]], str]:
     """(texts, (text, answer_start) pairs, problem) of a question's "answers" value; problem "" when well-typed."""
     if not isinstance(raw, list):
         return [], [], f"'answers' is {type(raw).__name__}, not a list"
-    texts, pairs = [], []
+    texts: list[str] = []
+    pairs: list[tuple[str, object]] = []
     for ans in raw:
         if not isinstance(ans, dict) or not isinstance(ans.get("text"), str):
             return texts, pairs, f"an answer {str(ans)[:60]} has no text string"
@@ -139,14 +140,18 @@ def read_squad(path: str, task_name: str, split: str) -> tuple[list[QAExample], 
                     flags.append(("duplicate_id", f"{qid}: the id of an earlier question"))
                 seen.add(qid)
                 answers: list[tuple[str, int]] = []
+                assert isinstance(context, str) and isinstance(question, str)  # checked above
                 for text, start in [] if impossible else pairs:
-                    ok = isinstance(start, int) and not isinstance(start, bool)
-                    if not ok or context[start : start + len(text)] != text or not text.strip():
-                        has = context[start : start + len(text)] if ok else f"answer_start {start!r}"
-                        flags.append(("answer_start_mismatch", f"{qid}: answer {text!r} at {start!r}: {has!r}"))
-                        answers = []
-                        break
-                    answers.append((text, start))
+                    if not isinstance(start, int) or isinstance(start, bool):
+                        has = f"answer_start {start!r}"
+                    elif context[start : start + len(text)] != text or not text.strip():
+                        has = context[start : start + len(text)]
+                    else:
+                        answers.append((text, start))
+                        continue
+                    flags.append(("answer_start_mismatch", f"{qid}: answer {text!r} at {start!r}: {has!r}"))
+                    answers = []
+                    break
                 if not impossible and not answers and not pairs:
                     flags.append(("no_answer", f"{qid}: an answerable question without answers"))
                 if flags and training:
