@@ -42,8 +42,12 @@ def segment_piece(
     """Token spans [start, end) in sequence positions (the piece starts at ``offset``) of one text."""
     words = piece.words()
     if segmentation == "ngram":
+        if segmenter is None:
+            raise ValueError("--segmentation ngram needs a dictionary (--ngram-dictionary)")
         word_spans = segmenter.segment([w for w, _, _ in words])
     elif segmentation == "random":
+        if rng is None:
+            raise ValueError("--segmentation random needs a random generator")
         word_spans, i = [], 0
         while i < len(words):
             n = rng.randint(1, RANDOM_MAX_WORDS)
@@ -106,10 +110,14 @@ class HierarchicalCNN(nn.Module):
         token_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if self.segmentation == "none":  # BERT + CNN: two CNN layers over the tokens, one max-pool
+            if token_mask is None:
+                raise ValueError("segmentation 'none' needs token_mask")
             mask = token_mask.bool()
             h = self._conv(self.conv1, hidden, mask)
             h = self._conv(self.conv2, h, mask)
             return _masked_max(h, mask, dim=1)
+        if span_index is None or span_token_mask is None:
+            raise ValueError(f"segmentation {self.segmentation!r} needs span_index and span_token_mask")
         B, R, L = span_index.shape
         H = hidden.size(-1)
         mask = span_token_mask.bool()
