@@ -62,6 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=RunConfig.__dataclass_fields__["deepspeed_config"].metadata["help"],
     )
+    g.add_argument(
+        "--data",
+        action="append",
+        required=True,
+        metavar="ARTIFACT | NAME=PATH[:WEIGHT]",
+        help="the preprocessed-corpus artifact (directory, gs://, s3://, hdfs://); or repeat --data NAME=PATH[:WEIGHT] "
+        "to train on a mixture: WEIGHT is the share of samples (rows) drawn from the source (all weights or none: none = "
+        "each source's number of rows); an epoch ends when the first source runs out (or after --samples-per-epoch); a "
+        "source that runs out repeats with a new order per pass; eval/NAME/... per source (docs/TRAINING.md, mixtures)",
+    )
     g = p.add_argument_group("model")
     g.add_argument("--preset", choices=list(PRESETS), default="base", help="model sizes (default: base)")
     add_dataclass_arguments(g, ModelConfig)
