@@ -48,7 +48,7 @@ def parse_source(spec: str) -> Source | None:
         return None
     uri, weight = rest, None
     path, colon, tail = rest.rpartition(":")
-    if colon and path:
+    if colon:
         try:
             weight = float(tail)
         except ValueError:
