@@ -78,7 +78,7 @@ def interleave_masked(parts: list[Masked], part: np.ndarray, row: np.ndarray) ->
     keep = unit_row >= 0
     units = {name: cat(name)[keep] for name in UNIT_FIELDS}
     order = np.lexsort((units["unit_start"], unit_row[keep]))
-    word_start = cat("word_start")[tok] if all(p.word_start is not None for p in parts) else None
+    flags = {"word_start": cat("word_start")[tok]} if all(p.word_start is not None for p in parts) else {}
     return Masked(
         offsets=new_offs,
         **{name: cat(name)[tok] for name in TOKEN_FIELDS},
@@ -86,7 +86,7 @@ def interleave_masked(parts: list[Masked], part: np.ndarray, row: np.ndarray) ->
         maskable=cat("maskable")[g],
         unit_row=unit_row[keep][order],
         **{name: units[name][order] for name in UNIT_FIELDS},
-        word_start=word_start,
+        **flags,
     )
 
 

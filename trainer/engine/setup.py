@@ -248,7 +248,9 @@ def prepare(args) -> TrainSetup:
     rank, _, world_size = env_rank()
     elastic, resume_meta, checkpoint = _check_resume(run, model, artifact, world_size, ds)
     # The loaders only index the shards here (no reading, no workers yet), so their errors are clear messages too.
-    expected = dict(expected_vocab_size=model.vocab_size, expected_special_token_ids={"pad": model.pad_token_id})
+    expected: dict[str, Any] = dict(
+        expected_vocab_size=model.vocab_size, expected_special_token_ids={"pad": model.pad_token_id}
+    )
     eval_loader: Any = None
     if sources:
         length_from = (
