@@ -19,6 +19,9 @@ One process without the launcher (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT are fil
 
     python trainer/pretrain.py --data demo/artifact --preset tiny --max-steps 40 --warmup-steps 4 --output-dir runs/tiny
 
+A weighted mixture of artifacts (same tokenizer; proportions of samples; docs/TRAINING.md):
+``--data wiki=gs://bucket/wiki-v3:0.7 --data books=gs://bucket/books-v1:0.3`` instead of ``--data ARTIFACT``.
+
 Resume after a stop (SIGTERM/SIGINT save a checkpoint and exit 0): add ``--resume``; with another number of ranks
 than the checkpoint's, it goes through a DeepSpeed universal checkpoint (docs/TRAINING.md, elastic resume). The BERT-1seq baseline:
 ``--objective mlm``; BERT's two segments with next sentence prediction: ``--segments 2 --nsp``. Masking scheme: ``--scheme span|whole_word|subword|entity|noun_phrase|ngram``.

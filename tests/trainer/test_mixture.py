@@ -7,7 +7,6 @@ artifact's tokenizer.json). Small synthetic artifacts where a test needs many ep
 
 from __future__ import annotations
 
-import io
 import json
 import pickle
 from collections import Counter
@@ -16,36 +15,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import WIKIPEDIA_SAMPLE, build
 from test_trainer_data import MASK, cfg, synthetic_rows, write_artifact
 
+from tests.support.mixture_data import wikipedia_slice as wikipedia_slice_artifact
 from trainer.data import DataConfig, build_mixture_loaders, check_sources, open_artifact, parse_sources
 from trainer.data.mixture_order import MixtureOrder, source_seed
 from trainer.data.sources import Source
 from trainer.masking import MaskingConfig
 
-WIKIPEDIA_ARTICLES = 120  # a slice of the sample: ~630 rows of 512 tokens, built in seconds
-
 
 @pytest.fixture(scope="module")
 def wikipedia_slice(tmp_path_factory, wikitext2_artifact) -> Path:
     """The first articles of the Wikipedia sample, tokenized with the WikiText-2 artifact's tokenizer."""
-    if not WIKIPEDIA_SAMPLE.exists():
-        pytest.skip(f"real data not available: {WIKIPEDIA_SAMPLE}")
-    import zstandard
-
-    tmp = tmp_path_factory.mktemp("wikipedia_slice")
-    lines = []
-    with open(WIKIPEDIA_SAMPLE, "rb") as f:
-        text = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f), encoding="utf-8")
-        for line in text:
-            lines.append(line)
-            if len(lines) == WIKIPEDIA_ARTICLES:
-                break
-    (tmp / "pages.jsonl").write_text("".join(lines), encoding="utf-8")
-    out = tmp / "artifact"
-    build(tmp / "pages.jsonl", out, "--tokenizer", str(wikitext2_artifact / "tokenizer.json"), "--num-shards", "4")
-    return out
+    return wikipedia_slice_artifact(tmp_path_factory.mktemp("wikipedia_slice"), wikitext2_artifact / "tokenizer.json")
 
 
 @pytest.fixture(scope="module")
