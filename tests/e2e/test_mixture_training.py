@@ -94,7 +94,8 @@ def test_zero2_mixture_trains_evaluates_per_source_resumes_elastically_and_expor
     out = probe(one, 1, "--data", f"wiki={wiki}:0.1", "--data", f"wt2={wt2}:0.9", *evals[:4], "--max-steps", "10",
                 "--resume", samples_only=True)  # fmt: skip
     assert "resume: option changed since the checkpoint, accepted: run.data" in out
-    assert "per epoch wt2 " in out and "done: 10 steps" in out
+    assert "accepted: mixture weights: samples per epoch" in out and "every source continues its own stream" in out
+    assert "done: 10 steps" in out
     after = global_stream(one)
     new = [p for s in (9, 10) for p in after[s]]
     assert not set(new) & set(everything) and len(new) == 2 * GLOBAL_BATCH

@@ -211,7 +211,7 @@ def test_resume_with_other_weights_continues_every_source_where_it_stopped(synth
     drawn = {n: state["sources"][n]["samples"] for n in ("small", "large")}
     assert sum(drawn.values()) == 80 and min(drawn.values()) > 0
     assert changed.state_dict()["segment"] == {"epoch": state["epoch"] + 1, "base": drawn}
-    assert f"small 40 -> {ds2.order.n[0]}" in ds2.weights_changed_on_resume[1]
+    assert f"(small 40 -> {ds2.order.n[0]}, large 120 -> {ds2.order.n[1]})" in ds2.weights_changed_on_resume[0]
     after = take_pairs(changed, 40)
     share = Counter(s for s, _ in after)
     assert share[0] > 2 * share[1]  # the new proportions apply

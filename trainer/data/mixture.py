@@ -232,10 +232,10 @@ class MixtureStream(IterableDataset):
             self._epoch0 = int(seg["epoch"]) + -(-consumed // old_m)
             self._base = np.asarray([int(state["sources"][n]["samples"]) for n in self.names], dtype=np.int64)
             self._consumed = 0
+            per_epoch = ", ".join(f"{n} {state['per_epoch'].get(n)} -> {self.order.per_epoch[n]}" for n in self.names)
             self.weights_changed_on_resume = [
-                f"samples per epoch {old_m} -> {self.order.M}",
-                "per epoch "
-                + ", ".join(f"{n} {state['per_epoch'].get(n)} -> {self.order.per_epoch[n]}" for n in self.names),
+                f"mixture weights: samples per epoch {old_m} -> {self.order.M} ({per_epoch}); every source continues "
+                f"its own stream where it stopped, and epoch {self._epoch0} starts with the new proportions"
             ]
         self._total_consumed = int(state.get("total_consumed_samples", 0))
         self._generation += 1
