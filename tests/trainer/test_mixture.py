@@ -70,6 +70,16 @@ def source_stream(ds, k: int, count: int) -> list[int]:
     return out[:count]
 
 
+def stream_pairs(ds, n: int) -> list[tuple[int, int]]:
+    """(source, sample id) of the mixture's first ``n`` positions, from the order alone (no loader)."""
+    src, passes, pos = ds.sources_at(np.arange(n))
+    ids = np.empty(n, dtype=np.int64)
+    for s, p in set(zip(src.tolist(), passes.tolist())):
+        sel = (src == s) & (passes == p)
+        ids[sel] = ds.streams[s].order(p).sample_ids(pos[sel])
+    return list(zip(src.tolist(), ids.tolist()))
+
+
 # -- the command line ------------------------------------------------------------------------------
 def test_data_specs_parse_and_refuse_clearly():
     assert parse_sources("/data/wiki") is None and parse_sources(["s3://b/wiki"]) is None  # one artifact, as before
@@ -114,18 +124,18 @@ def test_natural_sizes_give_every_sample_exactly_once_per_epoch(wikitext2_artifa
     sizes = [st.num_samples for st in ds.streams]
     M = sum(sizes)
     assert ds.num_samples == M and ds.order.n == sizes
-    got = [p for batch in loader for p in pairs(batch)]
-    assert len(got) == (2 * M // 7) * 7 and 2 * M - len(got) < 7  # continuous: only the run's last partial step
-    for e in range(2):
-        epoch = got[e * M : (e + 1) * M]
-        full = len(epoch) == M
-        counts = Counter(epoch)
-        assert max(counts.values()) == 1  # nothing twice in an epoch
-        if full:
-            assert {k: sum(1 for s, _ in epoch if s == k) for k in (0, 1)} == {0: sizes[0], 1: sizes[1]}
-            for k in (0, 1):
-                assert sorted(i for s, i in epoch if s == k) == sorted(ds.streams[k].global_order(0).tolist())
-    assert len(got) > M > 0
+    expected = stream_pairs(ds, 2 * M)
+    for e in range(2):  # the order: every sample of every source exactly once per epoch
+        epoch = expected[e * M : (e + 1) * M]
+        for k in (0, 1):
+            ids = [i for s, i in epoch if s == k]
+            assert sorted(ids) == list(range(sizes[k]))  # the training rows are the first shards' rows
+            assert ids == ds.streams[k].global_order(e).tolist()  # in the source's order of pass e
+    batches = [pairs(b) for b in loader]
+    assert len(batches) == 2 * M // 7  # continuous: only the run's last partial step is left
+    for b, got in enumerate(batches):  # the loader delivers it: each micro-batch is its 7 positions of the order
+        assert sorted(got) == sorted(expected[7 * b : 7 * b + 7]) and got == sorted(got, key=lambda p: p[0])
+    assert len(batches) * 7 > M > 0
 
 
 # -- ranks and workers -----------------------------------------------------------------------------

@@ -7,7 +7,10 @@ cache, and its rows are masked with its own masker. Consumption, ranks and worke
 ``r`` the ``r``-th ``B`` of them, DataLoader worker ``k`` the chunks ``m`` with ``m % num_workers == k``, so the
 batches do not depend on ``num_workers`` and the stream does not depend on the world size. Unlike one artifact,
 the stream is continuous across epochs (nothing is left out at an epoch's end). Batches carry ``source`` [B] (the
-source's index in ``--data`` order) next to ``sample_id`` [B] (the row's sample id in its own artifact).
+source's index in ``--data`` order) next to ``sample_id`` [B] (the row's sample id in its own artifact). A
+micro-batch holds the rows of its ``B`` positions grouped by source (in ``--data`` order), each source's rows in
+stream order: the order within a micro-batch does not matter to training, and each source's rows are collated
+straight from its own masked chunk.
 
 State dict (plain dict)::
 
@@ -50,44 +53,46 @@ from trainer.data.mixture_order import MixtureOrder
 from trainer.data.segments import add_pair_fields
 from trainer.data.sources import Source, check_sources, source_stream
 from trainer.data.stream import MAX_CHUNK_ROWS, ArtifactStream, WorkerDataError
-from trainer.masking import Masked, MaskingConfig
+from trainer.masking import Collator, Masked, MaskingConfig
 
 STATE_FORMAT = "spanprep-mixture-state"
 STATE_VERSION = 1
-TOKEN_FIELDS = ("original_ids", "input_ids", "labels", "span_left", "span_right", "span_position")
-UNIT_FIELDS = ("unit_start", "unit_end", "unit_words", "unit_action", "unit_candidate")
 
 
-def interleave_masked(parts: list[Masked], part: np.ndarray, row: np.ndarray) -> Masked:
-    """One :class:`Masked` whose row ``j`` is row ``row[j]`` of ``parts[part[j]]``."""
-    n_rows = [p.offsets.shape[0] - 1 for p in parts]
-    base = np.concatenate([[0], np.cumsum(n_rows)]).astype(np.int64)
-    tok_base = np.concatenate([[0], np.cumsum([int(p.offsets[-1]) for p in parts])]).astype(np.int64)
-    offs = np.concatenate([p.offsets[:-1] + tb for p, tb in zip(parts, tok_base)] + [tok_base[-1:]]).astype(np.int64)
-    g = base[np.asarray(part, dtype=np.int64)] + np.asarray(row, dtype=np.int64)
-    starts, lens = offs[g], offs[g + 1] - offs[g]
-    new_offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-    tok = np.repeat(starts - new_offs[:-1], lens) + np.arange(int(new_offs[-1]), dtype=np.int64)
-
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([getattr(p, name) for p in parts])
-
-    inv = np.full(int(base[-1]), -1, dtype=np.int64)
-    inv[g] = np.arange(len(g))
-    unit_row = inv[np.concatenate([p.unit_row + b for p, b in zip(parts, base[:-1])])]
-    keep = unit_row >= 0
-    units = {name: cat(name)[keep] for name in UNIT_FIELDS}
-    order = np.lexsort((units["unit_start"], unit_row[keep]))
-    flags = {"word_start": cat("word_start")[tok]} if all(p.word_start is not None for p in parts) else {}
-    return Masked(
-        offsets=new_offs,
-        **{name: cat(name)[tok] for name in TOKEN_FIELDS},
-        sample_ids=cat("sample_ids")[g],
-        maskable=cat("maskable")[g],
-        unit_row=unit_row[keep][order],
-        **{name: units[name][order] for name in UNIT_FIELDS},
-        **flags,
-    )
+def collate_grouped(collator: Collator, parts: list[Masked], part: np.ndarray, row: np.ndarray, src: np.ndarray,
+                    micro_batch_size: int) -> tuple[list[dict[str, torch.Tensor]], np.ndarray]:  # fmt: skip
+    """Batches of ``micro_batch_size`` consecutive positions, position ``j`` being row ``row[j]`` of
+    ``parts[part[j]]`` (source ``src[j]``); within a batch the rows are grouped by part (source, then pass), each
+    part's rows in stream order, so each is written straight from its part (no merged copy). Every tensor of the
+    chunk shares one storage (one shared-memory segment from a worker, as ``Collator.collate_chunk``). Returns the
+    batches and the positions in batch order (for per-row extras such as NSP fields)."""
+    B = micro_batch_size
+    n = len(part)
+    order = np.lexsort((np.arange(n), part, np.arange(n) // B))
+    runs = []  # per batch: (part, first row, rows, source)
+    for b in range(n // B):
+        rows = order[b * B : (b + 1) * B]
+        cut = np.flatnonzero(np.diff(part[rows])) + 1
+        runs.append([(int(part[r[0]]), int(row[r[0]]), len(r), int(src[r[0]])) for r in np.split(rows, cut)])
+    shapes = [max(collator._batch_shape(parts[k], a, a + m)[1] for k, a, m, _ in rr) for rr in runs]
+    sizes = [6 * B * T + 2 * B for T in shapes]
+    buf = np.empty(int(sum(sizes)), dtype=np.int64)
+    t = torch.from_numpy(buf)
+    batches, off = [], 0
+    for rr, T, size in zip(runs, shapes, sizes):
+        block = buf[off : off + 6 * B * T].reshape(6, B, T)
+        ids, first = buf[off + 6 * B * T : off + 6 * B * T + B], 0
+        source = buf[off + 6 * B * T + B : off + size]
+        for k, a, m, s_ in rr:
+            collator._fill(parts[k], a, a + m, block[:, first : first + m, :])
+            ids[first : first + m] = parts[k].sample_ids[a : a + m]
+            source[first : first + m] = s_
+            first += m
+        batch = Collator._as_batch(t[off : off + 6 * B * T].view(6, B, T), t[off + 6 * B * T : off + 6 * B * T + B])
+        batch["source"] = t[off + 6 * B * T + B : off + size]
+        batches.append(batch)
+        off += size
+    return batches, order
 
 
 class MixtureStream(IterableDataset):
@@ -281,12 +286,9 @@ class MixtureStream(IterableDataset):
             parts.append(masked)
             if pairs is not None:
                 a_len[sel], label[sel] = pairs
-        batches = self.masker.collate_chunk(interleave_masked(parts, part, row), B)
+        batches, order = collate_grouped(self.masker.collator, parts, part, row, src, B)
         if self.data_cfg.segments == 2:
-            add_pair_fields(batches, a_len, label)
-        source = torch.from_numpy(src)
-        for k, batch in enumerate(batches):
-            batch["source"] = source[k * B : (k + 1) * B]
+            add_pair_fields(batches, a_len[order], label[order])
         return batches
 
     def __iter__(self) -> Iterator[Any]:
