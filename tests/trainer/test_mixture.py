@@ -313,3 +313,31 @@ def test_order_counts_are_exact_and_tiny_weights_are_refused():
     with pytest.raises(ValueError, match="weights must be > 0"):
         MixtureOrder(["a", "b"], [10, 10], [1, -1], seed=0)
     assert isinstance(DataConfig(artifact="x", samples_per_epoch=5).samples_per_epoch, int)
+
+
+def test_every_source_is_checked_against_its_manifest_and_uses_the_shard_cache(synthetic_pair, tmp_path):
+    import shutil
+
+    from schemas.format import FormatError
+
+    small, large = synthetic_pair
+    bad = tmp_path / "bad"
+    shutil.copytree(large, bad)
+    shard = bad / json.loads((bad / "manifest.json").read_text())["shards"][1]["path"]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 1  # same size: only the sha256 can tell
+    shard.write_bytes(bytes(data))
+    with pytest.raises(
+        FormatError, match=r"bad/shards/part-00001-of-00003\.arrow: sha256 .* differs from the manifest"
+    ):
+        build_mixture_loaders(mixture(small, bad), cfg(small, verify_shards="always"), MASK)
+    cache = tmp_path / "cache"
+    loader, ds, _ = build_mixture_loaders(mixture(small, large), cfg(small, cache_dir=str(cache), read_ahead=0), MASK)
+    take_pairs(loader, 40)  # 160 samples: every training block of both sources
+    cached = {p.name for p in (cache / "shards").glob("*.arrow")}
+    wanted = {
+        f"{s['sha256']}.arrow"
+        for art in (small, large)
+        for s in json.loads((art / "manifest.json").read_text())["shards"][:-1]  # the training shards
+    }
+    assert cached == wanted and len(wanted) == 3
