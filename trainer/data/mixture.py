@@ -122,7 +122,10 @@ class MixtureStream(IterableDataset):
         if data_cfg.worker_chunk_batches is not None:
             self.chunk_batches = data_cfg.worker_chunk_batches
         else:
-            self.chunk_batches = max(1, min(streams[0].chunk_batches, MAX_CHUNK_ROWS // self.micro_batch_size))
+            # each source masks about as many rows at a time as one artifact's loader does (a mask call has a fixed
+            # cost: half-size calls cost 7% of the throughput; benchmarks/RESULTS.md)
+            per_source = min(streams[0].chunk_batches, MAX_CHUNK_ROWS // self.micro_batch_size)
+            self.chunk_batches = max(1, len(streams) * per_source)
         self.shard_cache = streams[0].shard_cache  # the first source's files (tokenizer.json) for the checkpoint
         self.shard_checks = {
             k: sum((st.shard_checks or {}).get(k, 0) for st in streams) for k in ("hashed", "cached", "size")
