@@ -6,6 +6,7 @@ no sample, a resume with other weights continues each source where it stopped, t
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -126,6 +127,15 @@ def test_sources_that_cannot_be_mixed_are_one_line_and_exit_2(sources, demo_arti
     assert f"--data demo ({demo_artifact}) and --data wt2 ({wt2}) have different tokenizers" in err
     err = refused("--data", f"wt2={wt2}", "--data", f"wiki={wiki}", "--max-seq-len", "128")
     assert f"--data wt2 ({wt2}) holds rows of up to" in err and "(--max-seq-len)" in err
+    short = tmp_path / "short"  # a copy that says it was built for 128-token sequences: it sets the default length
+    shutil.copytree(wt2, short)
+    manifest = json.loads((short / "manifest.json").read_text())
+    (short / "manifest.json").write_text(json.dumps({**manifest, "max_seq_len": 128, "max_row_tokens": 126}))
+    err = refused("--data", f"short={short}", "--data", f"wiki={wiki}")
+    assert (
+        f"--data wiki ({wiki}) holds rows of up to 510 tokens (built for max_seq_len 512), more than sequence length "
+        f"128 (the max_seq_len of --data short ({short})) leaves room for (126)" in err
+    )
     err = refused("--data", f"wt2={wt2}", "--data", f"wiki={wiki}", "--scheme", "noun_phrase")
     assert f"--scheme noun_phrase masks noun_phrases candidates, but --data wt2 ({wt2}) was built without" in err
     err = refused("--data", str(wt2), "--samples-per-epoch", "100")
