@@ -21,14 +21,14 @@ import sys
 import time
 from typing import Any
 
+from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+
+# isort: split
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import (
-    jobs,  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
-    report,
-)
+from pipeline import report
 from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
 from pipeline.elements import Document
@@ -412,7 +412,7 @@ def _load_tokenizer(o, paths: list[str]) -> tokenizer.TokenizerSpec:
 def _static_manifest_fields(
     o, argv: list[str], options: PipelineOptions, candidates: dict, build_id: str | None = None
 ) -> dict[str, Any]:
-    build = {k: v for k, v in vars(o).items()}
+    build = dict(vars(o))
     beam_opts = {k: v for k, v in options.get_all_options(drop_default=True).items() if k not in build}
     beam_opts = {k: ("<redacted>" if SECRET_OPTION.search(k) else v) for k, v in beam_opts.items()}
     beam_opts["runner"] = options.view_as(StandardOptions).runner

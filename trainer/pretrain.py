@@ -19,6 +19,12 @@ One process without the launcher (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT are fil
 
     python trainer/pretrain.py --data demo/artifact --preset tiny --max-steps 40 --warmup-steps 4 --output-dir runs/tiny
 
+Continued pre-training from a Hugging Face BERT directory (or a spanprep run); sizes and vocabulary are the
+checkpoint's, the artifact must be built with its vocab.txt (docs/TRAINING.md, "Continued pre-training"):
+
+    deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json \\
+        --data artifacts/domain-cased --init models/bert-base-cased --max-steps 100000 --output-dir runs/dapt
+
 A weighted mixture of artifacts (same tokenizer; proportions of samples; docs/TRAINING.md):
 ``--data wiki=gs://bucket/wiki-v3:0.7 --data books=gs://bucket/books-v1:0.3`` instead of ``--data ARTIFACT``.
 
@@ -76,7 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
         "source that runs out repeats with a new order per pass; eval/NAME/... per source (docs/TRAINING.md, mixtures)",
     )
     g = p.add_argument_group("model")
-    g.add_argument("--preset", choices=list(PRESETS), default="base", help="model sizes (default: base)")
+    g.add_argument("--preset", choices=list(PRESETS), default=None, help="model sizes (default: base; not with --init)")
+    g.add_argument(
+        "--init",
+        metavar="PATH",
+        default=None,
+        help="continued pre-training: start from a Hugging Face BERT directory (config.json + model.safetensors or "
+        "pytorch_model.bin) or a spanprep run/checkpoint; sizes and vocabulary are the checkpoint's (docs/TRAINING.md)",
+    )
     add_dataclass_arguments(g, ModelConfig)
     add_dataclass_arguments(p.add_argument_group("optimizer"), OptimConfig)
     add_dataclass_arguments(

@@ -89,11 +89,12 @@ class ReaderOptions:
             raise ValueError("max_record_bytes must be positive")
 
 
-def _decode(line: bytes, src: Source) -> tuple[str | None, DeadLetter | None]:
+def _decode(line: bytes, src: Source) -> str | DeadLetter:
+    """The line as text, or its dead letter when it is not valid UTF-8."""
     try:
-        return line.decode("utf-8"), None
+        return line.decode("utf-8")
     except UnicodeDecodeError as e:
-        return None, DeadLetter(
+        return DeadLetter(
             INVALID_UTF8,
             f"invalid UTF-8 at byte {e.start} of the record: {e.reason}",
             src,
@@ -141,9 +142,9 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions, first_ordin
             continue
         if not line.strip():
             continue  # blank lines are not records
-        raw, bad = _decode(line, src)
-        if bad:
-            yield bad
+        raw = _decode(line, src)
+        if isinstance(raw, DeadLetter):
+            yield raw
             continue
         if json_depth_exceeds(line):
             yield DeadLetter(
@@ -292,7 +293,8 @@ class _DocBuilder:
                     LINE_TOO_LONG, f"line {src.line} of {length:,} bytes exceeds --max-record-bytes={self.limit:,}"
                 )
             else:
-                self.fail(INVALID_UTF8, f"line {src.line}: {_decode(line, src)[1].detail}")
+                bad = _decode(line, src)
+                self.fail(INVALID_UTF8, f"line {src.line}: {bad.detail if isinstance(bad, DeadLetter) else bad}")
         return closed, text
 
     def fail(self, reason: str, detail: str):

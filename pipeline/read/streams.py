@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Iterator
-from typing import BinaryIO
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any, BinaryIO
 
 import zstandard
 
@@ -78,12 +79,12 @@ def decompressed_chunks(raw: HashingReader, compression: str) -> Iterator[bytes]
         while chunk := raw.read(CHUNK_BYTES):
             yield chunk
         return
+    new: Callable[[], Any]
     if compression == "gzip":
-        new = lambda: zlib.decompressobj(wbits=31)  # noqa: E731
+        new = partial(zlib.decompressobj, wbits=31)
         errors: tuple[type[Exception], ...] = (zlib.error,)
     else:
-        dctx = zstandard.ZstdDecompressor()
-        new = dctx.decompressobj
+        new = zstandard.ZstdDecompressor().decompressobj
         errors = (zstandard.ZstdError,)
     out_bytes = 0
     obj = new()
