@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 from test_elastic_resume import COMMON, GLOBAL_BATCH, PROBE, SAVED_AT, ds_config
-from test_pretrain import main_in_process  # noqa: F401 (fixture)
 
 from tests.support.mixture_data import wikipedia_slice
 from tests.support.pretrain_runs import DEEPSPEED, REPO, TIMEOUT, metric, resume_from, run_env
@@ -112,13 +111,12 @@ def test_zero2_mixture_trains_evaluates_per_source_resumes_elastically_and_expor
     ).read_bytes()
 
 
-def test_sources_that_cannot_be_mixed_are_one_line_and_exit_2(sources, demo_artifact, tmp_path, request):
+def test_sources_that_cannot_be_mixed_are_one_line_and_exit_2(sources, demo_artifact, tmp_path, main_in_process):
     wt2, wiki = sources
-    run_main = request.getfixturevalue("main_in_process")
     base = ["--preset", "tiny", "--max-steps", "2", "--eval-every", "0", "--num-workers", "0"]
 
     def refused(*argv: str) -> str:
-        code, err = run_main(*base, "--output-dir", str(tmp_path / "run"), *argv)
+        code, err = main_in_process(*base, "--output-dir", str(tmp_path / "run"), *argv)
         lines = [line for line in err.splitlines() if line.strip()]
         assert code == 2 and len(lines) == 1 and lines[0].startswith("pretrain: error: "), err
         return lines[0]
