@@ -341,3 +341,22 @@ def test_every_source_is_checked_against_its_manifest_and_uses_the_shard_cache(s
         for s in json.loads((art / "manifest.json").read_text())["shards"][:-1]  # the training shards
     }
     assert cached == wanted and len(wanted) == 3
+
+
+def test_two_segments_pairs_and_masks_are_each_sources_own(synthetic_pair):
+    """With --segments 2 every row of a mixture batch is exactly what its source's own stream makes of it."""
+    small, large = synthetic_pair
+    loader, ds, _ = build_mixture_loaders(mixture(small, large), cfg(small, segments=2, num_epochs=1), MASK)
+    checked = 0
+    for batch in loader:
+        assert {"token_type_ids", "next_sentence_label", "source"} <= batch.keys()
+        for j, (s, sid) in enumerate(pairs(batch)):
+            st = ds.streams[s]
+            masked, (_, label) = st.masked_rows(0, np.flatnonzero(st.global_order(0) == sid))
+            own = st.masker.collate(masked)
+            n = int(batch["attention_mask"][j].sum())
+            assert torch.equal(own["input_ids"][0, :n], batch["input_ids"][j, :n])
+            assert torch.equal(own["labels"][0, :n], batch["labels"][j, :n])
+            assert int(label[0]) == int(batch["next_sentence_label"][j])
+            checked += 1
+    assert checked == 160  # one epoch: 40 + 120 rows
