@@ -25,6 +25,9 @@ checkpoint's, the artifact must be built with its vocab.txt (docs/TRAINING.md, "
     deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json \\
         --data artifacts/domain-cased --init models/bert-base-cased --max-steps 100000 --output-dir runs/dapt
 
+A weighted mixture of artifacts (same tokenizer; proportions of samples; docs/TRAINING.md):
+``--data wiki=gs://bucket/wiki-v3:0.7 --data books=gs://bucket/books-v1:0.3`` instead of ``--data ARTIFACT``.
+
 Resume after a stop (SIGTERM/SIGINT save a checkpoint and exit 0): add ``--resume``; with another number of ranks
 than the checkpoint's, it goes through a DeepSpeed universal checkpoint (docs/TRAINING.md, elastic resume). The BERT-1seq baseline:
 ``--objective mlm``; BERT's two segments with next sentence prediction: ``--segments 2 --nsp``. Masking scheme: ``--scheme span|whole_word|subword|entity|noun_phrase|ngram``.
@@ -67,6 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
         dest="deepspeed_config",
         default=None,
         help=RunConfig.__dataclass_fields__["deepspeed_config"].metadata["help"],
+    )
+    g.add_argument(
+        "--data",
+        action="append",
+        required=True,
+        metavar="ARTIFACT | NAME=PATH[:WEIGHT]",
+        help="the preprocessed-corpus artifact (directory, gs://, s3://, hdfs://); or repeat --data NAME=PATH[:WEIGHT] "
+        "to train on a mixture: WEIGHT is the share of samples (rows) drawn from the source (all weights or none: none = "
+        "each source's number of rows); an epoch ends when the first source runs out (or after --samples-per-epoch); a "
+        "source that runs out repeats with a new order per pass; eval/NAME/... per source (docs/TRAINING.md, mixtures)",
     )
     g = p.add_argument_group("model")
     g.add_argument("--preset", choices=list(PRESETS), default=None, help="model sizes (default: base; not with --init)")

@@ -4,8 +4,9 @@ Run exactly like the trainer (``python tests/support/elastic_probe.py ARGS`` or 
 it calls ``trainer.pretrain.main`` unchanged and, in the directory ``$SPANPREP_PROBE_DIR``, records
 
 * ``samples_rank{R}.jsonl``: one line per optimizer step of rank R, ``{"step": S, "micro_batches": [[sample ids]]}``,
-  the ``sample_id`` column of every micro-batch the training loop took from the loader;
-* ``resumed_state.pt`` (rank 0, when ``--resume`` loaded a checkpoint): the step, the learning rate, the loader's
+  the ``sample_id`` column of every micro-batch the training loop took from the loader (a mixture's batches add
+  ``"sources": [[source index]]``);
+* ``resumed_state.pt`` (rank 0, when ``--resume`` loaded a checkpoint; not with ``SPANPREP_PROBE_SAMPLES_ONLY=1``): the step, the learning rate, the loader's
   state, the optimizer's parameter groups (without their parameters), the Adam ``step`` of every optimizer state
   (with the tensor's id, to tell shared tensors apart), and for every parameter the full (consolidated over the
   ranks) fp32 master weight and Adam ``exp_avg`` / ``exp_avg_sq``, read with DeepSpeed's
@@ -34,16 +35,19 @@ def _record_samples() -> None:
     train_step = engine.Trainer._train_step
 
     def recording_train_step(self, batches):
-        taken = []
+        taken, sources = [], []
 
         def tap():
             for batch in batches:  # pulls one micro-batch per next(): nothing extra is consumed
                 taken.append(batch["sample_id"].tolist())
+                if "source" in batch:
+                    sources.append(batch["source"].tolist())
                 yield batch
 
         out = train_step(self, tap())
+        record = {"step": self.step + 1, "micro_batches": taken, **({"sources": sources} if sources else {})}
         with open(OUT / f"samples_rank{self.dist.rank}.jsonl", "a") as f:
-            f.write(json.dumps({"step": self.step + 1, "micro_batches": taken}) + "\n")
+            f.write(json.dumps(record) + "\n")
         return out
 
     engine.Trainer._train_step = recording_train_step
@@ -97,5 +101,6 @@ def _dump_resumed_state() -> None:
 if __name__ == "__main__":
     OUT.mkdir(parents=True, exist_ok=True)
     _record_samples()
-    _dump_resumed_state()
+    if not os.environ.get("SPANPREP_PROBE_SAMPLES_ONLY"):  # the state dump needs a load DeepSpeed can report on
+        _dump_resumed_state()
     quick_exit(pretrain.main(sys.argv[1:]))  # as trainer/pretrain.py exits

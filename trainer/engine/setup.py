@@ -29,7 +29,14 @@ from trainer.config import (
     resolve_schedule,
     to_jsonable,
 )
-from trainer.data import DataConfig, build_eval_loader, build_train_loader
+from trainer.data import (
+    DataConfig,
+    MixtureStream,
+    build_eval_loader,
+    build_mixture_loaders,
+    build_train_loader,
+    parse_sources,
+)
 from trainer.engine.checkpoints import ElasticResume, checkpoint_dir, elastic_resume_plan, latest_tag
 from trainer.engine.distributed import Dist, accelerator_is_gpu, env_rank
 from trainer.engine.ds_config import load_deepspeed_json, resolve_deepspeed_config
@@ -57,7 +64,7 @@ class TrainSetup:
     deepspeed: dict  # resolved DeepSpeed config
     artifact: Any  # schemas.artifact.Artifact
     train_loader: Any  # trainer.data.StreamLoader of this rank (not iterated yet)
-    eval_loader: Any  # trainer.data.StreamLoader over the held-out shards, or None
+    eval_loader: Any  # trainer.data.StreamLoader over the held-out shards, a mixture's {source name: loader}, or None
     elastic: ElasticResume | None = None  # --resume of a checkpoint written by another number of ranks
     resume_changes: list[str] = field(default_factory=list)  # options that differ from the checkpoint's run
     init: InitWeights | None = None  # --init's weights (None without --init, or when --resume finds a checkpoint)
@@ -95,7 +102,23 @@ class TrainSetup:
                 "rows": self.artifact.manifest.get("counts", {}).get("rows"),
             },
             "versions": _versions(),
+            **_mixture_record(self.train_loader.dataset),
         }
+
+
+def _mixture_record(dataset: Any) -> dict:
+    """A mixture's sources and proportions for config.json (nothing for one artifact)."""
+    if not isinstance(dataset, MixtureStream):
+        return {}
+    return {
+        "mixture": {
+            "samples_per_epoch": dataset.order.M,
+            "sources": [
+                {"name": s.name, "uri": s.uri, "weight": s.weight, "rows": st.num_samples, "per_epoch": n}
+                for s, st, n in zip(dataset.sources, dataset.streams, dataset.order.n)
+            ],
+        }
+    }
 
 
 def run_options(run, optim, data, masking, ds: dict, world_size: int) -> dict:
@@ -196,7 +219,9 @@ def prepare(args) -> TrainSetup:
         init = None
         ModelConfig.preset(preset or "base", **model_given)  # report a bad model option before opening the artifact
 
-    artifact = Artifact.open(run.data)
+    sources = parse_sources(run.data)  # None: one artifact (--data PATH)
+    artifacts = [Artifact.open(src.uri) for src in sources] if sources else [Artifact.open(str(run.data))]
+    artifact = artifacts[0]  # a mixture's tokenizer, sequence length and checkpoint identity: its first source's
     # Sequence length: the artifact's (its rows hold at most max_row_tokens(max_seq_len) tokens) unless --max-seq-len says otherwise.
     max_seq_len = getattr(args, "data.max_seq_len", None) or int(artifact.manifest.get("max_seq_len", 512))
     if init is not None:
@@ -227,7 +252,7 @@ def prepare(args) -> TrainSetup:
         DataConfig,
         args,
         dest_prefix="data.",
-        artifact=run.data,
+        artifact=sources[0].uri if sources else str(run.data),
         seed=run.seed,
         micro_batch_size=ds["train_micro_batch_size_per_gpu"],
         max_seq_len=max_seq_len,
@@ -244,15 +269,32 @@ def prepare(args) -> TrainSetup:
     # --init's weights; a resumed run continues from its own checkpoint instead
     init_weights = load_init(init, model) if init is not None and resume_meta is None else None
     # The loaders only index the shards here (no reading, no workers yet), so their errors are clear messages too.
-    expected = dict(expected_vocab_size=model.vocab_size, expected_special_token_ids={"pad": model.pad_token_id})
-    train_loader, _ = build_train_loader(data, masking, rank=rank, world_size=world_size, **expected)
+    expected: dict[str, Any] = dict(
+        expected_vocab_size=model.vocab_size, expected_special_token_ids={"pad": model.pad_token_id}
+    )
+    eval_loader: Any = None
+    if sources:
+        length_from = (
+            "--max-seq-len"
+            if getattr(args, "data.max_seq_len", None)
+            else f"the max_seq_len of {sources[0].describe()}"
+        )
+        train_loader, _, evals = build_mixture_loaders(
+            sources, data, masking, rank=rank, world_size=world_size, with_eval=bool(run.eval_every),
+            artifacts=artifacts, length_from=length_from, **expected,
+        )  # fmt: skip
+        eval_loader = evals or None  # {source name: loader}: eval/NAME/... metrics
+    else:
+        if data.samples_per_epoch is not None:
+            raise ConfigError("--samples-per-epoch sets the epoch of a mixture (several --data NAME=PATH[:WEIGHT])")
+        train_loader, _ = build_train_loader(data, masking, rank=rank, world_size=world_size, **expected)
     changes = []
     if resume_meta is not None:
         check_zero_stage(resume_meta, ds.get("zero_optimization", {}).get("stage", 0), checkpoint)
         check_data_stream(resume_meta, train_loader, checkpoint)
         changes = changed_options(resume_meta, run_options(run, optim, data, masking, ds, world_size))
-    eval_loader = None
-    if run.eval_every:
+        changes += getattr(train_loader.dataset, "weights_changed_on_resume", [])
+    if run.eval_every and not sources:
         eval_loader, _ = build_eval_loader(data, masking, rank=rank, world_size=world_size, **expected)
     return TrainSetup(
         model=model,
