@@ -74,3 +74,14 @@ def spans_outside_rows(starts: np.ndarray, ends: np.ndarray, span_row: np.ndarra
     """Per candidate span (``entity_spans``, ``noun_phrase_spans``, ``ngram_spans``): empty or not inside its row,
     i.e. ``0 <= start < end <= len(input_ids)`` violated. ``span_row``: the row of each span."""
     return (starts < 0) | (ends <= starts) | (ends > lengths[span_row])
+
+
+def first_forbidden_id(ids: np.ndarray, forbidden: np.ndarray) -> int | None:
+    """The position in ``ids`` of the first id in ``forbidden`` (one vectorised pass per id), else None."""
+    if len(ids) == 0 or len(forbidden) == 0:
+        return None
+    hit = ids == forbidden[0]
+    for f in forbidden[1:]:
+        hit |= ids == f
+    where = np.flatnonzero(hit)
+    return int(where[0]) if len(where) else None

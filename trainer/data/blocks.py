@@ -114,6 +114,10 @@ class BlockReader:
         self.max_row_tokens = max_row_tokens
         self.span_column = span_column
         self.excluded_labels = pa.array(list(excluded_labels), type=pa.string())
+        # Special ids no row may hold (FORMAT.md); the rows of a batch are checked when it is decoded.
+        self.forbidden_ids = np.array(inv.forbidden_special_ids(artifact.manifest), dtype=np.int64)
+        self._special_names = {int(i): n for n, i in artifact.special_token_ids.items() if i is not None}
+        self.rows_per_batch = int(artifact.manifest.get("rows_per_batch", fmt.ROWS_PER_BATCH))
         self.capacity = capacity
         self._readers: OrderedDict[str, Any] = OrderedDict()
         self._cache: OrderedDict[tuple[str, int], dict] = OrderedDict()
@@ -188,6 +192,15 @@ class BlockReader:
         top = inv.token_id_beyond_vocab(ids, self.vocab_size)
         if top is not None:
             bad(f"token id {top} >= vocab_size {self.vocab_size}")
+        pos = inv.first_forbidden_id(ids, self.forbidden_ids)
+        if pos is not None:
+            r = int(np.searchsorted(offs, pos, side="right")) - 1
+            token = int(ids[pos])
+            raise fmt.FormatError(
+                f"{where}: row {batch_index * self.rows_per_batch + r} (record batch {batch_index}, row {r}) holds the "
+                f"special token id {token} ([{self._special_names.get(token, '?').upper()}]) at token {pos - offs[r]}; "
+                f"rows hold text only (FORMAT.md): rebuild the artifact (pipeline.verify lists every such row)"
+            )
         out = {"ids": ids, "offs": offs, "ws": ws_vals.to_numpy(zero_copy_only=False)}
         if self.segments:
             ss_offs, ss_vals = self._list(rb.column("sentence_start"))
