@@ -118,7 +118,7 @@ def find_resume_point(ckpt_dir: str) -> ResumePoint:
         why = f"{latest_path} names {named}, which is incomplete: {problem}"
     else:
         why = f"{latest_path} is empty" if has_latest else f"{latest_path} is missing"
-    skipped = []
+    skipped: list[str] = []
     for tag in reversed(tags):
         if tag == named:
             continue
