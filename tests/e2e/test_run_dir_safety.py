@@ -55,16 +55,6 @@ def args(run_dir: Path, artifact: Path, cfg: Path, max_steps: int, *extra: str) 
     ]  # fmt: skip
 
 
-def main_in_process(argv: list[str], capsys, monkeypatch) -> tuple[int, str]:
-    from trainer import pretrain
-
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.setenv(key, "0")  # restored afterwards (main fills in missing ones)
-        monkeypatch.delenv(key)
-    code = pretrain.main(argv)
-    return code, capsys.readouterr().err
-
-
 def truncate(path: Path, keep: float = 0.5) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
@@ -120,15 +110,13 @@ def test_resume_after_an_empty_latest_continues_instead_of_restarting(two_checkp
 
 
 def test_resume_with_no_complete_checkpoint_refuses_in_one_line_naming_the_file(
-    two_checkpoints, demo_artifact, tmp_path, capsys, monkeypatch
+    two_checkpoints, demo_artifact, tmp_path, main_in_process
 ):
     run_dir = copy_run(two_checkpoints, tmp_path / "run")
     ckpt = run_dir / "checkpoints"
     for tag in ("global_step2", "global_step4"):
         truncate(ckpt / tag / "mp_rank_00_model_states.pt", keep=0.9)
-    code, err = main_in_process(
-        args(run_dir, demo_artifact, ds_config(tmp_path, 1), 6, "--resume"), capsys, monkeypatch
-    )
+    code, err = main_in_process(*args(run_dir, demo_artifact, ds_config(tmp_path, 1), 6, "--resume"))
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith(f"pretrain: error: cannot resume from {ckpt}: it holds no complete checkpoint (")
     for tag in ("global_step2", "global_step4"):
@@ -138,11 +126,11 @@ def test_resume_with_no_complete_checkpoint_refuses_in_one_line_naming_the_file(
 
 
 def test_without_resume_a_run_directory_holding_only_checkpoint_directories_is_refused(
-    two_checkpoints, demo_artifact, tmp_path, capsys, monkeypatch
+    two_checkpoints, demo_artifact, tmp_path, main_in_process
 ):
     run_dir = copy_run(two_checkpoints, tmp_path / "run")
     (run_dir / "checkpoints" / "latest").unlink()
-    code, err = main_in_process(args(run_dir, demo_artifact, ds_config(tmp_path, 1), 6), capsys, monkeypatch)
+    code, err = main_in_process(*args(run_dir, demo_artifact, ds_config(tmp_path, 1), 6))
     assert code == 2 and f"{run_dir} already holds checkpoints (latest: unreadable, directories: global_step2, " in err
     assert err.count("\n") == 1, err
 
@@ -185,7 +173,7 @@ def test_two_runs_into_one_output_dir_the_second_stops_naming_the_lock(demo_arti
 
 
 def test_a_lock_left_by_a_killed_run_is_called_stale_and_an_error_leaves_no_lock(
-    demo_artifact, tmp_path, capsys, monkeypatch
+    demo_artifact, tmp_path, main_in_process
 ):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -194,11 +182,11 @@ def test_a_lock_left_by_a_killed_run_is_called_stale_and_an_error_leaves_no_lock
     lock = run_dir / "_run.lock"
     lock.write_text(json.dumps({"run_id": "x", "host": socket.gethostname(), "pid": dead.pid, "started_at": "then"}))
     argv = args(run_dir, demo_artifact, ds_config(tmp_path, 1), 6)
-    code, err = main_in_process(argv, capsys, monkeypatch)
+    code, err = main_in_process(*argv)
     assert code == 2 and err.count("\n") == 1, err
     assert f"pid {dead.pid}, started then); its process no longer exists on this host, so the lock is stale: " in err
     assert "delete the file and start again" in err
     lock.unlink()
-    code, err = main_in_process([*argv, "--mask-ratio", "1.5"], capsys, monkeypatch)  # an error after the lock
+    code, err = main_in_process(*argv, "--mask-ratio", "1.5")  # an error after the lock
     assert code == 2 and "mask_ratio must be in (0, 1)" in err
     assert os.listdir(run_dir) == []  # the lock was released
