@@ -467,7 +467,8 @@ def train(setup: TrainSetup) -> int:
         if setup.resume_point is not None and setup.resume_point.note:
             trainer._print(setup.resume_point.note)
         if trainer.resume():
-            message = f"resumed from {trainer.ckpt_dir}/{setup.resume_point.tag} at step {trainer.step}"
+            tag = setup.resume_point.tag if setup.resume_point is not None else None
+            message = f"resumed from {trainer.ckpt_dir}/{tag} at step {trainer.step}"
             e = setup.elastic
             if e is not None:
                 batch = setup.resolved(dist.world_size)["global_batch_size"]

@@ -33,14 +33,25 @@ class RunLockError(ConfigError):
     """Another run holds the run directory's lock (a user error: exit 2)."""
 
 
-def _process_start(pid: int) -> float | None:
-    """The start time of process ``pid`` on this host (seconds since the epoch), None when there is none."""
-    import psutil
-
+def _process_start(pid: int) -> str | None:
+    """When process ``pid`` of this host started (Linux: its start time in clock ticks after boot, from
+    ``/proc/PID/stat``; elsewhere ``"alive"``), None when there is no such process. A pid reused by a later process
+    has another start time."""
     try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]  # field 22; the name in parentheses may hold spaces
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            return None
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return None
+    except PermissionError:  # exists, owned by another user
+        pass
+    return "alive"
 
 
 def _holder_is_gone(holder: dict[str, Any]) -> bool:
@@ -49,7 +60,7 @@ def _holder_is_gone(holder: dict[str, Any]) -> bool:
     if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
         return False
     started = _process_start(holder["pid"])
-    return started is None or abs(started - float(holder.get("process_start", started))) > 1.0
+    return started is None or started != holder.get("process_start", started)
 
 
 def read_holder(path: str) -> dict[str, Any]:
