@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.pretrain_runs import PRETRAIN, REPO, TIMEOUT, ds_config, metric, run, run_env
+from tests.support.pretrain_runs import DEEPSPEED, PRETRAIN, REPO, TIMEOUT, ds_config, metric, run, run_env
 
 pytestmark = pytest.mark.slow
 
@@ -136,8 +136,16 @@ def test_without_resume_a_run_directory_holding_only_checkpoint_directories_is_r
 
 
 # -- the run lock -----------------------------------------------------------------------------------
-def test_two_runs_into_one_output_dir_the_second_stops_naming_the_lock(demo_artifact, tmp_path):
+@pytest.mark.parametrize("second_launcher", ["python", "deepspeed, 2 ranks"])
+def test_two_runs_into_one_output_dir_the_second_stops_naming_the_lock(second_launcher, demo_artifact, tmp_path):
+    """The second run is refused by its rank 0; with the launcher, its other rank (which does not look at the lock)
+    is ended by the launcher when rank 0 exits 2."""
+    from conftest import free_port
+
     run_dir, cfg = tmp_path / "run", ds_config(tmp_path, 1)
+    launch = [sys.executable, str(PRETRAIN)]
+    if second_launcher != "python":
+        launch = [str(DEEPSPEED), "--num_gpus", "2", "--master_port", str(free_port()), str(PRETRAIN)]
     first = subprocess.Popen(
         [sys.executable, str(PRETRAIN), *args(run_dir, demo_artifact, cfg, 80)],
         cwd=REPO, env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -151,7 +159,7 @@ def test_two_runs_into_one_output_dir_the_second_stops_naming_the_lock(demo_arti
         holder = json.loads(lock.read_text())
         assert holder["pid"] == first.pid and holder["host"] == socket.gethostname()
         second = subprocess.run(
-            [sys.executable, str(PRETRAIN), *args(run_dir, demo_artifact, cfg, 80)],
+            [*launch, *args(run_dir, demo_artifact, cfg, 80)],
             cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=TIMEOUT,
         )  # fmt: skip
         assert first.poll() is None, "the first run ended before the second one was refused: nothing was tested"
@@ -160,12 +168,13 @@ def test_two_runs_into_one_output_dir_the_second_stops_naming_the_lock(demo_arti
         if first.poll() is None:
             first.kill()
     assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-3000:]
-    line = second.stderr.strip().splitlines()[-1]
-    assert line == (
+    line = (
         f"pretrain: error: {lock}: another run is using {run_dir} (host {holder['host']}, pid {first.pid}, "
         f"started {holder['started_at']}); if that run is no longer running anywhere (killed outright), delete the "
         f"file and start again"
-    ), line
+    )
+    errors = [x for x in (second.stdout + second.stderr).splitlines() if x.startswith("pretrain: error: ")]
+    assert errors[0] == line and errors.count(line) == 1, second.stdout[-3000:] + second.stderr[-3000:]
     assert first.returncode == 0, err[-3000:]
     assert "done: 80 steps" in out
     assert sorted(metric(run_dir, "train_loss")) == list(range(1, 81))  # one run's steps, once each
