@@ -199,3 +199,29 @@ def test_a_lock_left_by_a_killed_run_is_called_stale_and_an_error_leaves_no_lock
     code, err = main_in_process(*argv, "--mask-ratio", "1.5")  # an error after the lock
     assert code == 2 and "mask_ratio must be in (0, 1)" in err
     assert os.listdir(run_dir) == []  # the lock was released
+
+
+def test_sigterm_while_the_run_sets_up_releases_the_lock(demo_artifact, tmp_path):
+    """A scheduler's SIGTERM before the training loop (which saves and exits 0 on it) ends the run through Python's
+    exit path, so the lock does not outlive it (Python's default SIGTERM handling ends the process without that)."""
+    import signal
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, str(PRETRAIN), *args(run_dir, demo_artifact, ds_config(tmp_path, 1), 80)],
+        cwd=REPO, env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lock = run_dir / "_run.lock"
+    try:
+        deadline = time.time() + TIMEOUT
+        while time.time() < deadline and proc.poll() is None and not lock.exists():
+            time.sleep(0.05)
+        assert proc.poll() is None and lock.exists()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not (run_dir / "monitor" / "train_loss.csv").exists(), "the signal came after set-up: nothing was tested"
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert not lock.exists()
