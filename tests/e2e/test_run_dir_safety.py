@@ -225,3 +225,18 @@ def test_sigterm_while_the_run_sets_up_releases_the_lock(demo_artifact, tmp_path
     assert not (run_dir / "monitor" / "train_loss.csv").exists(), "the signal came after set-up: nothing was tested"
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert not lock.exists()
+
+
+def test_checkpoints_beyond_the_resumed_step_do_not_count_for_keep_checkpoints(
+    two_checkpoints, demo_artifact, tmp_path
+):
+    """Resumed from global_step2 because global_step4 is damaged: at step 3 with --keep-checkpoints 2 the two kept
+    are global_step2 and global_step3, not the damaged global_step4 and global_step3."""
+    run_dir = copy_run(two_checkpoints, tmp_path / "run")
+    ckpt = run_dir / "checkpoints"
+    truncate(ckpt / "global_step4" / "mp_rank_00_model_states.pt")
+    extra = ("--resume", "--save-every", "1", "--keep-checkpoints", "2")
+    proc = run([sys.executable, str(PRETRAIN), *args(run_dir, demo_artifact, ds_config(tmp_path, 1), 3, *extra)])
+    assert f"resumed from {ckpt}/global_step2 at step 2" in proc.stdout
+    assert sorted(p.name for p in ckpt.glob("global_step*")) == ["global_step2", "global_step3", "global_step4"]
+    assert (ckpt / "latest").read_text() == "global_step3"
