@@ -242,3 +242,29 @@ def test_unigram_ids_outside_the_vocabulary_are_a_format_error_naming_the_file(d
     with pytest.raises(fmt.FormatError) as e:  # was: IndexError, a traceback from trainer/pretrain.py
         build_train_loader(cfg(art), MASK)
     assert str(e.value) == f"{art}/unigram.arrow: row 3 holds token_id 4007; the rows are the ids 0..3999 in order"
+
+
+def test_rows_holding_a_special_added_token_of_tokenizer_json_are_refused(demo_artifact, tmp_path):
+    """FORMAT.md: "special" is also every added token tokenizer.json marks special, as pipeline.verify counts it."""
+    import hashlib
+    import json
+
+    import pyarrow.ipc as ipc
+
+    art = tmp_path / "art"
+    shutil.copytree(demo_artifact, art)
+    rel = Artifact.open(str(art)).shard_paths[0]
+    first = ipc.open_file(str(art / rel)).get_batch(0).column("input_ids")[0].values[0].as_py()  # row 0, token 0
+    tok = json.loads((art / "tokenizer.json").read_text())
+    tok["added_tokens"].append({**tok["added_tokens"][-1], "id": first, "content": "<doc>", "special": True})
+    (art / "tokenizer.json").write_text(json.dumps(tok))
+    manifest = json.loads((art / "manifest.json").read_text())
+    manifest["tokenizer"]["sha256"] = hashlib.sha256((art / "tokenizer.json").read_bytes()).hexdigest()
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    loader, _ = build_train_loader(cfg(art), MASK)
+    with pytest.raises(fmt.FormatError) as e:
+        for _ in loader:
+            pass
+    assert str(e.value).startswith(
+        f"{art}/{rel}: row 0 (record batch 0, row 0) holds the special token id {first} (<doc>) at token 0; "
+    ), str(e.value)
