@@ -249,7 +249,10 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         split_bytes = max(1, int(opts.split_mb * (1 << 20)))
     manifest_options["split_bytes"] = split_bytes
     started = time.monotonic()
-    jobs.run_pipeline(options, lambda p: build_pipeline(p, files, opts, rules, split_bytes, manifest_options, build_id))
+    with jobs.lock_released_on_failure(opts.output, build_id):
+        jobs.run_pipeline(
+            options, lambda p: build_pipeline(p, files, opts, rules, split_bytes, manifest_options, build_id)
+        )
     manifest = NgramDictionary.open(opts.output).manifest
     elapsed = time.monotonic() - started
     _LOG.info(

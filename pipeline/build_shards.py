@@ -517,9 +517,10 @@ def run(argv: list[str] | None = None) -> dict:
         o.encoder_threads = jobs.local_cores_per_worker(options) if runner in LOCAL_RUNNERS else 1
     spec = _load_tokenizer(o, paths)
     build_id = jobs.prepare_output(o.output, o.overwrite, (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR))
-    static = _static_manifest_fields(o, argv, options, candidates, build_id)
-    started = time.time()
-    jobs.run_pipeline(options, lambda p: build_pipeline(p, o, spec, static, files))  # WriteManifest checks the lock
+    with jobs.lock_released_on_failure(o.output, build_id):
+        static = _static_manifest_fields(o, argv, options, candidates, build_id)
+        started = time.time()
+        jobs.run_pipeline(options, lambda p: build_pipeline(p, o, spec, static, files))  # WriteManifest checks the lock
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
     _warn_empty_shards(manifest)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 pytest_plugins = ["tests.support.object_stores"]
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+# ../shared/data beside the checkout; SPANPREP_SHARED_DATA names it for a checkout elsewhere (a git worktree)
+SHARED_DATA = Path(os.environ.get("SPANPREP_SHARED_DATA") or REPO.parent / "shared" / "data")
 WIKITEXT2 = SHARED_DATA / "wikitext-2"
 WIKIPEDIA_SAMPLE = SHARED_DATA / "wikipedia-en-sample" / "pages.jsonl.zst"
 DEMO_CORPUS = REPO / "pipeline" / "data" / "demo_corpus.jsonl"

@@ -1,7 +1,9 @@
 """The pre-trained encoder (``trainer.model.SpanBert``, its pre-training heads removed) with one task head.
 
-- ``cls`` (BERT): dropout, then a linear layer on the [CLS] vector: cross-entropy over the classes, or the
-  squared error of one output for regression.
+- ``cls`` (BERT): dropout, then a linear layer on the final [CLS] vector: cross-entropy over the classes, or
+  the squared error of one output for regression. BERT's pooler (tanh of a dense layer, trained by NSP) is not
+  used, and not loaded from a checkpoint that has one: SpanBERT has no NSP, so its pooler is never trained
+  (docs/FINETUNING.md).
 - ``span`` (BERT / SpanBERT QA) and ``spex`` (SpEx-BERT): two vectors d_start, d_end (one Linear(H, 2)); start
   and end distributions are softmaxes over the positions ``span_mask`` allows (QA: [CLS] and the passage;
   SpEx: the source text); loss = (CE(start) + CE(end)) / 2, as BERT's run_squad (SpEx writes the sum; the

@@ -121,7 +121,10 @@ class Data:
             spans = [f["num_spans"] for f in self.features[split] if "num_spans" in f]
             if spans:
                 out[split]["mean_spans"] = round(sum(spans) / len(spans), 3)
-                out[split]["inputs_with_spans_cut"] = sum(n > self.cfg.max_spans for n in spans)
+                per_text = [f["spans_per_text"] for f in self.features[split]]
+                out[split]["inputs_with_spans_cut"] = sum(any(n > self.cfg.max_spans for n in t) for t in per_text)
+                if self.task.is_pair:
+                    out[split]["pairs_second_text_without_span"] = sum(t[1] == 0 for t in per_text)
         return out
 
 
@@ -330,8 +333,8 @@ class FineTuner:
                 version2=task.name == "squad2",
                 null_threshold=self.cfg.null_threshold,
             )
-            golds = {ex.qid: [t for t, _ in ex.answers] for ex in examples}
-            return squad_metric.evaluate(golds, predictions), predictions
+            golds = [(ex.qid, ex.gold_texts) for ex in examples]  # every dev entry, as the official scripts
+            return squad_metric.evaluate(golds, predictions, version2=task.name == "squad2"), predictions
         gold = [ex.label for ex in examples]
         extra = {}
         if self.cfg.head == "spex":

@@ -55,7 +55,7 @@ class FinetuneConfig:
     ngram_dictionary: str = opt(
         "", "span-ft with --segmentation ngram: a dictionary directory from pipeline.build_ngram_dictionary"
     )
-    max_spans: int = opt(16, "span-ft: r, the most spans per input (padding and cutting)")
+    max_spans: int = opt(16, "span-ft: r, the most spans per sentence (padding and cutting)")
     max_span_len: int = opt(64, "span-ft: l, the most tokens per span (64 or 128 in the paper)")
     doc_stride: int = opt(128, "QA: tokens between the starts of two windows of a long passage (BERT 128)")
     max_query_len: int = opt(64, "QA: questions are cut to this many tokens (BERT 64)")
