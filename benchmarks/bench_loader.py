@@ -5,6 +5,8 @@
 Baseline ``pyarrow``: open every training shard with ``pyarrow.ipc.open_file``, read every record batch
 and turn its ``input_ids`` and ``word_start`` into numpy arrays (the cheapest way to get the tokens out,
 no shuffling, no masking, no tensors).
+The cost of the loader's check for special ids in rows: every training block decoded by ``BlockReader`` with and
+without it (best of 5 alternating passes, CPU time), printed as a ratio.
 ``loader``: ``trainer.data.build_train_loader`` end to end -- seeded global shuffle, block reads, span
 masking with SBO targets, collation into micro-batches of 8 -- with ``num_workers`` 0 (all in this process)
 and more. Both read the same training shards (``eval_shards=1`` held out) for ``--epochs`` epochs.
@@ -87,6 +89,32 @@ def plain_read(art: Artifact, shard_paths: list[str]) -> int:
     return rows
 
 
+def decode_blocks_ratio(art: Artifact, shard_paths: list[str], repeat: int = 5) -> tuple[float, float]:
+    """CPU seconds to decode every training block with ``trainer.data.blocks.BlockReader`` (zstd, validation, row
+    invariants) with the special-id check, and without it (no forbidden ids); the best of ``repeat`` alternating
+    passes each."""
+    import numpy as np
+
+    from schemas import format as fmt
+    from trainer.data.blocks import BlockReader
+
+    reader = BlockReader(art, art.vocab_size, fmt.max_row_tokens(int(art.manifest["max_seq_len"])), None, (), 1)
+    rpb = int(art.manifest["rows_per_batch"])
+    rows = {s["path"]: int(s["rows"]) for s in art.manifest["shards"]}
+    blocks = [(rel, b, min(rpb, rows[rel] - b * rpb)) for rel in shard_paths for b in range(-(-rows[rel] // rpb))]
+    forbidden = reader.forbidden_ids
+    best = {True: float("inf"), False: float("inf")}
+    for _ in range(repeat):
+        for check in (True, False):
+            reader.forbidden_ids = forbidden if check else np.zeros(0, np.int64)
+            reader._cache.clear()
+            c0 = time.process_time()
+            for rel, b, n in blocks:
+                reader.block(rel, b, n)
+            best[check] = min(best[check], time.process_time() - c0)
+    return best[True], best[False]
+
+
 def timed(fn, repeat: int) -> tuple[float, float, int]:
     c0, w0 = time.process_time(), time.perf_counter()
     n = sum(fn() for _ in range(repeat))
@@ -135,6 +163,11 @@ def main(argv=None) -> None:
             rows = sum(int(b["sample_id"].shape[0]) for b in loader)
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
             results[f"loader, {w} workers"] = (rows / cpu if w == 0 else float("nan"), rows / wall)
+        with_check, without = decode_blocks_ratio(art, shard_paths)
+        print(
+            f"# block decode (trainer.data.blocks) with / without the special-id check: {with_check:.3f} / "
+            f"{without:.3f} CPU s = {with_check / without:.3f}x"
+        )
         if args.mixture_repeats:
             mixture_case(data, args, results)
         base_cpu, base_wall = results["pyarrow read"]

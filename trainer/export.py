@@ -58,9 +58,14 @@ def resolve_tag(checkpoint_dir: str, tag: str | None = None) -> str:
                 f"{checkpoint_dir}: no 'latest' file; pass the DeepSpeed checkpoint directory "
                 f"(RUN_DIR/checkpoints) or name a checkpoint with --tag"
             )
-        with open(latest) as f:
-            tag = f.read().strip()
-    if not os.path.isdir(os.path.join(checkpoint_dir, tag)):
+        with open(latest, "rb") as f:
+            tag = f.read(4096).decode("utf-8", errors="replace").strip()
+        if not tag:  # a save interrupted between DeepSpeed's open and write of it
+            raise ExportError(
+                f"{latest}: empty; name the checkpoint to export with --tag "
+                f"(the directories: {', '.join(sorted(os.listdir(checkpoint_dir))[-4:])})"
+            )
+    if not tag or os.sep in tag or tag in (".", "..") or not os.path.isdir(os.path.join(checkpoint_dir, tag)):
         raise ExportError(f"{checkpoint_dir}/{tag}: checkpoint does not exist")
     return tag
 

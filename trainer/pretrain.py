@@ -113,18 +113,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     engine.default_single_process_env(args.local_rank)
-    try:
-        setup = engine.prepare(args)
-    except engine.SETUP_ERRORS as e:
-        _, local_rank, _ = engine.env_rank()
-        if local_rank == 0:  # every rank of a node fails the same way: say it once per node
+    rank, local_rank, _ = engine.env_rank()
+    lock = None
+    try:  # the lock is released on every way out that Python sees (errors and tracebacks included)
+        try:
+            if rank == 0 and args.output_dir:  # one rank owns the run directory's lock, before anything is written
+                lock = engine.acquire_run_lock(args.output_dir)
+                lock.exit_on_sigterm()  # until training's own handler (save, then exit) takes over
+            setup = engine.prepare(args)
+        except engine.SETUP_ERRORS as e:
+            if local_rank == 0:  # every rank of a node fails the same way: say it once per node
+                print(f"pretrain: error: {e}", file=sys.stderr)
+            return 2
+        try:
+            return engine.train(setup)
+        except FormatError as e:  # a shard found damaged or missing while training (e.g. by a --cache-dir fill)
             print(f"pretrain: error: {e}", file=sys.stderr)
-        return 2
-    try:
-        return engine.train(setup)
-    except FormatError as e:  # a shard found damaged or missing while training (e.g. by a --cache-dir fill)
-        print(f"pretrain: error: {e}", file=sys.stderr)
-        return 2
+            return 2
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from trainer.engine.distributed import Dist, environment_ninja, finish_distribut
 from trainer.engine.ds_config import parameter_groups
 from trainer.engine.evaluate import MODEL_INPUTS, SourceCounts, eval_metrics, eval_sums, to_device
 from trainer.engine.resume_check import checkpoint_record
+from trainer.engine.resume_point import write_latest
 from trainer.engine.setup import TrainSetup, write_resolved_config
 from trainer.engine.signals import StopRequested, protect_workers
 from trainer.model import SpanBert
@@ -130,24 +131,28 @@ class Trainer:
             # what DeepSpeed's ds_to_universal requires of a checkpoint (data parallelism only here)
             UNIVERSAL_CHECKPOINT_INFO: {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE},
         }
-        self.engine.save_checkpoint(self.ckpt_dir, tag=tag, client_state=client_state)
+        # `latest` is ours to write (resume_point.py): atomically, once every rank has written its files.
+        self.engine.save_checkpoint(self.ckpt_dir, tag=tag, client_state=client_state, save_latest=False)
         torch.distributed.barrier()
         if self.dist.is_main:
+            write_latest(self.ckpt_dir, tag)
             remove_universal_checkpoints(self.ckpt_dir)  # an elastic resume's conversion is superseded
-            if self.s.run.keep_checkpoints:
-                for _, old in checkpoint_tags(self.ckpt_dir)[: -self.s.run.keep_checkpoints]:
+            if self.s.run.keep_checkpoints:  # tags beyond this step: left by a run resumed before them, not counted
+                tags = [t for t in checkpoint_tags(self.ckpt_dir) if t[0] <= self.step]
+                for _, old in tags[: -self.s.run.keep_checkpoints]:
                     if old != tag:
                         shutil.rmtree(os.path.join(self.ckpt_dir, old), ignore_errors=True)
         return tag
 
     def resume(self) -> bool:
-        tag = latest_tag(self.ckpt_dir)
-        if tag is None:
+        point = self.s.resume_point
+        if point is None or point.tag is None:
             return False
+        tag = point.tag
         load_tag = tag
         elastic = self.s.elastic
         if elastic is not None and elastic.tag != tag:
-            raise RuntimeError(f"{self.ckpt_dir}/latest changed from {elastic.tag} to {tag} while the run started")
+            raise RuntimeError(f"{self.ckpt_dir}: resuming {tag}, but the elastic resume was planned for {elastic.tag}")
         groups = None
         if elastic is not None and elastic.universal:
             load_tag = self._universal_checkpoint(tag)
@@ -420,8 +425,11 @@ def train(setup: TrainSetup) -> int:
         )
     trainer.build()
     if setup.run.resume:
+        if setup.resume_point is not None and setup.resume_point.note:
+            trainer._print(setup.resume_point.note)
         if trainer.resume():
-            message = f"resumed from {trainer.ckpt_dir}/{latest_tag(trainer.ckpt_dir)} at step {trainer.step}"
+            tag = setup.resume_point.tag if setup.resume_point is not None else None
+            message = f"resumed from {trainer.ckpt_dir}/{tag} at step {trainer.step}"
             e = setup.elastic
             if e is not None:
                 batch = setup.resolved(dist.world_size)["global_batch_size"]

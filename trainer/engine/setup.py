@@ -37,11 +37,18 @@ from trainer.data import (
     build_train_loader,
     parse_sources,
 )
-from trainer.engine.checkpoints import ElasticResume, checkpoint_dir, elastic_resume_plan, latest_tag
+from trainer.engine.checkpoints import (
+    ElasticResume,
+    checkpoint_dir,
+    checkpoint_tags,
+    elastic_resume_plan,
+    latest_tag,
+)
 from trainer.engine.distributed import Dist, accelerator_is_gpu, env_rank
 from trainer.engine.ds_config import load_deepspeed_json, resolve_deepspeed_config
 from trainer.engine.init_weights import InitWeights, check_init_fits_artifact, init_model_config, load_init, open_init
 from trainer.engine.resume_check import changed_options, check_data_stream, check_same_artifact, check_zero_stage
+from trainer.engine.resume_point import ResumePoint, find_resume_point
 from trainer.masking import MaskingConfig
 
 # Errors `prepare` reports as one line (FormatError and ConfigError are ValueErrors; the data side's
@@ -67,6 +74,7 @@ class TrainSetup:
     eval_loader: Any  # trainer.data.StreamLoader over the held-out shards, a mixture's {source name: loader}, or None
     elastic: ElasticResume | None = None  # --resume of a checkpoint written by another number of ranks
     resume_changes: list[str] = field(default_factory=list)  # options that differ from the checkpoint's run
+    resume_point: ResumePoint | None = None  # --resume: the checkpoint to load (None: none, start at step 0)
     init: InitWeights | None = None  # --init's weights (None without --init, or when --resume finds a checkpoint)
     init_path: str | None = None  # --init as given
 
@@ -162,19 +170,25 @@ def _check_model_matches_artifact(model_given: dict, artifact) -> dict:
 
 def _check_resume(
     run: RunConfig, model: ModelConfig, artifact, world_size: int, ds: dict
-) -> tuple[ElasticResume | None, dict | None, str]:
-    """Check that the latest checkpoint (if any) can be resumed; plan an elastic resume when it was written by
-    another number of ranks (this sets ``checkpoint.load_universal`` in ``ds``). Returns (the plan, the checkpoint's
-    meta or None without a checkpoint, the checkpoint's path)."""
+) -> tuple[ElasticResume | None, dict | None, str, ResumePoint | None]:
+    """Check that the checkpoint ``--resume`` continues from (``resume_point``: the newest complete one) can be
+    resumed; plan an elastic resume when it was written by another number of ranks (this sets
+    ``checkpoint.load_universal`` in ``ds``). Returns (the plan, the checkpoint's meta or None without a checkpoint,
+    the checkpoint's path, the resume point or None without a checkpoint)."""
     ckpt = checkpoint_dir(run.output_dir)
-    tag = latest_tag(ckpt)
-    if tag is None:
-        return None, None, ckpt
     if not run.resume:
-        raise ConfigError(
-            f"{run.output_dir} already holds checkpoints (latest: {tag}); pass --resume to continue that run, "
-            f"or choose another --output-dir"
-        )
+        tags = [t for _, t in checkpoint_tags(ckpt)]
+        if tags or os.path.exists(os.path.join(ckpt, "latest")):
+            raise ConfigError(
+                f"{run.output_dir} already holds checkpoints (latest: {latest_tag(ckpt) or 'unreadable'}"
+                f"{'' if latest_tag(ckpt) else ', directories: ' + ', '.join(tags[-3:])}); pass --resume to continue "
+                f"that run, or choose another --output-dir"
+            )
+        return None, None, ckpt, None
+    point = find_resume_point(ckpt)
+    if point.tag is None:
+        return None, None, ckpt, None
+    tag = point.tag
     meta_path = os.path.join(ckpt, tag, CHECKPOINT_META_FILE)
     if not os.path.isfile(meta_path):
         raise ConfigError(f"{meta_path}: missing; cannot resume from a checkpoint the trainer did not write")
@@ -200,9 +214,10 @@ def _check_resume(
             + " (give the model options the run started with, its --preset or --init included)"
         )
     saved_world = meta.get("world_size")
+    where = f"{ckpt}/{tag}"
     if saved_world in (None, world_size):
-        return None, meta, f"{ckpt}/{tag}"
-    return elastic_resume_plan(run, ds, f"{ckpt}/{tag}", tag, meta, int(saved_world), world_size), meta, f"{ckpt}/{tag}"
+        return None, meta, where, point
+    return elastic_resume_plan(run, ds, where, tag, meta, int(saved_world), world_size), meta, where, point
 
 
 def prepare(args) -> TrainSetup:
@@ -265,7 +280,7 @@ def prepare(args) -> TrainSetup:
             "--eval-every needs held-out shards: set --eval-shards >= 1, or --eval-every 0 to not evaluate"
         )
     rank, _, world_size = env_rank()
-    elastic, resume_meta, checkpoint = _check_resume(run, model, artifact, world_size, ds)
+    elastic, resume_meta, checkpoint, resume_point = _check_resume(run, model, artifact, world_size, ds)
     # --init's weights; a resumed run continues from its own checkpoint instead
     init_weights = load_init(init, model) if init is not None and resume_meta is None else None
     # The loaders only index the shards here (no reading, no workers yet), so their errors are clear messages too.
@@ -309,6 +324,7 @@ def prepare(args) -> TrainSetup:
         eval_loader=eval_loader,
         elastic=elastic,
         resume_changes=changes,
+        resume_point=resume_point,
         init=init_weights,
         init_path=init_path,
     )
