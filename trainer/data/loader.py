@@ -107,14 +107,16 @@ class StreamLoader(DataLoader):
             in_order=True,
         )
 
+    dataset: ArtifactStream | MixtureStream
+
     def __iter__(self):
-        ds: ArtifactStream = self.dataset
+        ds = self.dataset
         ds._generation += 1
         generation = ds._generation
         return self._flatten(super().__iter__(), ds, generation)
 
     @staticmethod
-    def _flatten(chunks, ds: ArtifactStream, generation: int):
+    def _flatten(chunks, ds: ArtifactStream | MixtureStream, generation: int):
         try:
             for chunk in chunks:
                 if isinstance(chunk, WorkerDataError):

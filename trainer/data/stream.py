@@ -275,6 +275,7 @@ class ArtifactStream(IterableDataset):
     def _batches(self) -> Iterator[tuple[int, int]]:
         """(epoch, first stream position) of this rank's micro-batches from the current position."""
         G, B, N = self.global_batch_size, self.micro_batch_size, self.num_samples
+        end: float  # the epoch to stop before (math.inf: never)
         if self.split == "eval":
             e, c, end = 0, 0, 1
         else:
@@ -288,7 +289,8 @@ class ArtifactStream(IterableDataset):
 
     def _chunks(self) -> Iterator[tuple[int, list[int]]]:
         """Chunks of consecutive micro-batches of one epoch: (epoch, [first positions])."""
-        cur_e, cur = None, []
+        cur_e = 0  # the epoch of cur's positions
+        cur: list[int] = []
         for e, p in self._batches():
             if cur and (e != cur_e or len(cur) == self.chunk_batches):
                 yield cur_e, cur
@@ -358,7 +360,7 @@ class ArtifactStream(IterableDataset):
             sep_id=self.masker.sep_id,
         )
 
-    def __iter__(self) -> Iterator[list[dict[str, torch.Tensor]]]:
+    def __iter__(self) -> Iterator[list[dict[str, torch.Tensor]] | WorkerDataError]:
         info = get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
         for m, (epoch, firsts) in enumerate(self._chunks()):

@@ -77,6 +77,8 @@ class Trainer:
         if s.init is not None:  # continued pre-training: the checkpoint's weights over the fresh initialisation
             s.init.apply(model)
             self._print(s.init.describe())
+        if s.optim.warmup_steps is None:
+            raise RuntimeError("the schedule was not resolved: warmup_steps is unset (config.resolve_schedule)")
         schedule = WarmupLinearDecay(s.optim.warmup_steps, s.run.max_steps)
         with environment_ninja():  # ops an optimizer may JIT-build (CPU Adam with offload)
             self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
@@ -172,6 +174,8 @@ class Trainer:
     def _universal_checkpoint(self, tag: str) -> str:
         """Rank 0 converts ``tag`` to a universal checkpoint while the other ranks wait; all learn the outcome."""
         e = self.s.elastic
+        if e is None:
+            raise RuntimeError(f"{tag}: a universal checkpoint is made only for an elastic resume")
         src, dst = os.path.join(self.ckpt_dir, tag), universal_dir(self.ckpt_dir, tag)
         self._print(
             f"elastic resume: {src} was saved by {e.saved_world_size} ranks, this run has {e.world_size}; "
@@ -393,8 +397,9 @@ class Trainer:
     def _print(self, message: str) -> None:
         if not self.dist.is_main:
             return
-        if getattr(self, "_progress", None) is not None:
-            self._progress.write(message, file=sys.stdout)
+        progress = getattr(self, "_progress", None)
+        if progress is not None:
+            progress.write(message, file=sys.stdout)
         else:
             print(message, flush=True)
 
