@@ -28,6 +28,10 @@ The same input and options give byte-identical files, whatever the runner or num
 
 from __future__ import annotations
 
+# isort: off
+from pipeline import jobs  # first, before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+
+# isort: on
 import argparse
 import logging
 import sys
@@ -38,7 +42,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+from pipeline import runner_checks
 from pipeline.jobs import LOCAL_RUNNERS, UsageError
 from pipeline.ngrams.corpus_summary import CorpusSummary
 from pipeline.ngrams.dictionary_files import WriteNgramDictionary
@@ -213,6 +217,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the job; return the manifest it wrote. Raises :class:`~pipeline.jobs.UsageError` for bad options or input."""
     argv = list(sys.argv[1:] if argv is None else argv)
     options, opts, rules = _parse(argv)
+    runner_checks.check_runner(options)
     FileSystems.set_options(options)  # Beam's S3 filesystem takes its endpoint and credentials from them
     jobs.check_location("--output", opts.output)
     files = jobs.match_inputs(opts.input, example="*.tokens")

@@ -15,6 +15,10 @@ SparkRunner, PortableRunner: see docs/RUNNING.md). The artifact format is schema
 
 from __future__ import annotations
 
+# isort: off
+from pipeline import jobs  # first, before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+
+# isort: on
 import argparse
 import logging
 import sys
@@ -25,10 +29,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import (
-    jobs,  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
-    report,
-)
+from pipeline import report, runner_checks
 from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
 from pipeline.elements import Document
@@ -501,6 +502,7 @@ def run(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     o, options = _parse(argv)
     _validate(o)
+    runner_checks.check_runner(options)
     # Before the first FileSystems call: Beam's S3 filesystem takes its endpoint and credentials from the options.
     FileSystems.set_options(options)
     o.input = list(o.input)
