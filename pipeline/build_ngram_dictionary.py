@@ -218,6 +218,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     options, opts, rules = _parse(argv)
     runner_checks.check_runner(options)
+    jobs.apply_log_level(options)
     FileSystems.set_options(options)  # Beam's S3 filesystem takes its endpoint and credentials from them
     jobs.check_location("--output", opts.output)
     files = jobs.match_inputs(opts.input, example="*.tokens")
@@ -252,7 +253,12 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         split_bytes = max(1, int(opts.split_mb * (1 << 20)))
     manifest_options["split_bytes"] = split_bytes
     started = time.monotonic()
-    jobs.run_pipeline(options, lambda p: build_pipeline(p, files, opts, rules, split_bytes, manifest_options, build_id))
+    jobs.run_pipeline(
+        options,
+        lambda p: build_pipeline(p, files, opts, rules, split_bytes, manifest_options, build_id),
+        total_bytes * passes,  # every read of the input is counted
+        unit="lines",
+    )
     manifest = NgramDictionary.open(opts.output).manifest
     elapsed = time.monotonic() - started
     _LOG.info(

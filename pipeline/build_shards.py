@@ -503,6 +503,7 @@ def run(argv: list[str] | None = None) -> dict:
     o, options = _parse(argv)
     _validate(o)
     runner_checks.check_runner(options)
+    jobs.apply_log_level(options)
     # Before the first FileSystems call: Beam's S3 filesystem takes its endpoint and credentials from the options.
     FileSystems.set_options(options)
     o.input = list(o.input)
@@ -510,7 +511,11 @@ def run(argv: list[str] | None = None) -> dict:
     files = jobs.match_inputs(o.input)
     paths = [path for path, _ in files]
     log.info(
-        "%d input file(s) matched; output %s; runner %s", len(paths), o.output, options.view_as(StandardOptions).runner
+        "%d input file(s) matched (%.1f MB); output %s; runner %s",
+        len(paths),
+        sum(size for _, size in files) / 1e6,
+        o.output,
+        options.view_as(StandardOptions).runner,
     )
     kinds = _candidate_kinds(o)
     runner = jobs.runner_name(options.view_as(StandardOptions).runner)
@@ -521,7 +526,9 @@ def run(argv: list[str] | None = None) -> dict:
     build_id = jobs.prepare_output(o.output, o.overwrite, (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR))
     static = _static_manifest_fields(o, argv, options, candidates, build_id)
     started = time.time()
-    jobs.run_pipeline(options, lambda p: build_pipeline(p, o, spec, static, files))  # WriteManifest checks the lock
+    total_bytes = sum(size for _, size in files)
+    build = lambda p: build_pipeline(p, o, spec, static, files)  # noqa: E731
+    jobs.run_pipeline(options, build, total_bytes)  # WriteManifest checks the lock
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
     _warn_empty_shards(manifest)
