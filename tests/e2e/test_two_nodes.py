@@ -2,7 +2,8 @@
 ``deepspeed --hostfile HOSTFILE --no_ssh --node_rank N --master_addr ADDR --master_port PORT`` launcher per node,
 here two on 127.0.0.1 with one CPU rank each (gloo). Each node has its own node-local directories, as two machines
 would: the shard cache (``--cache-dir``) and the verified-shard cache (``$SPANPREP_CACHE_DIR``); RUN_DIR is shared.
-docs/slurm/pretrain.sbatch and docs/kubernetes/pretrain-indexed-job.yaml use exactly this launch form.
+docs/cluster/pretrain.sbatch (Slurm) and docs/cluster/pretrain-indexed-job.yaml (a Kubernetes Indexed Job) use exactly
+this launch form (checked below).
 
 1. The 2-node run saves at step 4; node 1's rank is killed (SIGKILL, no notice) as it starts step 6: node 0's rank
    fails in that step's all-reduce and both launchers end.
@@ -35,6 +36,9 @@ from tests.support.pretrain_runs import DEEPSPEED, REPO, TIMEOUT, resume_from, r
 pytestmark = pytest.mark.slow
 
 NODES = 2
+# The launch form: the launcher's flags, then the trainer's node-local options and environment.
+LAUNCHER_FLAGS = ("--hostfile", "--no_ssh", "--node_rank", "--master_addr", "--master_port")
+NODE_LOCAL = ("--cache-dir", "SPANPREP_CACHE_DIR")
 DIE_AT = SAVED_AT + 2  # node 1's rank is killed as it starts this step: step SAVED_AT + 1 is trained, not saved
 
 
@@ -64,9 +68,10 @@ def launch_nodes(tmp: Path, run_dir: Path, artifact: Path, *extra: str, die_at: 
             env["SPANPREP_PROBE_DUMP_STATE"] = "0"
             if die_at and node == NODES - 1:
                 env["SPANPREP_PROBE_DIE_AT_STEP"] = str(die_at)
+            values = (str(hostfile(tmp)), None, str(node), "127.0.0.1", str(port))
+            launcher = [a for flag, v in zip(LAUNCHER_FLAGS, values, strict=True) for a in (flag, v) if a is not None]
             cmd = [
-                str(DEEPSPEED), "--hostfile", str(hostfile(tmp)), "--no_ssh", "--node_rank", str(node),
-                "--master_addr", "127.0.0.1", "--master_port", str(port), str(PROBE),
+                str(DEEPSPEED), *launcher, str(PROBE),
                 "--deepspeed_config", str(ds_config(tmp, 2, NODES)), "--data", str(artifact),
                 "--output-dir", str(run_dir), "--cache-dir", str(cache), *COMMON, *extra,
             ]  # fmt: skip
@@ -173,3 +178,20 @@ def test_two_nodes_kill_one_resume_on_both_then_on_one(demo_artifact, tmp_path):
     for step in range(SAVED_AT + 1, MAX_STEPS + 1):
         assert third[step] == second[step], step  # same samples, same order: nothing repeated or skipped
     assert node_records(one)[0]["cache_fills"] == 0  # node 0's cache is warm
+
+
+def test_the_shipped_slurm_and_kubernetes_examples_use_the_tested_launch_form():
+    import re
+
+    import yaml
+
+    sbatch = (REPO / "docs" / "cluster" / "pretrain.sbatch").read_text()
+    job = (REPO / "docs" / "cluster" / "pretrain-indexed-job.yaml").read_text()
+    assert subprocess.run(["bash", "-n", str(REPO / "docs" / "cluster" / "pretrain.sbatch")]).returncode == 0
+    kinds = [doc["kind"] for doc in yaml.safe_load_all(job)]
+    assert kinds == ["Service", "ConfigMap", "Job"]
+    for text in (sbatch, job):
+        command = text[text.index("exec deepspeed") :]
+        flags = re.findall(r"(--[a-z_]+)", command.split("trainer/pretrain.py")[0])
+        assert tuple(flags) == LAUNCHER_FLAGS, flags  # the same launcher flags, in the same order
+        assert all(option in text for option in NODE_LOCAL)
