@@ -97,6 +97,12 @@ def reset() -> None:
         _tally.documents = _tally.bytes = _tally.pending_documents = _tally.pending_bytes = 0
 
 
+def bytes_read_here() -> int:
+    """Raw input bytes this process has counted since its last :func:`reset` (flushed or not)."""
+    with _tally.lock:
+        return _tally.bytes + _tally.pending_bytes
+
+
 def flush() -> None:
     """Hand this process's counts to the Beam counters and, on a local run, to its progress file."""
     tally = _tally

@@ -93,3 +93,19 @@ def test_a_local_multi_process_build_reports_progress_and_its_workers_are_quiet(
     # Beam's start-up chatter of the worker processes (about 25 INFO lines each before)
     for chatter in ("Creating insecure control channel", "semi_persistent_directory", "Python sdk harness starting"):
         assert chatter not in proc.stderr, chatter
+
+
+def test_tokenizer_training_in_the_launcher_reports_its_reading(caplog, tmp_path):
+    import logging
+
+    from pipeline import build_shards
+
+    o, _ = build_shards._parse(["--input", str(DEMO_CORPUS), "--output", str(tmp_path / "out"), "--vocab-size", "500"])
+    size = DEMO_CORPUS.stat().st_size
+    with caplog.at_level(logging.INFO, logger="pipeline.build_shards"):
+        build_shards._load_tokenizer(o, [str(DEMO_CORPUS)], size, every_s=1e-9)  # a line at every document
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tokenizer training: ")]
+    assert len(lines) == 40, lines[-3:]
+    assert lines[-1].startswith(
+        f"tokenizer training: 40 documents, {size / 1e6:.1f} of {size / 1e6:.1f} MB read (100.0%)"
+    )
