@@ -9,6 +9,7 @@ there as a gRPC error from the job service. :func:`check_runner` finds them in t
 - ``PortableRunner`` has a ``--job_endpoint`` (a job service); every ``--job_endpoint`` accepts connections;
 - ``FlinkRunner`` / ``SparkRunner`` without ``--job_endpoint`` start Beam's Java job server: its jar is fetched now
   (what Beam would do at run time, into the same cache), and when that fails the line says what to pass instead;
+  the same for ``PrismRunner``'s binary;
 - an ``EXTERNAL`` environment's worker pool (``--environment_config HOST:PORT``) accepts connections, when it is
   reachable from here: both it and the job service are on this machine's loopback (a remote runner's workers
   reach *their* ``localhost``, which this process cannot see, so that case is left to the runner).
@@ -57,6 +58,8 @@ def check_runner(options: PipelineOptions) -> None:
         _check_listening("--job_endpoint", endpoint, f"start {JOB_SERVICE_HINT}, or fix the address")
     elif not endpoint and name in ("FlinkRunner", "SparkRunner"):
         _fetch_job_server_jar(name, options)
+    elif not endpoint and name == "PrismRunner":
+        _fetch_prism(options)
     elif not endpoint and type(runner) is PortableRunner:
         raise UsageError(f"--runner PortableRunner needs --job_endpoint HOST:PORT ({JOB_SERVICE_HINT})")
     if (portable.environment_type or "").upper() == "EXTERNAL":
@@ -121,6 +124,23 @@ def _fetch_job_server_jar(name: str, options: PipelineOptions) -> None:
     finally:
         beam_log.setLevel(level)
     log.info("%s: Beam's job server jar %s", name, jar)
+
+
+def _fetch_prism(options: PipelineOptions) -> None:
+    """Beam's Prism runner binary, into Beam's cache (downloaded now from GitHub if it is not there)."""
+    from apache_beam.runners.portability import prism_runner
+
+    server = prism_runner.PrismJobServer(options)
+    try:
+        binary = server._get_executable_path()  # what Beam calls when the pipeline runs (Beam 2.77)
+    except (RuntimeError, OSError, ValueError) as e:
+        found = re.search(r"(https?://\S+?):? <urlopen error ([^>]*)>", str(e))
+        what = f"{found.group(1)} ({found.group(2)})" if found else f"({str(e).splitlines()[0][:200]})"
+        raise UsageError(
+            f"--runner PrismRunner starts Beam's Prism runner, whose binary cannot be fetched here: {what}; "
+            "pass --prism_location PATH (a local copy of the binary or its zip) or --job_endpoint HOST:PORT"
+        ) from None
+    log.info("PrismRunner: Beam's Prism binary %s", binary)
 
 
 def _runs_workers_here(endpoint: str | None, name: str, options: PipelineOptions) -> bool:

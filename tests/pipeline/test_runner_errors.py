@@ -71,6 +71,13 @@ def test_a_job_server_jar_that_cannot_be_downloaded(job, runner, flag, tmp_path)
     assert not any(cache.glob("*.jar"))
 
 
+def test_a_prism_binary_that_cannot_be_downloaded(tmp_path):
+    proxy = {"https_proxy": f"http://127.0.0.1:{free_port()}", "HTTPS_PROXY": "", "no_proxy": "", "HOME": str(tmp_path)}
+    line = run_job("build_ngram_dictionary", tmp_path, "--runner", "PrismRunner", env=proxy)
+    assert "--runner PrismRunner starts Beam's Prism runner, whose binary cannot be fetched here: https://" in line
+    assert "--prism_location PATH" in line
+
+
 def test_a_missing_job_server_jar_file(tmp_path):
     line = run_job(
         "build_shards", tmp_path, "--runner", "FlinkRunner", "--flink_job_server_jar", str(tmp_path / "x.jar")
