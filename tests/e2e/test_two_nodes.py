@@ -56,9 +56,12 @@ def node_dirs(tmp: Path, node: int) -> tuple[Path, Path]:
     return cache, verified
 
 
-def launch_nodes(tmp: Path, run_dir: Path, artifact: Path, *extra: str, die_at: int = 0) -> list[tuple[int, str]]:
+def launch_nodes(
+    tmp: Path, run_dir: Path, artifact: Path, *extra: str, die_at: int = 0, shard_cache: bool = True
+) -> list[tuple[int, str]]:
     """Both nodes' launchers, each in its own session; returns (exit status, output) per node. Whatever happens,
-    no process of theirs outlives this call."""
+    no process of theirs outlives this call. ``shard_cache``: pass the node's --cache-dir (else the shards are
+    verified through the node's verified-shard cache)."""
     port = free_port()
     procs = []
     try:
@@ -73,7 +76,7 @@ def launch_nodes(tmp: Path, run_dir: Path, artifact: Path, *extra: str, die_at: 
             cmd = [
                 str(DEEPSPEED), *launcher, str(PROBE),
                 "--deepspeed_config", str(ds_config(tmp, 2, NODES)), "--data", str(artifact),
-                "--output-dir", str(run_dir), "--cache-dir", str(cache), *COMMON, *extra,
+                "--output-dir", str(run_dir), *(["--cache-dir", str(cache)] if shard_cache else []), *COMMON, *extra,
             ]  # fmt: skip
             log = open(tmp / f"{run_dir.name}.node{node}.log", "w+")
             procs.append((subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -149,11 +152,18 @@ def test_two_nodes_kill_one_resume_on_both_then_on_one(demo_artifact, tmp_path):
         assert r["cache_fills"] == train_shards, r  # each shard downloaded and sha256-checked once on each node
         assert len(cached_shards(tmp_path, node)) == train_shards
     assert cached_shards(tmp_path, 0) == cached_shards(tmp_path, 1)  # the same files, in two node-local caches
+    for node, (_, out) in enumerate(results):  # each node says how its shards were checked
+        assert (
+            f"rank {node} size-checked {train_shards}; the node-local --cache-dir {node_dirs(tmp_path, node)[0]}" in out
+        )
 
-    # 2. Resume on both nodes from global_step4: nothing is hashed again, step 5 is retrained on the same samples.
+    # 2. Resume on both nodes from global_step4, this time checking the shards through each node's verified-shard
+    # cache (no --cache-dir): each node hashes each shard once; step 5 is retrained on the same samples.
     resumed = tmp_path / "resumed"
     resume_from(killed, f"global_step{SAVED_AT}", resumed)
-    results = launch_nodes(tmp_path, resumed, demo_artifact, "--resume", "--save-every", str(SAVED_AT))
+    results = launch_nodes(
+        tmp_path, resumed, demo_artifact, "--resume", "--save-every", str(SAVED_AT), shard_cache=False
+    )
     for code, out in results:
         assert code == 0, out[-6000:]
     assert f"resumed from {resumed / 'checkpoints'}/global_step{SAVED_AT} at step {SAVED_AT}" in results[0][1]
@@ -162,7 +172,10 @@ def test_two_nodes_kill_one_resume_on_both_then_on_one(demo_artifact, tmp_path):
     assert second[SAVED_AT + 1] == first[SAVED_AT + 1]  # the step trained before the kill, trained again the same
     assert_each_step_disjoint_across_nodes(resumed, list(range(SAVED_AT + 1, MAX_STEPS + 1)))
     for node, r in node_records(resumed).items():
-        assert r["cache_fills"] == 0 and r["shard_checks"]["hashed"] == 0, (node, r)
+        assert r["cache_dir"] is None and r["verified_dir"] == str(node_dirs(tmp_path, node)[1])
+        assert r["shard_checks"] == {"size": 0, "hashed": train_shards, "cached": 0}, (node, r)
+        assert len(list((node_dirs(tmp_path, node)[1] / "verified-shards").iterdir())) >= train_shards
+        assert f"rank {node} hashed {train_shards}, found 0 verified on this node" in results[node][1]
     taken = [i for s in range(1, SAVED_AT + 1) for i in first[s]] + [
         i for s in range(SAVED_AT + 1, MAX_STEPS + 1) for i in second[s]
     ]
@@ -177,7 +190,7 @@ def test_two_nodes_kill_one_resume_on_both_then_on_one(demo_artifact, tmp_path):
     assert sorted(third) == list(range(SAVED_AT + 1, MAX_STEPS + 1))
     for step in range(SAVED_AT + 1, MAX_STEPS + 1):
         assert third[step] == second[step], step  # same samples, same order: nothing repeated or skipped
-    assert node_records(one)[0]["cache_fills"] == 0  # node 0's cache is warm
+    assert node_records(one)[0]["cache_fills"] == 0  # node 0's shard cache is warm from the first run: no fill
 
 
 def test_the_shipped_slurm_and_kubernetes_examples_use_the_tested_launch_form():
