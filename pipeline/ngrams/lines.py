@@ -10,14 +10,25 @@ from pipeline import progress
 class _CountLines(beam.DoFn):
     """Counts the lines and their bytes (with the newline) for ``pipeline/progress.py``; passes them on."""
 
+    BATCH = 4096  # lines counted here before they go to progress.add (one call per line would cost more)
+
     def __init__(self, with_filename: bool):
         self._with_filename = with_filename
 
+    def start_bundle(self):
+        self._lines = self._bytes = 0
+
     def process(self, element):
-        progress.add(1, len(element[1] if self._with_filename else element) + 1)
+        self._lines += 1
+        self._bytes += len(element[1] if self._with_filename else element) + 1
+        if self._lines >= self.BATCH:
+            progress.add(self._lines, self._bytes)
+            self._lines = self._bytes = 0
         yield element
 
     def finish_bundle(self):
+        progress.add(self._lines, self._bytes)
+        self._lines = self._bytes = 0
         progress.flush()
 
 
