@@ -203,7 +203,16 @@ class _Reporter(threading.Thread):
         if bar:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total_bytes or None, unit="B", unit_scale=True, desc="read", file=sys.stderr)
+            size = shutil.get_terminal_size()  # 80 x 24 when the terminal reports none (tqdm would then draw nothing)
+            self.bar = tqdm(
+                total=total_bytes or None,
+                unit="B",
+                unit_scale=True,
+                desc="read",
+                file=sys.stderr,
+                ncols=size.columns,
+                nrows=size.lines,
+            )
 
     def run(self) -> None:
         interval = min(self.every_s, 1.0) if self.bar is not None else self.every_s

@@ -109,3 +109,38 @@ def test_tokenizer_training_in_the_launcher_reports_its_reading(caplog, tmp_path
     assert lines[-1].startswith(
         f"tokenizer training: 40 documents, {size / 1e6:.1f} of {size / 1e6:.1f} MB read (100.0%)"
     )
+
+
+def test_on_a_terminal_the_progress_is_a_tqdm_bar(tmp_path):
+    import os
+    import pty
+
+    leader, follower = pty.openpty()  # the job's stderr is a terminal
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.build_ngram_dictionary", "--input", str(DEMO_CORPUS), "--output",
+         str(tmp_path / "out"), "--min-count", "3", "--progress-seconds", "0.1"],
+        cwd=REPO, env=beam_services.checkout_env(), stdout=subprocess.DEVNULL, stderr=follower,
+        start_new_session=True,
+    )  # fmt: skip
+    os.close(follower)
+    seen = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the job ended: the terminal is closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(timeout=300) == 0, seen[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+        os.close(leader)
+    text = seen.decode(errors="replace")
+    assert "pipeline.progress: progress:" not in text  # no progress lines on a terminal ...
+    bars = re.findall(r"read: +100%\|[^|]*\| *([\d.]+)k/([\d.]+)k \[[^\]]*, (\d+) lines\]", text)
+    assert bars, text[-2000:]  # ... but a bar, which ends full, with the lines counted (both reads of the input)
+    assert int(bars[-1][2]) == 80
