@@ -42,14 +42,17 @@ def read_lines(path: str, counting: bool) -> None:
 
 
 def read_documents(path: str, counting: bool) -> None:
-    saved = progress.add, progress.flush, progress.counted_file, progress.counted_chunks
-    if not counting:
-        progress.add, progress.flush = lambda *a, **k: None, lambda: None
-        progress.counted_file = progress.counted_chunks = lambda x: x
+    names = ("add", "flush", "counted_file", "counted_chunks")
+    saved = {name: getattr(progress, name) for name in names}
+    if not counting:  # the readers look these up in the module at every call
+        no_ops = (lambda *a, **k: None, lambda: None, lambda f: f, lambda chunks: chunks)
+        for name, stand_in in zip(names, no_ops, strict=True):
+            setattr(progress, name, stand_in)
     try:
         _read_documents(path)
     finally:
-        progress.add, progress.flush, progress.counted_file, progress.counted_chunks = saved
+        for name, original in saved.items():
+            setattr(progress, name, original)
 
 
 def _read_documents(path: str) -> None:

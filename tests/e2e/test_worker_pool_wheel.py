@@ -5,8 +5,8 @@ byte-identical to the local FnApiRunner's (every file but the manifest, which mu
 name the run: tests/e2e/test_portability.py's comparison).
 
 The environment, offline: the wheel is built from a copy of the sources (``pip wheel --no-deps
---no-build-isolation``); the virtual environment is made from the base interpreter of the project's environment
-(``python -m venv --without-pip``), gets the project environment's site-packages (the dependencies: Beam, spaCy and
+--no-build-isolation``); the virtual environment is made with the project environment's python (``python -m venv --without-pip``: venv
+bases it on the interpreter that environment was made from, not on the environment), gets the project environment's site-packages (the dependencies: Beam, spaCy and
 its model, the punkt model, tokenizers, ...) as a plain path in a ``.pth`` file, which adds the directory without
 running the ``.pth`` files in it (so not the editable install's finder that points at a checkout), and then the
 wheel (``pip --python VENV install --no-deps``). The worker pool runs from a directory outside the checkout, without
@@ -60,7 +60,7 @@ def wheel_venv(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
     (wheel,) = dist.glob("spanprep-*.whl")
 
     venv = tmp / "venv"
-    _checked([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp)
+    _checked([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp)
     python = venv / "bin" / "python"
     site = Path(
         _checked([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
