@@ -208,3 +208,35 @@ def test_the_shipped_slurm_and_kubernetes_examples_use_the_tested_launch_form():
         flags = re.findall(r"(--[a-z_]+)", command.split("trainer/pretrain.py")[0])
         assert tuple(flags) == LAUNCHER_FLAGS, flags  # the same launcher flags, in the same order
         assert all(option in text for option in NODE_LOCAL)
+
+
+def test_the_slurm_script_runs_the_launch_form_on_each_node(tmp_path):
+    """The batch script under bash with stand-ins for Slurm's commands and for deepspeed (which prints its
+    arguments): node 1 of a 2-node allocation runs the tested launch form with its node-local directories."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_ins = {
+        "scontrol": 'printf "gpu-a\\ngpu-b\\n"',  # show hostnames $SLURM_JOB_NODELIST
+        "srun": 'shift; SLURM_NODEID=1 exec "$@"',  # drop --kill-on-bad-exit=1; run as the second node
+        "deepspeed": 'printf "%s\\n" "$@"; echo "SPANPREP_CACHE_DIR=$SPANPREP_CACHE_DIR"',
+    }
+    for name, body in stand_ins.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    run_dir, node_local = tmp_path / "run", tmp_path / "local"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_NODELIST": "gpu-[a-b]",
+           "SLURM_JOB_ID": "77", "RUN_DIR": str(run_dir), "NODE_LOCAL": str(node_local), "GPUS_PER_NODE": "2"}  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(REPO / "docs" / "cluster" / "pretrain.sbatch"), "--resume"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    args = proc.stdout.splitlines()
+    hostfile = run_dir / "hostfile.77"
+    assert args[:10] == ["--hostfile", str(hostfile), "--no_ssh", "--node_rank", "1", "--master_addr", "gpu-a",
+                         "--master_port", "29500", "trainer/pretrain.py"]  # fmt: skip
+    assert hostfile.read_text() == "gpu-a slots=2\ngpu-b slots=2\n"
+    assert args[args.index("--cache-dir") + 1] == f"{node_local}/shard_cache"
+    assert args[args.index("--output-dir") + 1] == str(run_dir)
+    assert args[-2:] == ["--resume", f"SPANPREP_CACHE_DIR={node_local}/verified"]
+    assert (node_local / "shard_cache").is_dir() and (node_local / "verified").is_dir()
