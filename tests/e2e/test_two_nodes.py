@@ -36,6 +36,7 @@ from tests.support.pretrain_runs import DEEPSPEED, REPO, TIMEOUT, resume_from, r
 pytestmark = pytest.mark.slow
 
 NODES = 2
+TORCHRUN = DEEPSPEED.parent / "torchrun"
 # The launch form: the launcher's flags, then the trainer's node-local options and environment.
 LAUNCHER_FLAGS = ("--hostfile", "--no_ssh", "--node_rank", "--master_addr", "--master_port")
 NODE_LOCAL = ("--cache-dir", "SPANPREP_CACHE_DIR")
@@ -57,11 +58,17 @@ def node_dirs(tmp: Path, node: int) -> tuple[Path, Path]:
 
 
 def launch_nodes(
-    tmp: Path, run_dir: Path, artifact: Path, *extra: str, die_at: int = 0, shard_cache: bool = True
+    tmp: Path,
+    run_dir: Path,
+    artifact: Path,
+    *extra: str,
+    die_at: int = 0,
+    shard_cache: bool = True,
+    torchrun: bool = False,
 ) -> list[tuple[int, str]]:
     """Both nodes' launchers, each in its own session; returns (exit status, output) per node. Whatever happens,
     no process of theirs outlives this call. ``shard_cache``: pass the node's --cache-dir (else the shards are
-    verified through the node's verified-shard cache)."""
+    verified through the node's verified-shard cache). ``torchrun``: launch with ``torchrun --nnodes`` instead."""
     port = free_port()
     procs = []
     try:
@@ -73,8 +80,10 @@ def launch_nodes(
                 env["SPANPREP_PROBE_DIE_AT_STEP"] = str(die_at)
             values = (str(hostfile(tmp)), None, str(node), "127.0.0.1", str(port))
             launcher = [a for flag, v in zip(LAUNCHER_FLAGS, values, strict=True) for a in (flag, v) if a is not None]
+            if torchrun:  # torchrun's form of the same: --nnodes instead of a hostfile, no --no_ssh
+                launcher = ["--nnodes", str(NODES), "--nproc_per_node", "1", *launcher[3:]]
             cmd = [
-                str(DEEPSPEED), *launcher, str(PROBE),
+                str(TORCHRUN if torchrun else DEEPSPEED), *launcher, str(PROBE),
                 "--deepspeed_config", str(ds_config(tmp, 2, NODES)), "--data", str(artifact),
                 "--output-dir", str(run_dir), *(["--cache-dir", str(cache)] if shard_cache else []), *COMMON, *extra,
             ]  # fmt: skip
@@ -191,6 +200,20 @@ def test_two_nodes_kill_one_resume_on_both_then_on_one(demo_artifact, tmp_path):
     for step in range(SAVED_AT + 1, MAX_STEPS + 1):
         assert third[step] == second[step], step  # same samples, same order: nothing repeated or skipped
     assert node_records(one)[0]["cache_fills"] == 0  # node 0's shard cache is warm from the first run: no fill
+
+
+def test_two_nodes_with_torchrun(demo_artifact, tmp_path):
+    """torchrun --nnodes 2 --node_rank N works too (docs/RUNNING.md recommends the deepspeed launcher, as shipped)."""
+    run_dir = tmp_path / "run"
+    results = launch_nodes(tmp_path, run_dir, demo_artifact, "--max-steps", str(SAVED_AT), torchrun=True)
+    for code, out in results:
+        assert code == 0, out[-6000:]
+    stream = global_stream(run_dir)
+    assert sorted(stream) == list(range(1, SAVED_AT + 1))
+    assert_each_step_disjoint_across_nodes(run_dir, list(range(1, SAVED_AT + 1)))
+    taken = [i for s in stream.values() for i in s]
+    assert len(taken) == len(set(taken)) == SAVED_AT * GLOBAL_BATCH
+    assert {r["rank"]: r["local_rank"] for r in node_records(run_dir).values()} == {0: 0, 1: 0}
 
 
 def test_the_shipped_slurm_and_kubernetes_examples_use_the_tested_launch_form():
