@@ -28,16 +28,15 @@ The same input and options give byte-identical files, whatever the runner or num
 
 from __future__ import annotations
 
-# isort: off
-from pipeline import jobs  # first, before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
-
-# isort: on
 import argparse
 import logging
 import sys
 import time
 from typing import Any
 
+from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+
+# isort: split
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -253,12 +252,13 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         split_bytes = max(1, int(opts.split_mb * (1 << 20)))
     manifest_options["split_bytes"] = split_bytes
     started = time.monotonic()
-    jobs.run_pipeline(
-        options,
-        lambda p: build_pipeline(p, files, opts, rules, split_bytes, manifest_options, build_id),
-        total_bytes * passes,  # every read of the input is counted
-        unit="lines",
-    )
+    with jobs.lock_released_on_failure(opts.output, build_id):
+        jobs.run_pipeline(
+            options,
+            lambda p: build_pipeline(p, files, opts, rules, split_bytes, manifest_options, build_id),
+            total_bytes * passes,  # every read of the input is counted
+            unit="lines",
+        )
     manifest = NgramDictionary.open(opts.output).manifest
     elapsed = time.monotonic() - started
     _LOG.info(

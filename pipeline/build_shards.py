@@ -15,16 +15,15 @@ SparkRunner, PortableRunner: see docs/RUNNING.md). The artifact format is schema
 
 from __future__ import annotations
 
-# isort: off
-from pipeline import jobs  # first, before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
-
-# isort: on
 import argparse
 import logging
 import sys
 import time
 from typing import Any
 
+from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+
+# isort: split
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -421,7 +420,7 @@ def _load_tokenizer(
 def _static_manifest_fields(
     o, argv: list[str], options: PipelineOptions, candidates: dict, build_id: str | None = None
 ) -> dict[str, Any]:
-    build = {k: v for k, v in vars(o).items()}
+    build = dict(vars(o))
     beam_opts = {k: v for k, v in options.get_all_options(drop_default=True).items() if k not in build}
     beam_opts = {k: ("<redacted>" if SECRET_OPTION.search(k) else v) for k, v in beam_opts.items()}
     beam_opts["runner"] = options.view_as(StandardOptions).runner
@@ -534,11 +533,12 @@ def run(argv: list[str] | None = None) -> dict:
         o, paths, sum(size for _, size in files), options.view_as(progress.ProgressOptions).progress_seconds
     )
     build_id = jobs.prepare_output(o.output, o.overwrite, (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR))
-    static = _static_manifest_fields(o, argv, options, candidates, build_id)
-    started = time.time()
-    total_bytes = sum(size for _, size in files)
-    build = lambda p: build_pipeline(p, o, spec, static, files)  # noqa: E731
-    jobs.run_pipeline(options, build, total_bytes)  # WriteManifest checks the lock
+    with jobs.lock_released_on_failure(o.output, build_id):
+        static = _static_manifest_fields(o, argv, options, candidates, build_id)
+        started = time.time()
+        total_bytes = sum(size for _, size in files)
+        build = lambda p: build_pipeline(p, o, spec, static, files)  # noqa: E731
+        jobs.run_pipeline(options, build, total_bytes)  # WriteManifest checks the lock
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
     _warn_empty_shards(manifest)

@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 class _QuietBeamImportWarning(logging.Filter):
@@ -194,6 +194,21 @@ def prepare_output(url: str, overwrite: bool, subdirs: tuple[str, ...] = ()) -> 
         raise UsageError(str(e)) from None
     except (BeamIOError, ValueError, OSError) as e:
         raise UsageError(f"--output {output.redact_url(url)}: cannot use it ({_first_line(e)})") from None
+
+
+@contextlib.contextmanager
+def lock_released_on_failure(url: str, build_id: str) -> Iterator[None]:
+    """Inside the block, any failure (an exception, Ctrl-C) releases ``url``'s build lock if it is still this
+    build's, then propagates: a failed build never leaves a lock that blocks the next one. (A killed process
+    cannot release it: the next build then says whose lock it is and that --overwrite clears it.)"""
+    try:
+        yield
+    except BaseException:
+        try:
+            output.release_lock(url, build_id)
+        except Exception as e:  # the build's own error matters more than the lock's
+            logging.getLogger(__name__).warning("could not release the build lock of %s: %s", url, _first_line(e))
+        raise
 
 
 def runner_name(runner) -> str:

@@ -129,15 +129,33 @@ def flush() -> None:
 
 
 class _CountedFile:
-    """A binary file whose reads are counted as input bytes (other attributes are the file's)."""
+    """A binary file whose reads are counted as input bytes, once each (other attributes are the file's).
+
+    What is counted is the furthest position read. A seek back (the reader checks a compressed file in a first
+    pass, then seeks to its start to decompress it) takes back what lies after the new position, which the
+    next pass counts again: the count follows the pass that reads the records and ends at the file's size.
+    """
 
     def __init__(self, f: BinaryIO) -> None:
         self._f = f
+        self._pos = 0
+        self._counted = 0
 
     def read(self, n: int = -1) -> bytes:
         data = self._f.read(n)
-        add(0, len(data))
+        self._pos += len(data)
+        if self._pos > self._counted:
+            add(0, self._pos - self._counted)
+            self._counted = self._pos
         return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        result = self._f.seek(offset, whence)
+        self._pos = self._f.tell()
+        if self._pos < self._counted:
+            add(0, self._pos - self._counted)
+            self._counted = self._pos
+        return result
 
     def __getattr__(self, name: str):
         return getattr(self._f, name)

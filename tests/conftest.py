@@ -83,3 +83,20 @@ def shard_check_cache(tmp_path_factory):
         os.environ.pop("SPANPREP_CACHE_DIR", None)
     else:
         os.environ["SPANPREP_CACHE_DIR"] = saved
+
+
+@pytest.fixture
+def main_in_process(monkeypatch, capsys):
+    """Call pretrain.main in this process (the errors come before any process group exists)."""
+    from trainer import pretrain
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(key, "0")  # restored afterwards; main only fills in missing ones
+        monkeypatch.delenv(key)
+
+    def call(*argv: str) -> tuple[int, str]:
+        code = pretrain.main(list(argv))
+        err = capsys.readouterr().err
+        return code, err
+
+    return call

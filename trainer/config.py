@@ -317,7 +317,7 @@ def _comment_help(cls: type) -> dict[str, str]:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
         return {}
-    out = {}
+    out: dict[str, str] = {}
     for m in re.finditer(r"^\s+(\w+)\s*:[^#\n]*#\s*(.+)$", source, flags=re.M):
         out.setdefault(m.group(1), m.group(2).strip())
     return out

@@ -19,6 +19,12 @@ One process without the launcher (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT are fil
 
     python trainer/pretrain.py --data demo/artifact --preset tiny --max-steps 40 --warmup-steps 4 --output-dir runs/tiny
 
+Continued pre-training from a Hugging Face BERT directory (or a spanprep run); sizes and vocabulary are the
+checkpoint's, the artifact must be built with its vocab.txt (docs/TRAINING.md, "Continued pre-training"):
+
+    deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json \\
+        --data artifacts/domain-cased --init models/bert-base-cased --max-steps 100000 --output-dir runs/dapt
+
 Resume after a stop (SIGTERM/SIGINT save a checkpoint and exit 0): add ``--resume``; with another number of ranks
 than the checkpoint's, it goes through a DeepSpeed universal checkpoint (docs/TRAINING.md, elastic resume). The BERT-1seq baseline:
 ``--objective mlm``; BERT's two segments with next sentence prediction: ``--segments 2 --nsp``. Masking scheme: ``--scheme span|whole_word|subword|entity|noun_phrase|ngram``.
@@ -63,7 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=RunConfig.__dataclass_fields__["deepspeed_config"].metadata["help"],
     )
     g = p.add_argument_group("model")
-    g.add_argument("--preset", choices=list(PRESETS), default="base", help="model sizes (default: base)")
+    g.add_argument("--preset", choices=list(PRESETS), default=None, help="model sizes (default: base; not with --init)")
+    g.add_argument(
+        "--init",
+        metavar="PATH",
+        default=None,
+        help="continued pre-training: start from a Hugging Face BERT directory (config.json + model.safetensors or "
+        "pytorch_model.bin) or a spanprep run/checkpoint; sizes and vocabulary are the checkpoint's (docs/TRAINING.md)",
+    )
     add_dataclass_arguments(g, ModelConfig)
     add_dataclass_arguments(p.add_argument_group("optimizer"), OptimConfig)
     add_dataclass_arguments(

@@ -135,7 +135,10 @@ class ReadDocuments(beam.PTransform):
             | "MatchFiles" >> fileio.MatchAll()
             | "PathsAndSizes" >> beam.Map(lambda metadata: (metadata.path, metadata.size_in_bytes))
             | "OnePerFile" >> beam.Distinct()
-            | "Plan" >> beam.FlatMap(lambda path_and_size, split: plan_file(*path_and_size, split), self._split_bytes)
+            | "Plan"
+            >> beam.FlatMap(
+                lambda path_and_size, split: plan_file(path_and_size[0], path_and_size[1], split), self._split_bytes
+            )
             | "SpreadScans" >> beam.Reshuffle()
             | "Scan" >> beam.ParDo(_ScanFn(self._options)).with_outputs(_HASHES, main="scans")
         )

@@ -102,7 +102,7 @@ def plan_file(path: str, size: int | None, split_bytes: int) -> list[WholeFile |
         return [WholeFile(path)]
     n = -(-size // split_bytes)
     bounds = [size * i // n for i in range(n + 1)]
-    return [FileHash(path)] + [Range(path, i, n, bounds[i], bounds[i + 1]) for i in range(n)]
+    return [FileHash(path), *(Range(path, i, n, bounds[i], bounds[i + 1]) for i in range(n))]
 
 
 def _open(path: str) -> BinaryIO:
@@ -172,18 +172,21 @@ def scan_range(r: Range, opts: ReaderOptions) -> RangeScan:
 def plan_reads(path: str, scans: Iterable[RangeScan | WholeFile]) -> list[WholeFile | RangeRead]:
     """A file's scans, in any order -> one :class:`RangeRead` per range, with the line number, ordinal
     and state its first line has in the whole file (a :class:`WholeFile` passes through)."""
-    scans = list(scans)
-    if len(scans) == 1 and isinstance(scans[0], WholeFile):
-        return scans
-    scans = sorted(scans, key=lambda s: s.index)
-    if [s.index for s in scans] != list(range(scans[0].count)) or any(
-        a.end != b.start for a, b in zip(scans, scans[1:])
+    given = list(scans)
+    if len(given) == 1 and isinstance(given[0], WholeFile):
+        return [given[0]]
+    if any(isinstance(s, WholeFile) for s in given):
+        raise RuntimeError(f"{path}: a whole-file read among the scanned ranges of one file")
+    ordered = sorted((s for s in given if isinstance(s, RangeScan)), key=lambda s: s.index)
+    if [s.index for s in ordered] != list(range(ordered[0].count)) or any(
+        a.end != b.start for a, b in zip(ordered, ordered[1:])
     ):
         raise RuntimeError(
-            f"{path}: the scanned ranges do not tile the file: {[(s.index, s.start, s.end) for s in scans]}"
+            f"{path}: the scanned ranges do not tile the file: {[(s.index, s.start, s.end) for s in ordered]}"
         )
-    reads, line, ordinal, is_open = [], 1, 0, False
-    for s in scans:
+    reads: list[WholeFile | RangeRead] = []
+    line, ordinal, is_open = 1, 0, False
+    for s in ordered:
         reads.append(RangeRead(path, s.index, s.start, s.end, line, ordinal, is_open))
         line += s.newlines
         ordinal += s.starts[is_open]

@@ -145,7 +145,7 @@ def train(
     )
     bpe.train_from_iterator((words(t) for t in texts), trainer)
     vocab: dict[str, int] = {}
-    for token, i in sorted(bpe.get_vocab().items(), key=lambda kv: kv[1]):
+    for token, _ in sorted(bpe.get_vocab().items(), key=lambda kv: kv[1]):
         if token not in SPECIAL_TOKENS.values() and _is_private(token[0]):
             token = "##" + _from_private(token)
         else:

@@ -162,7 +162,7 @@ class BlockReader:
         return dec
 
     @staticmethod
-    def _list(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    def _list(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
         offs = arr.offsets.to_numpy().astype(np.int64)
         vals = arr.values.slice(int(offs[0]), int(offs[-1] - offs[0]))
         return offs - offs[0], vals

@@ -88,6 +88,9 @@ class Trainer:
         logging.getLogger("DeepSpeed").setLevel(s.run.log_level.upper())
         torch.manual_seed(s.run.seed)  # identical initial weights on every rank
         model = SpanBert(s.model)
+        if s.init is not None:  # continued pre-training: the checkpoint's weights over the fresh initialisation
+            s.init.apply(model)
+            self._print(s.init.describe())
         schedule = WarmupLinearDecay(s.optim.warmup_steps, s.run.max_steps)
         with environment_ninja():  # ops an optimizer may JIT-build (CPU Adam with offload)
             self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(

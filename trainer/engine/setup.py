@@ -33,6 +33,7 @@ from trainer.data import DataConfig, build_eval_loader, build_train_loader
 from trainer.engine.checkpoints import ElasticResume, checkpoint_dir, elastic_resume_plan, latest_tag
 from trainer.engine.distributed import Dist, accelerator_is_gpu, env_rank
 from trainer.engine.ds_config import load_deepspeed_json, resolve_deepspeed_config
+from trainer.engine.init_weights import InitWeights, check_init_fits_artifact, init_model_config, load_init, open_init
 from trainer.engine.resume_check import changed_options, check_data_stream, check_same_artifact, check_zero_stage
 from trainer.masking import MaskingConfig
 
@@ -59,6 +60,8 @@ class TrainSetup:
     eval_loader: Any  # trainer.data.StreamLoader over the held-out shards, or None
     elastic: ElasticResume | None = None  # --resume of a checkpoint written by another number of ranks
     resume_changes: list[str] = field(default_factory=list)  # options that differ from the checkpoint's run
+    init: InitWeights | None = None  # --init's weights (None without --init, or when --resume finds a checkpoint)
+    init_path: str | None = None  # --init as given
 
     def options(self, world_size: int) -> dict:
         return run_options(self.run, self.optim, self.data, self.masking, self.deepspeed, world_size)
@@ -83,6 +86,7 @@ class TrainSetup:
             "world_size": world_size,
             "global_batch_size": ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * world_size,
             "elastic_resume": elastic,
+            "init": self.init.summary() if self.init is not None else self.init_path,
             "artifact": {
                 "uri": self.artifact.uri,
                 "format_version": self.artifact.manifest.get("format_version"),
@@ -167,7 +171,11 @@ def _check_resume(
     saved_model, now = meta.get("model", {}), to_jsonable(model)
     diff = [f"{k}: checkpoint {saved_model.get(k)!r}, now {now[k]!r}" for k in now if saved_model.get(k) != now[k]]
     if diff:
-        raise ConfigError(f"cannot resume {ckpt}/{tag} with another model configuration: " + "; ".join(diff))
+        raise ConfigError(
+            f"cannot resume {ckpt}/{tag} with another model configuration: "
+            + "; ".join(diff)
+            + " (give the model options the run started with, its --preset or --init included)"
+        )
     saved_world = meta.get("world_size")
     if saved_world in (None, world_size):
         return None, meta, f"{ckpt}/{tag}"
@@ -180,13 +188,24 @@ def prepare(args) -> TrainSetup:
     optim = dataclass_from_args(OptimConfig, args)
     optim = resolve_schedule(optim, run)  # warmup not given: 1% of --max-steps
     model_given = given_fields(args, ModelConfig)
-    ModelConfig.preset(args.preset, **model_given)  # report a bad model option before opening the artifact
+    init_path = getattr(args, "init", None)
+    preset = getattr(args, "preset", None)
+    if init_path:  # continued pre-training: the sizes are the checkpoint's
+        init = open_init(init_path, model_given, preset)
+    else:
+        init = None
+        ModelConfig.preset(preset or "base", **model_given)  # report a bad model option before opening the artifact
 
     artifact = Artifact.open(run.data)
-    fixed = _check_model_matches_artifact(model_given, artifact)
-    model = ModelConfig.preset(args.preset, **{**model_given, **fixed})
     # Sequence length: the artifact's (its rows hold at most max_row_tokens(max_seq_len) tokens) unless --max-seq-len says otherwise.
     max_seq_len = getattr(args, "data.max_seq_len", None) or int(artifact.manifest.get("max_seq_len", 512))
+    if init is not None:
+        check_init_fits_artifact(init, artifact, max_seq_len)
+    fixed = _check_model_matches_artifact(model_given, artifact)
+    if init is not None:
+        model = init_model_config(init, model_given, fixed)
+    else:
+        model = ModelConfig.preset(preset or "base", **{**model_given, **fixed})
     if model.max_position_embeddings < max_seq_len:
         raise ConfigError(
             f"--max-position-embeddings {model.max_position_embeddings} is smaller than the sequence length "
@@ -222,6 +241,8 @@ def prepare(args) -> TrainSetup:
         )
     rank, _, world_size = env_rank()
     elastic, resume_meta, checkpoint = _check_resume(run, model, artifact, world_size, ds)
+    # --init's weights; a resumed run continues from its own checkpoint instead
+    init_weights = load_init(init, model) if init is not None and resume_meta is None else None
     # The loaders only index the shards here (no reading, no workers yet), so their errors are clear messages too.
     expected = dict(expected_vocab_size=model.vocab_size, expected_special_token_ids={"pad": model.pad_token_id})
     train_loader, _ = build_train_loader(data, masking, rank=rank, world_size=world_size, **expected)
@@ -246,6 +267,8 @@ def prepare(args) -> TrainSetup:
         eval_loader=eval_loader,
         elastic=elastic,
         resume_changes=changes,
+        init=init_weights,
+        init_path=init_path,
     )
 
 

@@ -100,7 +100,7 @@ def read_tsv(task: Task, path: str, split: str) -> tuple[list[Example], BadRows]
             except ValueError:
                 bad.add(path, number, "bad_score", f"{value!r} is not a number")
                 continue
-            lo, hi = task.value_range
+            lo, hi = task.value_range or (float("-inf"), float("inf"))
             if not lo <= label <= hi:
                 bad.add(path, number, "score_out_of_range", f"{label} not in [{lo}, {hi}]")
                 continue

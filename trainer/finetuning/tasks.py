@@ -60,6 +60,8 @@ STSB_BUCKET = 0.25
 
 def buckets(task: Task) -> list[float]:
     """Regression buckets (STS-B: 0.0 0.25 ... 5.0, SpEx-BERT's)."""
+    if task.value_range is None:
+        raise ValueError(f"task {task.name} is not a regression task: it has no value range")
     lo, hi = task.value_range
     n = int(round((hi - lo) / STSB_BUCKET))
     return [lo + i * STSB_BUCKET for i in range(n + 1)]
