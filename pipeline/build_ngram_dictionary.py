@@ -41,6 +41,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from pipeline import runner_checks
 from pipeline.jobs import LOCAL_RUNNERS, UsageError
 from pipeline.ngrams.corpus_summary import CorpusSummary
 from pipeline.ngrams.dictionary_files import WriteNgramDictionary
@@ -215,6 +216,8 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the job; return the manifest it wrote. Raises :class:`~pipeline.jobs.UsageError` for bad options or input."""
     argv = list(sys.argv[1:] if argv is None else argv)
     options, opts, rules = _parse(argv)
+    runner_checks.check_runner(options)
+    jobs.apply_log_level(options)
     FileSystems.set_options(options)  # Beam's S3 filesystem takes its endpoint and credentials from them
     jobs.check_location("--output", opts.output)
     files = jobs.match_inputs(opts.input, example="*.tokens")
@@ -251,7 +254,10 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.monotonic()
     with jobs.lock_released_on_failure(opts.output, build_id):
         jobs.run_pipeline(
-            options, lambda p: build_pipeline(p, files, opts, rules, split_bytes, manifest_options, build_id)
+            options,
+            lambda p: build_pipeline(p, files, opts, rules, split_bytes, manifest_options, build_id),
+            total_bytes * passes,  # every read of the input is counted
+            unit="lines",
         )
     manifest = NgramDictionary.open(opts.output).manifest
     elapsed = time.monotonic() - started

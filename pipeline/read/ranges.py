@@ -30,6 +30,7 @@ from typing import BinaryIO
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline import progress
 from pipeline.elements import InputSummary, Record
 from pipeline.read.record_checks import UTF8_BOM, skip_bom
 from pipeline.read.records import DocumentStarts, ReaderOptions, decoded, parse_lines
@@ -219,7 +220,7 @@ def read_range(r: RangeRead, opts: ReaderOptions) -> Iterator[Record | InputSumm
     bom = [False]
     with _open(r.path) as f:
         stop = r.end if opts.input_format == "jsonl" else None  # text and WikiText documents run on past the end
-        lines = _lines(_chunks(f, r.start, stop), r.start, r.first_line, opts, bom)
+        lines = _lines(progress.counted_chunks(_chunks(f, r.start, stop)), r.start, r.first_line, opts, bom)
         for rec in parse_lines(_owned(lines, opts, r.open, r.end), r.path, opts, r.first_ordinal):
             summary.documents_read += 1
             yield rec

@@ -24,6 +24,7 @@ from typing import BinaryIO
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline import progress
 from pipeline.elements import (
     CORRUPT_INPUT,
     DOCUMENT_TOO_LONG,
@@ -448,4 +449,4 @@ def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record 
 def read_file(path: str, opts: ReaderOptions) -> Iterator[Record | InputSummary]:
     """Open ``path`` with Beam's FileSystems (local, gs://, s3://, ...) and :func:`read_stream` it."""
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        yield from read_stream(f, path, opts)
+        yield from read_stream(progress.counted_file(f), path, opts)

@@ -423,10 +423,16 @@ def train(setup: TrainSetup) -> int:
     dist = init_distributed()
     trainer = Trainer(setup, dist)
     checks = getattr(setup.train_loader.dataset, "shard_checks", None)
-    if checks:
-        trainer._print(
-            f"shards match the manifest (--verify-shards {setup.data.verify_shards}): rank 0 hashed "
-            f"{checks['hashed']}, found {checks['cached']} verified on this node, size-checked {checks['size']}"
+    if checks and dist.local_rank == 0:  # one line per node: each node checks its shards into its own caches
+        how = (
+            f"size-checked {checks['size']}; the node-local --cache-dir {setup.data.cache_dir} checks each shard's "
+            "sha256 as it fills it"
+            if setup.data.cache_dir
+            else f"hashed {checks['hashed']}, found {checks['cached']} verified on this node, size-checked {checks['size']}"
+        )
+        print(
+            f"shards match the manifest (--verify-shards {setup.data.verify_shards}): rank {dist.rank} {how}",
+            flush=True,
         )
     trainer.build()
     if setup.run.resume:
