@@ -13,6 +13,11 @@ of at most l = 64 tokens (``--extra-span-len N`` adds a row with l = N). The enc
 Timed in the same process, interleaved (A B C A B C ...) so the noise of a shared machine hits every model
 alike: the median over ``--repeats`` rounds, in wall time and in CPU time of this process, after a warm-up step.
 The ratio printed is span-ft / cls step time: 1.0 means no overhead.
+
+``--qa`` times QA feature building instead (issue 21, item 9): ``trainer.finetuning.squad.qa_features`` against
+the algorithm it replaced (``tests/support/qa_reference.py``), one question on one passage of about N tokens
+(XQuAD English paragraphs joined; a WordPiece trained on them), 384-token inputs, stride 128, interleaved,
+median CPU seconds; the old algorithm only up to ``--qa-old-max`` tokens (it took 96 s at 7,000).
 """
 
 from __future__ import annotations
@@ -32,18 +37,21 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline import build_ngram_dictionary, tokenization  # noqa: E402
+from pipeline import build_ngram_dictionary  # noqa: E402
 from pipeline.segmenter import Segmenter  # noqa: E402
+from pipeline.tokenize import tokenizer as tokenization  # noqa: E402
 from trainer.config import ModelConfig  # noqa: E402
 from trainer.finetuning.features import collate, glue_feature  # noqa: E402
 from trainer.finetuning.glue import Example, read_tsv  # noqa: E402
 from trainer.finetuning.heads import FineTuneModel  # noqa: E402
+from trainer.finetuning.squad import QAExample, qa_features  # noqa: E402
 from trainer.finetuning.tasks import get_task  # noqa: E402
 from trainer.model import SpanBert  # noqa: E402
 
-SHARED = REPO.parent / "shared" / "data"
+SHARED = Path(os.environ.get("SPANPREP_SHARED_DATA") or REPO.parent / "shared" / "data")
 RTE_TRAIN = SHARED / "finetune" / "glue_rte" / "train.tsv"
 WIKITEXT2_VALID = SHARED / "wikitext-2" / "wiki.valid.tokens"
+XQUAD = SHARED / "finetune" / "squad_format_xquad_en" / "xquad.en.json"
 
 
 def examples(n: int) -> tuple[list[Example], str]:
@@ -74,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--extra-span-len", type=int, default=0, help="also time span-ft with l = N tokens per span (default l = 64)"
     )
+    p.add_argument("--qa", action="store_true", help="time QA feature building against the old algorithm instead")
+    p.add_argument("--qa-tokens", default="1000,2000,3500,7000", help="--qa: passage lengths in tokens")
+    p.add_argument("--qa-old-max", type=int, default=3500, help="--qa: time the old algorithm up to this length")
     args = p.parse_args(argv)
+    if args.qa:
+        return bench_qa([int(n) for n in args.qa_tokens.split(",")], args.qa_old_max, args.repeats)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
     torch.set_flush_denormal(True)  # as the trainer does on CPU (trainer.engine.init_distributed)
 
@@ -147,6 +160,39 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:<28}{model.head_parameters():>14,}{100 * model.head_parameters() / encoder_params:>13.2f}%"
             f"{w:>10.3f}{c:>10.3f}{w / base_wall:>10.3f}{c / base_cpu:>10.3f}"
         )
+    return 0
+
+
+def bench_qa(lengths: list[int], old_max: int, repeats: int) -> int:
+    import json
+
+    from tests.support.qa_reference import old_qa_features
+
+    doc = json.loads(XQUAD.read_text(encoding="utf-8"))
+    paragraphs = [p["context"] for a in doc["data"] for p in a["paragraphs"]]
+    tok = tokenization.train(paragraphs, vocab_size=8000)
+    opts = dict(max_seq_len=384, doc_stride=128, max_query_len=64, training=False)
+    print(f"# {datetime.date.today()}  {platform.processor() or platform.machine()}  load {os.getloadavg()[0]:.2f}")
+    print(f"{'tokens':>8}{'windows':>9}{'new cpu s':>11}{'old cpu s':>11}{'old/new':>9}")
+    for n in lengths:
+        text, i = "", 0
+        while len(tok.encode(text, add_special_tokens=False).ids) < n:
+            text, i = (text + " " + paragraphs[i % len(paragraphs)]).strip(), i + 1
+        ids = tok.encode(text, add_special_tokens=False).ids
+        text = text[: tok.encode(text, add_special_tokens=False).offsets[n - 1][1]]  # exactly n tokens
+        ex = [QAExample("q", "Which team won the game in the end?", text, [])]
+        funcs = {"new": qa_features} | ({"old": old_qa_features} if n <= old_max else {})
+        times: dict[str, list[float]] = {k: [] for k in funcs}
+        out = {}
+        for _ in range(repeats if n <= old_max else max(repeats, 3)):
+            for name, f in funcs.items():
+                c = time.process_time()
+                out[name] = f(ex, tok, **opts)
+                times[name].append(time.process_time() - c)
+        assert "old" not in out or out["old"] == out["new"], "the features differ"
+        new = statistics.median(times["new"])
+        old = statistics.median(times["old"]) if "old" in times else float("nan")
+        print(f"{len(ids[:n]):>8}{len(out['new']):>9}{new:>11.3f}{old:>11.3f}{old / new:>9.1f}")
     return 0
 
 

@@ -206,7 +206,7 @@ def main(argv=None) -> None:
             rows = Rows.from_lists(chunk_ids, chunk_ws, cand)
             epoch = [0]
 
-            def run() -> int:
+            def run(masker=masker, rows=rows, epoch=epoch) -> int:
                 epoch[0] += 1
                 m = masker.mask(rows, np.arange(rows.num_rows), epoch[0])
                 for b in range(0, rows.num_rows, MICRO_BATCH):

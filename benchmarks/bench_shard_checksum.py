@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'shard':<34} {'MB':>6} {'read s':>8} {'sha256 s':>9} {'sha256/read':>12}")
         for entry in art.manifest["shards"]:
             rel = entry["path"]
-            t_read = best(lambda: read_shard(art, rel), args.repeats)
-            t_hash = best(lambda: integrity.file_sha256(art.fs, art.path(rel)), args.repeats)
+            t_read = best(lambda rel=rel: read_shard(art, rel), args.repeats)
+            t_hash = best(lambda rel=rel: integrity.file_sha256(art.fs, art.path(rel)), args.repeats)
             mb = entry["bytes"] / 1e6
             total_bytes, total_read, total_hash = total_bytes + mb, total_read + t_read, total_hash + t_hash
             print(f"{rel:<34} {mb:6.2f} {t_read:8.3f} {t_hash:9.4f} {t_hash / t_read:12.3f}")

@@ -182,18 +182,18 @@ def main() -> None:
                 wall=wall,
                 shard_bytes=sum(s["bytes"] for s in m["shards"]),
             )
-        s, l = runs["small"], runs["large"]
-        tok_rate = marginal((s["tokens"], s["cpu"]), (l["tokens"], l["cpu"]))
-        mb_rate = marginal((s["mb"], s["cpu"]), (l["mb"], l["cpu"]))
+        s, big = runs["small"], runs["large"]
+        tok_rate = marginal((s["tokens"], s["cpu"]), (big["tokens"], big["cpu"]))
+        mb_rate = marginal((s["mb"], s["cpu"]), (big["mb"], big["cpu"]))
         results["build_shards"] = dict(
             mb_per_cpu_s=mb_rate,
-            tokens_per_mb=l["tokens"] / l["mb"],
-            shard_bytes_per_token=l["shard_bytes"] / l["tokens"],
+            tokens_per_mb=big["tokens"] / big["mb"],
+            shard_bytes_per_token=big["shard_bytes"] / big["tokens"],
         )
         print(
-            f"build_shards: {l['mb']:.1f} MB -> {l['tokens']:,} tokens in {l['wall']:.1f} s wall, {l['cpu']:.1f} CPU-s; "
+            f"build_shards: {big['mb']:.1f} MB -> {big['tokens']:,} tokens in {big['wall']:.1f} s wall, {big['cpu']:.1f} CPU-s; "
             f"marginal {tok_rate:,.0f} tokens/CPU-s = {mb_rate:.2f} MB/CPU-s (ratio to raw encode {tok_rate / base_rate:.2f}); "
-            f"{l['tokens'] / l['mb']:,.0f} tokens per MB of text; shards {l['shard_bytes'] / l['tokens']:.2f} bytes/token"
+            f"{big['tokens'] / big['mb']:,.0f} tokens per MB of text; shards {big['shard_bytes'] / big['tokens']:.2f} bytes/token"
         )
 
         # build_shards with spaCy candidates
@@ -220,11 +220,11 @@ def main() -> None:
             )
             m = json.loads((out / "manifest.json").read_text())
             runs[name] = dict(mb=nbytes / 1e6, tokens=m["counts"]["tokens"], cpu=cpu, wall=wall)
-        s, l = runs["small"], runs["large"]
-        mb_rate = marginal((s["mb"], s["cpu"]), (l["mb"], l["cpu"]))
+        s, big = runs["small"], runs["large"]
+        mb_rate = marginal((s["mb"], s["cpu"]), (big["mb"], big["cpu"]))
         results["build_shards_candidates"] = dict(mb_per_cpu_s=mb_rate)
         print(
-            f"build_shards --mask-candidates entities,noun_phrases: {l['mb']:.2f} MB in {l['wall']:.1f} s wall, {l['cpu']:.1f} CPU-s; "
+            f"build_shards --mask-candidates entities,noun_phrases: {big['mb']:.2f} MB in {big['wall']:.1f} s wall, {big['cpu']:.1f} CPU-s; "
             f"marginal {mb_rate * 1e3:.0f} KB/CPU-s"
         )
 
@@ -237,12 +237,12 @@ def main() -> None:
             wall, cpu = run_job(["pipeline.build_ngram_dictionary", "--input", str(path), "--output", str(out)])
             m = json.loads((out / "manifest.json").read_text())
             runs[name] = dict(mb=nbytes / 1e6, cpu=cpu, wall=wall, entries=m["total_entries"])
-        s, l = runs["small"], runs["large"]
-        mb_rate = marginal((s["mb"], s["cpu"]), (l["mb"], l["cpu"]))
+        s, big = runs["small"], runs["large"]
+        mb_rate = marginal((s["mb"], s["cpu"]), (big["mb"], big["cpu"]))
         results["build_ngram_dictionary"] = dict(mb_per_cpu_s=mb_rate)
         print(
-            f"build_ngram_dictionary (n=2..5, min count 11, apriori): {l['mb']:.1f} MB in {l['wall']:.1f} s wall, "
-            f"{l['cpu']:.1f} CPU-s, {l['entries']:,} entries; marginal {mb_rate:.2f} MB/CPU-s"
+            f"build_ngram_dictionary (n=2..5, min count 11, apriori): {big['mb']:.1f} MB in {big['wall']:.1f} s wall, "
+            f"{big['cpu']:.1f} CPU-s, {big['entries']:,} entries; marginal {mb_rate:.2f} MB/CPU-s"
         )
 
     print(

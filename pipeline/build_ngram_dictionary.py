@@ -34,11 +34,14 @@ import sys
 import time
 from typing import Any
 
+from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+
+# isort: split
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+from pipeline import runner_checks
 from pipeline.jobs import LOCAL_RUNNERS, UsageError
 from pipeline.ngrams.corpus_summary import CorpusSummary
 from pipeline.ngrams.dictionary_files import WriteNgramDictionary
@@ -213,6 +216,8 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the job; return the manifest it wrote. Raises :class:`~pipeline.jobs.UsageError` for bad options or input."""
     argv = list(sys.argv[1:] if argv is None else argv)
     options, opts, rules = _parse(argv)
+    runner_checks.check_runner(options)
+    jobs.apply_log_level(options)
     FileSystems.set_options(options)  # Beam's S3 filesystem takes its endpoint and credentials from them
     jobs.check_location("--output", opts.output)
     files = jobs.match_inputs(opts.input, example="*.tokens")
@@ -247,7 +252,13 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         split_bytes = max(1, int(opts.split_mb * (1 << 20)))
     manifest_options["split_bytes"] = split_bytes
     started = time.monotonic()
-    jobs.run_pipeline(options, lambda p: build_pipeline(p, files, opts, rules, split_bytes, manifest_options, build_id))
+    with jobs.lock_released_on_failure(opts.output, build_id):
+        jobs.run_pipeline(
+            options,
+            lambda p: build_pipeline(p, files, opts, rules, split_bytes, manifest_options, build_id),
+            total_bytes * passes,  # every read of the input is counted
+            unit="lines",
+        )
     manifest = NgramDictionary.open(opts.output).manifest
     elapsed = time.monotonic() - started
     _LOG.info(

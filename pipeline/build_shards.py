@@ -21,14 +21,14 @@ import sys
 import time
 from typing import Any
 
+from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+
+# isort: split
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import (
-    jobs,  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
-    report,
-)
+from pipeline import progress, report, runner_checks
 from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
 from pipeline.elements import Document
@@ -379,7 +379,9 @@ def _reader_options(o, unk_token: str | None) -> ReaderOptions:
     )
 
 
-def _load_tokenizer(o, paths: list[str]) -> tokenizer.TokenizerSpec:
+def _load_tokenizer(
+    o, paths: list[str], total_bytes: int = 0, every_s: float = progress.DEFAULT_SECONDS
+) -> tokenizer.TokenizerSpec:
     try:
         if o.tokenizer:
             return tokenizer.make_spec(tokenizer.from_file(o.tokenizer), "file")
@@ -404,14 +406,20 @@ def _load_tokenizer(o, paths: list[str]) -> tokenizer.TokenizerSpec:
     ropts = _reader_options(o, fmt.SPECIAL_TOKENS["unk"] if o.wikitext_unk == "keep" else None)
     started = time.time()
     count = [0]
+    progress.reset()  # read_file counts the raw bytes it reads in this process
+    shown = [time.monotonic()]
 
     def texts():
         for path in paths:
             for rec in read_file(path, ropts):
                 if isinstance(rec, Document):
                     count[0] += 1
-                    if count[0] % 10000 == 0:
-                        log.info("tokenizer training: %d documents read (%.0f s)", count[0], time.time() - started)
+                    if every_s > 0 and time.monotonic() - shown[0] >= every_s:
+                        shown[0] = time.monotonic()
+                        done = progress.describe(
+                            count[0], progress.bytes_read_here(), total_bytes, time.time() - started
+                        )
+                        log.info("tokenizer training: %s", done)
                     yield rec.text
 
     tok = tokenizer.train(texts(), vocab_size=o.vocab_size, lowercase=o.lowercase)
@@ -429,7 +437,7 @@ def _load_tokenizer(o, paths: list[str]) -> tokenizer.TokenizerSpec:
 def _static_manifest_fields(
     o, argv: list[str], options: PipelineOptions, candidates: dict, build_id: str | None = None
 ) -> dict[str, Any]:
-    build = {k: v for k, v in vars(o).items()}
+    build = dict(vars(o))
     beam_opts = {k: v for k, v in options.get_all_options(drop_default=True).items() if k not in build}
     beam_opts = {k: ("<redacted>" if SECRET_OPTION.search(k) else v) for k, v in beam_opts.items()}
     beam_opts["runner"] = options.view_as(StandardOptions).runner
@@ -519,6 +527,8 @@ def run(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     o, options = _parse(argv)
     _validate(o)
+    runner_checks.check_runner(options)
+    jobs.apply_log_level(options)
     # Before the first FileSystems call: Beam's S3 filesystem takes its endpoint and credentials from the options.
     FileSystems.set_options(options)
     o.input = list(o.input)
@@ -526,18 +536,27 @@ def run(argv: list[str] | None = None) -> dict:
     files = jobs.match_inputs(o.input)
     paths = [path for path, _ in files]
     log.info(
-        "%d input file(s) matched; output %s; runner %s", len(paths), o.output, options.view_as(StandardOptions).runner
+        "%d input file(s) matched (%.1f MB); output %s; runner %s",
+        len(paths),
+        sum(size for _, size in files) / 1e6,
+        o.output,
+        options.view_as(StandardOptions).runner,
     )
     kinds = _candidate_kinds(o)
     runner = jobs.runner_name(options.view_as(StandardOptions).runner)
     candidates = _candidates_manifest(o, kinds, local_runner=runner in LOCAL_RUNNERS)
     if not o.encoder_threads:
         o.encoder_threads = jobs.local_cores_per_worker(options) if runner in LOCAL_RUNNERS else 1
-    spec = _load_tokenizer(o, paths)
+    spec = _load_tokenizer(
+        o, paths, sum(size for _, size in files), options.view_as(progress.ProgressOptions).progress_seconds
+    )
     build_id = jobs.prepare_output(o.output, o.overwrite, (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR))
-    static = _static_manifest_fields(o, argv, options, candidates, build_id)
-    started = time.time()
-    jobs.run_pipeline(options, lambda p: build_pipeline(p, o, spec, static, files))  # WriteManifest checks the lock
+    with jobs.lock_released_on_failure(o.output, build_id):
+        static = _static_manifest_fields(o, argv, options, candidates, build_id)
+        started = time.time()
+        total_bytes = sum(size for _, size in files)
+        build = lambda p: build_pipeline(p, o, spec, static, files)  # noqa: E731
+        jobs.run_pipeline(options, build, total_bytes)  # WriteManifest checks the lock
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
     _warn_empty_shards(manifest)

@@ -9,7 +9,6 @@ Plain dataclasses, no Beam; this module imports nothing from ``pipeline``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 import numpy as np
 
@@ -108,7 +107,7 @@ class InputSummary:
         }
 
 
-Record = Union[Document, DeadLetter]
+Record = Document | DeadLetter
 
 
 @dataclass(frozen=True)

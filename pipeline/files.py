@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from typing import BinaryIO
 
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -16,14 +17,17 @@ class _S3File:
     (empty) object is written with one PutObject, since S3 refuses Beam's multipart upload of zero parts."""
 
     def __init__(self, path: str, mime_type: str):
-        self._path, self._mime_type, self._raw, self.closed = path, mime_type, None, False
+        self._path, self._mime_type, self.closed = path, mime_type, False
+        self._raw: BinaryIO | None = None
 
-    def write(self, data) -> int:
-        if len(data) and self._raw is None:
+    def write(self, data: bytes) -> int:
+        if not len(data):
+            return 0
+        if self._raw is None:
             self._raw = FileSystems.create(
                 self._path, mime_type=self._mime_type, compression_type=CompressionTypes.UNCOMPRESSED
             )
-        return self._raw.write(data) if len(data) else 0
+        return self._raw.write(data)
 
     def close(self) -> None:
         if not self.closed:

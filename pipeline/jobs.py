@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 class _QuietBeamImportWarning(logging.Filter):
@@ -72,7 +72,7 @@ with without_pandas():
     from apache_beam.io.filesystem import BeamIOError
     from apache_beam.io.filesystems import FileSystems
 
-from pipeline import output  # noqa: E402
+from pipeline import output, progress  # noqa: E402
 from schemas import format as fmt  # noqa: E402
 
 DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner may try to download a runner binary
@@ -196,6 +196,21 @@ def prepare_output(url: str, overwrite: bool, subdirs: tuple[str, ...] = ()) -> 
         raise UsageError(f"--output {output.redact_url(url)}: cannot use it ({_first_line(e)})") from None
 
 
+@contextlib.contextmanager
+def lock_released_on_failure(url: str, build_id: str) -> Iterator[None]:
+    """Inside the block, any failure (an exception, Ctrl-C) releases ``url``'s build lock if it is still this
+    build's, then propagates: a failed build never leaves a lock that blocks the next one. (A killed process
+    cannot release it: the next build then says whose lock it is and that --overwrite clears it.)"""
+    try:
+        yield
+    except BaseException:
+        try:
+            output.release_lock(url, build_id)
+        except Exception as e:  # the build's own error matters more than the lock's
+            logging.getLogger(__name__).warning("could not release the build lock of %s: %s", url, _first_line(e))
+        raise
+
+
 def runner_name(runner) -> str:
     """The runner's class name, whether ``--runner`` gave a name (also dotted) or a runner object."""
     name = runner if isinstance(runner, str) else type(runner).__name__
@@ -211,14 +226,73 @@ def local_cores_per_worker(options) -> int:
     return max(1, cores // workers)
 
 
-def run_pipeline(options, build: Callable[[beam.Pipeline], None]) -> None:
+def apply_log_level(options) -> None:
+    """``--log-level``: this process's loggers (ours and Beam's) at that level; see :func:`worker_logging`."""
+    level = options.view_as(progress.ProgressOptions).log_level
+    if level:
+        logging.getLogger().setLevel(level)
+        for noisy in ("apache_beam", "absl"):
+            logging.getLogger(noisy).setLevel(level)
+
+
+def worker_logging(options) -> None:
+    """Beam's SDK workers log at WARNING (their INFO is start-up chatter: ~25 lines a worker process), this project's
+    loggers at INFO, unless ``--log-level`` or Beam's own ``--default_sdk_harness_log_level`` say otherwise."""
+    from apache_beam.options.pipeline_options import WorkerOptions
+
+    level = options.view_as(progress.ProgressOptions).log_level
+    sdk = options.view_as(WorkerOptions)
+    if sdk.default_sdk_harness_log_level is None:
+        sdk.default_sdk_harness_log_level = level or "WARNING"
+    overrides = {"pipeline": level or "INFO"}
+    if level is None:  # "No semi_persistent_directory found", logged as a warning by every worker of a local run
+        overrides["__main__"] = (
+            "ERROR"  # the worker's module, run as python -m apache_beam.runners.worker.sdk_worker_main
+        )
+    sdk.sdk_harness_log_level_overrides = {**overrides, **(sdk.sdk_harness_log_level_overrides or {})}
+
+
+def _runner_for(options):
+    """The runner of ``options``; for the FnApiRunner's worker processes (``multi_processing``), one that hands them
+    the options that set their logging (the FnApiRunner gives its worker processes no pipeline options)."""
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions, WorkerOptions
+
+    runner = options.view_as(StandardOptions).runner
+    if runner_name(runner) != "FnApiRunner" or options.view_as(DirectOptions).direct_running_mode != "multi_processing":
+        return None
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.job import utils as job_utils
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo
+
+    sdk = options.view_as(WorkerOptions)
+    worker_options = {
+        "beam:option:default_sdk_harness_log_level:v1": sdk.default_sdk_harness_log_level,
+        "beam:option:sdk_harness_log_level_overrides:v1": sdk.sdk_harness_log_level_overrides,
+    }
+    info = beam_provision_api_pb2.ProvisionInfo(
+        retrieval_token="unused-retrieval-token", pipeline_options=job_utils.dict_to_struct(worker_options)
+    )
+    return FnApiRunner(provision_info=ExtendedProvisionInfo(info))
+
+
+def run_pipeline(
+    options, build: Callable[[beam.Pipeline], None], total_bytes: int | None = None, unit: str = "documents"
+) -> None:
     """Build the job's pipeline with ``build(p)`` and run it to the end.
 
+    Its workers log as :func:`worker_logging` says; on local runners a line every ``--progress-seconds`` tells how
+    much of the input's ``total_bytes`` (when known) has been read (``pipeline/progress.py``).
     The writer of the last file checks that the output's build lock is still this build's; when another
     build has taken the output over (``--overwrite``), that is this job's :class:`UsageError`.
     """
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    worker_logging(options)
+    local = runner_name(options.view_as(StandardOptions).runner) in ("FnApiRunner", "DirectRunner")
     try:
-        with beam.Pipeline(options=options) as p:
-            build(p)
+        with progress.reporting(options, total_bytes, local, unit):
+            with beam.Pipeline(runner=_runner_for(options), options=options) as p:
+                build(p)
     except output.OutputError as e:
         raise UsageError(str(e).split(" [while running")[0]) from None

@@ -54,9 +54,9 @@ def _s3_put(path: str, data: bytes, mime_type: str, if_absent: bool) -> bool:
 
 
 def _gcs_put(path: str, data: bytes, mime_type: str, if_absent: bool) -> bool:
+    import google.cloud.storage as storage
     from google.api_core import exceptions
     from google.auth.exceptions import GoogleAuthError
-    from google.cloud import storage
 
     bucket, key = _bucket_key(path)
     blob = storage.Client().bucket(bucket).blob(key)

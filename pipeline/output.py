@@ -5,9 +5,11 @@ One mechanism for local directories and object-store prefixes: ``prepare_output`
 ``OUTPUT/_build.lock`` *exclusively*, holding a fresh build id. The id goes into the manifest.
 Before the manifest is written, ``check_lock`` makes sure the lock still holds this build's id (a
 build started later with ``--overwrite`` takes the lock over, and the earlier one then fails
-instead of writing a manifest over the other's files); after it, ``release_lock`` removes it. A
-lock left behind means the build was killed: ``pipeline.verify`` reports it, and the next build
-needs ``--overwrite``.
+instead of writing a manifest over the other's files); after it, ``release_lock`` removes it. A build
+that fails releases its lock too (``pipeline.jobs.lock_released_on_failure``). A lock left behind means
+the build was killed (or still runs): ``pipeline.verify`` reports it, and the next build refuses the
+output in one line that says whose lock it is, whether that process still runs (same host), and that
+``--overwrite`` clears it.
 
 Exclusive creation is ``O_CREAT | O_EXCL`` on local disks, and on s3:// and gs:// a single upload with
 the stores' preconditions (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``; ``pipeline.object_puts``).
@@ -149,13 +151,23 @@ def prepare_output(
     files = existing_files(output) if FileSystems.exists(output) or not is_local(output) else []
     if files:
         if not overwrite:
+            lock = read_lock(output)
+            if lock is not None:
+                raise OutputError(
+                    f"--output {shown} is not empty: it holds {fmt.LOCK_FILE}, the lock of {describe_lock(lock)}; "
+                    "a build is writing there or was killed before it finished: if none runs, pass --overwrite "
+                    "to replace the output (lock and partial files)"
+                )
             raise OutputError(
                 f"--output {shown} exists and is not empty (it holds {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}); pass --overwrite to replace it"
             )
         lock = read_lock(output)
         if lock:
-            holder = f"build {lock.get('build_id')} started {lock.get('started_at')} on {lock.get('host')}"
-            log.warning("--overwrite: %s holds the lock of %s; if that build still runs, it will fail", shown, holder)
+            log.warning(
+                "--overwrite: %s holds the lock of %s; if that build still runs, it will fail",
+                shown,
+                describe_lock(lock),
+            )
         delete_tree(output)
     if is_local(output):
         try:
@@ -167,6 +179,7 @@ def prepare_output(
         "build_id": build_id,
         "started_at": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         "host": socket.gethostname(),
+        "pid": os.getpid(),
     }
     if not _create_exclusively(_lock_path(output), json.dumps(lock, sort_keys=True).encode("utf-8")):
         other = read_lock(output) or {}
@@ -191,7 +204,27 @@ def check_lock(output: str, build_id: str) -> None:
         )
 
 
-def release_lock(output: str) -> None:
+def describe_lock(lock: dict) -> str:
+    """Whose lock it is, for a message: build id, start, host, and on this host whether its process still runs."""
+    text = f"build {lock.get('build_id')} started {lock.get('started_at')} on {lock.get('host')}"
+    pid = lock.get("pid")
+    if isinstance(pid, int) and lock.get("host") == socket.gethostname():
+        try:
+            os.kill(pid, 0)
+            text += f" by process {pid}, which still runs"
+        except ProcessLookupError:
+            text += f" by process {pid}, which no longer runs"
+        except PermissionError:
+            text += f" by process {pid}, which still runs (another user's)"
+    return text
+
+
+def release_lock(output: str, build_id: str | None = None) -> None:
+    """Remove ``output``'s lock; with ``build_id``, only while it is that build's (never another build's)."""
+    if build_id is not None:
+        lock = read_lock(output)
+        if lock is None or lock.get("build_id") != build_id:
+            return
     path = _lock_path(output)
     if FileSystems.exists(path):
         FileSystems.delete([path])

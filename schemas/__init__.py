@@ -1,7 +1,8 @@
 """The two formats spanprep writes and reads, each a prose spec, schema code and one reader.
 
 ``format`` and ``artifact``: the preprocessed-corpus artifact (``FORMAT.md``; rows, shards, manifest, the
-special tokens and the two special positions a row leaves free); ``invariants``: the row checks ``pipeline.verify``
+special tokens and the two special positions a row leaves free); ``manifest``: the shape of ``manifest.json``
+and the rule for the paths it names; ``invariants``: the row checks ``pipeline.verify``
 and the trainer's loader share; ``ngram_dictionary``: the n-gram dictionary
 (``NGRAM_DICTIONARY.md``). What flows in: paths or URIs of an artifact or a dictionary; what flows out:
 checked manifests, Arrow schemas and tables, or a one-line error. Only pyarrow and numpy are needed; importing the

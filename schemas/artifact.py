@@ -12,12 +12,20 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from schemas import format as fmt
 from schemas import integrity
+from schemas import manifest as mf
+
+
+def malformed(where: str, problems: list[str]) -> str:
+    """The one line for a manifest whose shape is wrong: the first problem, and how many more there are."""
+    more = f" (and {len(problems) - 1} more problem(s) in the manifest)" if len(problems) > 1 else ""
+    return f"{where}: {problems[0]}{more}"
 
 
 @dataclass(frozen=True)
@@ -32,7 +40,11 @@ class Artifact:
     @classmethod
     def open(cls, uri: str) -> Artifact:
         fs, root = fmt.split_uri(uri.rstrip("/"))
-        raw = fmt.read_if_present(fs, f"{root}/{fmt.MANIFEST_FILE}")  # first: one request when it is there
+        where = f"{uri.rstrip('/')}/{fmt.MANIFEST_FILE}"
+        try:
+            raw = fmt.read_if_present(fs, f"{root}/{fmt.MANIFEST_FILE}")  # first: one request when it is there
+        except OSError as e:  # a directory, a special file, no permission
+            raise fmt.FormatError(f"{where}: cannot be read: {fmt.one_line(e)}") from None
         if raw is None and fs.get_file_info(root).type == pafs.FileType.NotFound:
             raise fmt.FormatError(f"{uri}: artifact directory does not exist")
         if raw is None:
@@ -43,15 +55,24 @@ class Artifact:
         try:
             manifest = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise fmt.FormatError(f"{uri}/{fmt.MANIFEST_FILE}: not valid JSON ({e})") from None
+            raise fmt.FormatError(f"{where}: not valid JSON ({e})") from None
+        except RecursionError:
+            raise fmt.FormatError(f"{where}: not a manifest (JSON nested too deeply)") from None
         if not isinstance(manifest, dict):
-            raise fmt.FormatError(f"{uri}/{fmt.MANIFEST_FILE}: expected a JSON object")
-        fmt.check_manifest(manifest, f"{uri}/{fmt.MANIFEST_FILE}")
+            raise fmt.FormatError(f"{where}: expected a JSON object, got {mf.kind(manifest)}")
+        fmt.check_manifest(manifest, where)
+        problems = mf.manifest_problems(manifest, mf.READER_SPEC)
+        if problems:
+            raise fmt.FormatError(malformed(where, problems))
         return cls(uri=uri.rstrip("/"), fs=fs, root=root, manifest=manifest)
 
     # -- paths -------------------------------------------------------------------------------
     def path(self, relative: str) -> str:
-        """Filesystem path (for ``self.fs``) of a file named relative to the artifact root."""
+        """Filesystem path (for ``self.fs``) of a file named relative to the artifact root. Raises FormatError for a
+        name that would leave the artifact (absolute, ``..``): nothing outside it is ever opened."""
+        problem = mf.relative_path_problem(relative)
+        if problem is not None:
+            raise fmt.FormatError(f"{self.uri}: refused to open {problem}")
         return f"{self.root}/{relative}"
 
     def display(self, relative: str) -> str:
@@ -125,13 +146,15 @@ class Artifact:
             reader = ipc.open_file(source)
         except FileNotFoundError:
             raise fmt.FormatError(f"{where}: shard listed in the manifest is missing") from None
-        except (pa.ArrowInvalid, OSError) as e:
-            raise fmt.FormatError(f"{where}: not a readable Arrow IPC file (truncated or corrupt?): {e}") from None
+        except fmt.ARROW_READ_ERRORS as e:
+            raise fmt.FormatError(
+                f"{where}: not a readable Arrow IPC file (truncated or corrupt?): {fmt.one_line(e)}"
+            ) from None
         fmt.check_schema_metadata(reader.schema, where)
         expected = fmt.shard_schema(self.vocab_size)
         if not reader.schema.equals(expected, check_metadata=False):
             raise fmt.FormatError(
-                f"{where}: schema differs from the format's shard schema:\n{reader.schema}\nexpected:\n{expected}"
+                f"{where}: schema differs from the format's shard schema: {fmt.schema_difference(reader.schema, expected)}"
             )
         return reader
 
@@ -139,18 +162,45 @@ class Artifact:
         """The tokenizer file's text; ``data``: its bytes, already read (e.g. a cached copy checked against the manifest)."""
         return (self.read_bytes(self.manifest["tokenizer"]["file"]) if data is None else data).decode("utf-8")
 
-    def unigram_counts(self, data: bytes | None = None):
+    def unigram_counts(self, data: bytes | None = None) -> np.ndarray:
         """numpy int64 array of length vocab_size: how often each token id occurs in the shards. ``data``: the
-        unigram file's bytes, already read (e.g. a cached copy checked against the manifest)."""
-        import numpy as np
-
+        unigram file's bytes, already read (e.g. a cached copy checked against the manifest). Raises FormatError
+        naming the file unless it is an Arrow file of the unigram schema holding one row per vocabulary id, in id
+        order, with counts >= 0."""
         rel = self.manifest["unigram"]["file"]
-        if data is None:
-            with self.fs.open_input_file(self.path(rel)) as f:
-                table = ipc.open_file(f).read_all()
-        else:
-            table = ipc.open_file(pa.BufferReader(data)).read_all()
-        fmt.check_schema_metadata(table.schema, self.display(rel))
-        counts = np.zeros(self.vocab_size, dtype=np.int64)
-        counts[table.column("token_id").to_numpy()] = table.column("count").to_numpy()
+        where = self.display(rel)
+        try:
+            if data is None:
+                with self.fs.open_input_file(self.path(rel)) as f:
+                    table = ipc.open_file(f).read_all()
+            else:
+                table = ipc.open_file(pa.BufferReader(data)).read_all()
+            table.validate(full=True)
+        except FileNotFoundError:
+            raise fmt.FormatError(f"{where}: missing") from None
+        except fmt.ARROW_READ_ERRORS as e:
+            raise fmt.FormatError(
+                f"{where}: not a readable Arrow IPC file (truncated or corrupt?): {fmt.one_line(e)}"
+            ) from None
+        fmt.check_schema_metadata(table.schema, where)
+        expected = fmt.unigram_schema()
+        if not table.schema.equals(expected, check_metadata=False):
+            raise fmt.FormatError(
+                f"{where}: schema differs from the format's unigram schema: {fmt.schema_difference(table.schema, expected)}"
+            )
+        if table.num_rows != self.vocab_size:
+            raise fmt.FormatError(
+                f"{where}: {table.num_rows:,} rows; one per vocabulary id ({self.vocab_size:,}) expected"
+            )
+        if any(table.column(name).null_count for name in ("token_id", "count")):
+            raise fmt.FormatError(f"{where}: null token_id or count")
+        ids = table.column("token_id").to_numpy()
+        wrong = np.flatnonzero(ids != np.arange(len(ids)))
+        if wrong.size:
+            raise fmt.FormatError(
+                f"{where}: row {int(wrong[0])} holds token_id {int(ids[wrong[0]])}; the rows are the ids 0..{len(ids) - 1} in order"
+            )
+        counts = table.column("count").to_numpy().astype(np.int64)
+        if counts.size and counts.min() < 0:
+            raise fmt.FormatError(f"{where}: negative count {int(counts.min())} (token_id {int(counts.argmin())})")
         return counts

@@ -59,6 +59,12 @@ UINT16_VOCAB_LIMIT = 65536
 # manifest row_length_histogram: counts[i] = rows with length in [i*w + 1, (i+1)*w].
 HISTOGRAM_BIN_WIDTH = 32
 
+
+def histogram_bins(max_row_tokens: int) -> int:
+    """How many bins ``row_length_histogram.counts`` has: enough for rows of 1..max_row_tokens tokens."""
+    return -(-max_row_tokens // HISTOGRAM_BIN_WIDTH)
+
+
 # Candidate span kinds, in column order. The value is the shard column holding them.
 CANDIDATE_KINDS = {
     "entities": "entity_spans",
@@ -69,6 +75,52 @@ CANDIDATE_KINDS = {
 
 class FormatError(ValueError):
     """The artifact is not one this code can read (unknown version, wrong schema, incomplete)."""
+
+
+# What reading a damaged or hostile Arrow IPC file can raise: every pyarrow error (ArrowInvalid,
+# ArrowNotImplementedError, ArrowTypeError, ArrowMemoryError, ...), I/O errors, and what Arrow's C++ side has been
+# seen to surface for garbage (SystemError, MemoryError, IndexError). Readers turn these into one FormatError line.
+ARROW_READ_ERRORS: tuple[type[BaseException], ...] = (
+    pa.ArrowException,
+    OSError,
+    MemoryError,
+    SystemError,
+    ValueError,
+    IndexError,
+)
+
+
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """An exception's message as one line of at most ``limit`` characters (Arrow's messages span lines)."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _field_type(f: pa.Field) -> str:
+    return f"{f.type}{'' if f.nullable else ' not null'}"
+
+
+def schema_difference(actual: pa.Schema, expected: pa.Schema) -> str:
+    """One line saying how ``actual`` differs from ``expected`` (metadata ignored), for a reader's message."""
+    try:
+        have = {f.name: f for f in actual}
+    except UnicodeDecodeError:  # a damaged file's column name
+        return "a column name is not valid UTF-8"
+    missing = [n for n in expected.names if n not in have]
+    extra = [n for n in actual.names if n not in expected.names]
+    changed = [
+        f"column {f.name} is {_field_type(have[f.name])}, expected {_field_type(f)}"
+        for f in expected
+        if f.name in have and not have[f.name].equals(f)
+    ]
+    parts = changed[:2]
+    if missing:
+        parts.append(f"missing column(s) {', '.join(missing)}")
+    if extra:
+        parts.append(f"unexpected column(s) {', '.join(extra)}")
+    if not parts:
+        parts.append(f"columns in the order {', '.join(actual.names)}, expected {', '.join(expected.names)}")
+    return "; ".join(" ".join(p.split()) for p in parts)
 
 
 def shard_of(doc_id: str, num_shards: int) -> int:
@@ -159,7 +211,9 @@ def parse_version(version: str) -> tuple[int, int]:
         major, minor = version.split(".")
         return int(major), int(minor)
     except (AttributeError, ValueError):
-        raise FormatError(f"malformed format version {version!r}: expected MAJOR.MINOR, e.g. {FORMAT_VERSION!r}")
+        raise FormatError(
+            f"malformed format version {version!r}: expected MAJOR.MINOR, e.g. {FORMAT_VERSION!r}"
+        ) from None
 
 
 def check_format_version(version: str | None, where: str) -> tuple[int, int]:
@@ -168,7 +222,10 @@ def check_format_version(version: str | None, where: str) -> tuple[int, int]:
         raise FormatError(
             f"{where}: no format version found; this is not a {FORMAT_NAME} artifact (or it predates versioning)"
         )
-    major, minor = parse_version(version)
+    try:
+        major, minor = parse_version(version)
+    except FormatError as e:
+        raise FormatError(f"{where}: {e}") from None
     if major not in SUPPORTED_MAJOR_VERSIONS:
         known = ", ".join(f"{m}.x" for m in SUPPORTED_MAJOR_VERSIONS)
         raise FormatError(
@@ -186,7 +243,7 @@ def check_schema_metadata(schema: pa.Schema, where: str) -> tuple[int, int]:
             f"{where}: Arrow schema metadata lacks {META_FORMAT.decode()}={FORMAT_NAME}; not a spanprep shard"
         )
     raw = meta.get(META_FORMAT_VERSION)
-    return check_format_version(raw.decode() if raw is not None else None, where)
+    return check_format_version(raw.decode("utf-8", "replace") if raw is not None else None, where)
 
 
 def check_manifest(manifest: Mapping[str, Any], where: str) -> tuple[int, int]:

@@ -9,7 +9,16 @@ problem, the loader stops at the first one naming the shard and batch. Only nump
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 import numpy as np
+
+# Special tokens a row may hold, by role (FORMAT.md, "Special tokens never come from text"): [UNK] stands for unknown
+# text (WikiText's <unk>); full-sentences packing puts [SEP] between documents. Every other special token (the
+# manifest's [PAD] [CLS] [MASK], [SEP] otherwise, and any other special added token of tokenizer.json) is the
+# trainer's to place, never the text's.
+ALLOWED_SPECIAL_ROLES = {"doc-sentences": ("unk",), "full-sentences": ("unk", "sep")}
 
 
 def flags_align(offsets: np.ndarray, flag_offsets: np.ndarray) -> bool:
@@ -35,7 +44,49 @@ def token_id_beyond_vocab(ids: np.ndarray, vocab_size: int) -> int | None:
     return top if top >= vocab_size else None
 
 
+def token_id_outside_vocab(ids: np.ndarray, vocab_size: int) -> int | None:
+    """A token id outside ``0..vocab_size-1`` (a negative one first: signed id columns), else None."""
+    if len(ids) == 0:
+        return None
+    if np.issubdtype(ids.dtype, np.signedinteger):
+        low = int(np.min(ids))
+        if low < 0:
+            return low
+    return token_id_beyond_vocab(ids, vocab_size)
+
+
+def forbidden_special_ids(manifest: Mapping[str, Any], special_added_ids: Iterable[int] = ()) -> np.ndarray:
+    """The sorted token ids no row may hold: the manifest's special tokens and ``special_added_ids`` (the ids of
+    tokenizer.json's added tokens marked special, when the caller has loaded it), except the roles
+    :data:`ALLOWED_SPECIAL_ROLES` allows for the manifest's ``pack``."""
+    ids = manifest["tokenizer"]["special_token_ids"]
+    allowed = {ids.get(role) for role in ALLOWED_SPECIAL_ROLES.get(manifest.get("pack", ""), ("unk",))}
+    special = {i for i in ids.values() if i is not None} | set(special_added_ids)
+    return np.array(sorted(special - allowed), dtype=np.int64)
+
+
+def special_ids_in_rows(ids: np.ndarray, forbidden: np.ndarray) -> np.ndarray:
+    """Per token: it is one of the ``forbidden`` special ids (:func:`forbidden_special_ids`).
+
+    One comparison per forbidden id, in the ids' own dtype: 3.5x faster than ``np.isin`` on a record batch of uint16
+    ids (comparing them with int64 values upcasts every element; benchmarks/RESULTS.md, issue 21)."""
+    forbidden = np.asarray(forbidden)
+    if np.issubdtype(ids.dtype, np.integer):
+        info = np.iinfo(ids.dtype)  # ids outside the dtype's range cannot occur in it
+        forbidden = forbidden[(forbidden >= info.min) & (forbidden <= info.max)].astype(ids.dtype)
+    hit = np.zeros(ids.shape, dtype=bool)
+    for f in forbidden:
+        hit |= ids == f
+    return hit
+
+
 def spans_outside_rows(starts: np.ndarray, ends: np.ndarray, span_row: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Per candidate span (``entity_spans``, ``noun_phrase_spans``, ``ngram_spans``): empty or not inside its row,
     i.e. ``0 <= start < end <= len(input_ids)`` violated. ``span_row``: the row of each span."""
     return (starts < 0) | (ends <= starts) | (ends > lengths[span_row])
+
+
+def first_forbidden_id(ids: np.ndarray, forbidden: np.ndarray) -> int | None:
+    """The position in ``ids`` of the first of the ``forbidden`` special ids, else None."""
+    hit = special_ids_in_rows(ids, forbidden)
+    return int(np.argmax(hit)) if hit.any() else None

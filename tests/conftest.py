@@ -12,7 +12,7 @@ import pytest
 pytest_plugins = ["tests.support.object_stores"]
 
 REPO = Path(__file__).resolve().parents[1]
-# SPANPREP_SHARED_DATA names it for a checkout that is not beside ../shared (a git worktree elsewhere).
+# ../shared/data beside the checkout; SPANPREP_SHARED_DATA names it for a checkout elsewhere (a git worktree)
 SHARED_DATA = Path(os.environ.get("SPANPREP_SHARED_DATA") or REPO.parent / "shared" / "data")
 WIKITEXT2 = SHARED_DATA / "wikitext-2"
 WIKIPEDIA_SAMPLE = SHARED_DATA / "wikipedia-en-sample" / "pages.jsonl.zst"
@@ -85,3 +85,20 @@ def shard_check_cache(tmp_path_factory):
         os.environ.pop("SPANPREP_CACHE_DIR", None)
     else:
         os.environ["SPANPREP_CACHE_DIR"] = saved
+
+
+@pytest.fixture
+def main_in_process(monkeypatch, capsys):
+    """Call pretrain.main in this process (the errors come before any process group exists)."""
+    from trainer import pretrain
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(key, "0")  # restored afterwards; main only fills in missing ones
+        monkeypatch.delenv(key)
+
+    def call(*argv: str) -> tuple[int, str]:
+        code = pretrain.main(list(argv))
+        err = capsys.readouterr().err
+        return code, err
+
+    return call

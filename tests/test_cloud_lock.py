@@ -21,11 +21,11 @@ def test_every_hashed_cloud_package_is_pinned_to_the_constraints_version_and_cov
     entries = {_norm(n): (v, h) for n, v, h in ENTRY.findall(text)}
     body = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert len(body) == 2 * len(entries) > 0, "every entry is one name==version line and one --hash line"
-    pins = dict(
-        (_norm(line.split("==")[0]), line.split("==")[1].strip())
+    pins = {
+        _norm(line.split("==")[0]): line.split("==")[1].strip()
         for line in (REPO / "requirements" / "constraints.txt").read_text().splitlines()
         if "==" in line
-    )
+    }
     wrong = {n: (v, pins.get(n)) for n, (v, _) in entries.items() if pins.get(n) != v}
     assert not wrong, f"cloud.txt version != constraints.txt: {wrong}"
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["cloud"]

@@ -219,8 +219,11 @@ class WarmupLinearDecay:
 class RunConfig:
     """What to train on, where to write, how long, and how often to evaluate, log and checkpoint."""
 
-    data: str = opt(
-        "", "the preprocessed-corpus artifact (local directory or gs://, s3://, hdfs:// URI)", required=True
+    data: str | list[str] = opt(
+        "",
+        "the preprocessed-corpus artifact (local directory or gs://, s3://, hdfs:// URI); or, repeated, the sources of a "
+        "weighted mixture NAME=PATH[:WEIGHT] (trainer/data/sources.py)",
+        required=True,
     )
     output_dir: str = opt(
         "", "RUN_DIR: checkpoints/, monitor/ (CSV), tensorboard/ and config.json go here", required=True
@@ -252,6 +255,8 @@ class RunConfig:
     log_level: Literal["debug", "info", "warning", "error"] = opt("warning", "level of DeepSpeed's own log messages")
 
     def __post_init__(self) -> None:
+        if isinstance(self.data, (list, tuple)):
+            self.data = self.data[0] if len(self.data) == 1 else list(self.data)  # one --data: a string, as before
         require(bool(self.data), "run.data: give the artifact with --data ARTIFACT")
         require(bool(self.output_dir), "run.output_dir: give a run directory with --output-dir RUN_DIR")
         require(
@@ -317,7 +322,7 @@ def _comment_help(cls: type) -> dict[str, str]:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
         return {}
-    out = {}
+    out: dict[str, str] = {}
     for m in re.finditer(r"^\s+(\w+)\s*:[^#\n]*#\s*(.+)$", source, flags=re.M):
         out.setdefault(m.group(1), m.group(2).strip())
     return out

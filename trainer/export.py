@@ -19,7 +19,7 @@ The SBO head is a pre-training device and is not exported (BertForMaskedLM has n
 trained with NSP (``--nsp``) exports as ``BertForPreTraining`` (architectures in config.json): the same files
 plus ``bert.pooler`` and ``cls.seq_relationship``, so ``transformers.BertForPreTraining.from_pretrained(DIR)``
 gives both the MLM and the next sentence logits (``BertForMaskedLM`` still loads it, without the pooler).
-Needs the ``hf`` extra's ``safetensors`` (and DeepSpeed's consolidation needs ``huggingface_hub``);
+The Hugging Face names come from ``trainer.hf_bert``, the table both ``--init`` options read too. Needs the ``hf`` extra's ``safetensors`` (and DeepSpeed's consolidation needs ``huggingface_hub``);
 ``transformers`` itself is not needed to export.
 """
 
@@ -40,6 +40,7 @@ import torch
 from schemas.format import split_uri
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ConfigError, ModelConfig
 from trainer.engine.checkpoint_files import UntrustedCheckpointError, load_tensors
+from trainer.hf_bert import hf_config, to_hf_state_dict  # the one table of Hugging Face names
 from trainer.model import SpanBert
 
 
@@ -57,9 +58,14 @@ def resolve_tag(checkpoint_dir: str, tag: str | None = None) -> str:
                 f"{checkpoint_dir}: no 'latest' file; pass the DeepSpeed checkpoint directory "
                 f"(RUN_DIR/checkpoints) or name a checkpoint with --tag"
             )
-        with open(latest) as f:
-            tag = f.read().strip()
-    if not os.path.isdir(os.path.join(checkpoint_dir, tag)):
+        with open(latest, "rb") as f:
+            tag = f.read(4096).decode("utf-8", errors="replace").strip()
+        if not tag:  # a save interrupted between DeepSpeed's open and write of it
+            raise ExportError(
+                f"{latest}: empty; name the checkpoint to export with --tag "
+                f"(the directories: {', '.join(sorted(os.listdir(checkpoint_dir))[-4:])})"
+            )
+    if not tag or os.sep in tag or tag in (".", "..") or not os.path.isdir(os.path.join(checkpoint_dir, tag)):
         raise ExportError(f"{checkpoint_dir}/{tag}: checkpoint does not exist")
     return tag
 
@@ -99,69 +105,6 @@ def load_model(checkpoint_dir: str, tag: str | None = None) -> tuple[SpanBert, d
         state["mlm_head.decoder.weight"] = state["embeddings.word_embeddings.weight"]
     model.load_state_dict(state, strict=True)
     return model.eval(), meta
-
-
-def to_hf_state_dict(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """Our parameter names -> Hugging Face BertForMaskedLM's (what its save_pretrained writes)."""
-    H = cfg.hidden_size
-    out: dict[str, torch.Tensor] = {}
-
-    def put(name: str, tensor: torch.Tensor) -> None:
-        out[name] = tensor.detach().to(torch.float32).contiguous().clone()
-
-    put("bert.embeddings.word_embeddings.weight", state["embeddings.word_embeddings.weight"])
-    put("bert.embeddings.position_embeddings.weight", state["embeddings.position_embeddings.weight"])
-    if cfg.type_vocab_size:
-        put("bert.embeddings.token_type_embeddings.weight", state["embeddings.token_type_embeddings.weight"])
-    else:  # no token types in our model: all-zero embeddings add nothing, and pairs can still be fine-tuned
-        put("bert.embeddings.token_type_embeddings.weight", torch.zeros(2, H))
-    for p in ("weight", "bias"):
-        put(f"bert.embeddings.LayerNorm.{p}", state[f"embeddings.LayerNorm.{p}"])
-    for i in range(cfg.num_layers):
-        src, dst = f"layers.{i}.", f"bert.encoder.layer.{i}."
-        for p in ("weight", "bias"):
-            q, k, v = state[src + f"attn.qkv.{p}"].split(H, dim=0)
-            put(dst + f"attention.self.query.{p}", q)
-            put(dst + f"attention.self.key.{p}", k)
-            put(dst + f"attention.self.value.{p}", v)
-            put(dst + f"attention.output.dense.{p}", state[src + f"attn.proj.{p}"])
-            put(dst + f"attention.output.LayerNorm.{p}", state[src + f"ln1.{p}"])
-            put(dst + f"intermediate.dense.{p}", state[src + f"fc1.{p}"])
-            put(dst + f"output.dense.{p}", state[src + f"fc2.{p}"])
-            put(dst + f"output.LayerNorm.{p}", state[src + f"ln2.{p}"])
-    for p in ("weight", "bias"):
-        put(f"cls.predictions.transform.dense.{p}", state[f"mlm_head.transform.dense.{p}"])
-        put(f"cls.predictions.transform.LayerNorm.{p}", state[f"mlm_head.transform.LayerNorm.{p}"])
-    # The decoder weight is tied to the word embeddings and its bias to cls.predictions.bias.
-    put("cls.predictions.bias", state["mlm_head.decoder.bias"])
-    if cfg.nsp:  # BertForPreTraining: pooler + next sentence classifier
-        for p in ("weight", "bias"):
-            put(f"bert.pooler.dense.{p}", state[f"nsp_head.pooler.{p}"])
-            put(f"cls.seq_relationship.{p}", state[f"nsp_head.seq_relationship.{p}"])
-    return out
-
-
-def hf_config(cfg: ModelConfig) -> dict:
-    return {
-        "architectures": ["BertForPreTraining" if cfg.nsp else "BertForMaskedLM"],
-        "model_type": "bert",
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.hidden_size,
-        "num_hidden_layers": cfg.num_layers,
-        "num_attention_heads": cfg.num_heads,
-        "intermediate_size": cfg.intermediate_size,
-        "hidden_act": "gelu",
-        "hidden_dropout_prob": cfg.hidden_dropout,
-        "attention_probs_dropout_prob": cfg.attention_dropout,
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "type_vocab_size": cfg.type_vocab_size or 2,
-        "initializer_range": cfg.initializer_range,
-        "layer_norm_eps": cfg.layer_norm_eps,
-        "pad_token_id": cfg.pad_token_id,
-        "tie_word_embeddings": True,
-        "is_decoder": False,
-        "dtype": "float32",
-    }
 
 
 def _tokenizer_class(tokenizer_json: str, tokenizer_meta: dict) -> dict:

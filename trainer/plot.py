@@ -194,10 +194,10 @@ def plot_run(run_dir: str, out: str | None = None) -> list[str]:
     os.makedirs(out, exist_ok=True)
     title_run = os.path.basename(os.path.abspath(run_dir).rstrip("/"))
     written = []
-    for file, (title, panels) in FIGURES.items():
+    for file, (title, wanted_panels) in FIGURES.items():
         panels = [
             (sub, ylabel, [(metrics[m], label, style) for m, label, style in wanted if m in metrics])
-            for sub, ylabel, wanted in panels
+            for sub, ylabel, wanted in wanted_panels
         ]
         panels = [p for p in panels if p[2]]
         if not panels:
@@ -222,10 +222,12 @@ def plot_run(run_dir: str, out: str | None = None) -> list[str]:
         path = os.path.join(out, file)
         _save(plt, fig, path)
         written.append(path)
-    present = [(metrics[m], label) for m, label in THROUGHPUT if m in metrics]
-    if present:
-        fig, axes = plt.subplots(len(present), 1, figsize=(7.2, 2.2 * len(present) + 0.6), sharex=True, squeeze=False)
-        for ax, (s, label) in zip(axes[:, 0], present):
+    throughput = [(metrics[m], label) for m, label in THROUGHPUT if m in metrics]
+    if throughput:
+        fig, axes = plt.subplots(
+            len(throughput), 1, figsize=(7.2, 2.2 * len(throughput) + 0.6), sharex=True, squeeze=False
+        )
+        for ax, (s, label) in zip(axes[:, 0], throughput):
             _draw(ax, s, label, "train", COLORS.get(s.name, "#374151"))
             _mark_restarts(ax, [s])
             ax.set_ylabel(label)

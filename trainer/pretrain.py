@@ -19,6 +19,15 @@ One process without the launcher (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT are fil
 
     python trainer/pretrain.py --data demo/artifact --preset tiny --max-steps 40 --warmup-steps 4 --output-dir runs/tiny
 
+Continued pre-training from a Hugging Face BERT directory (or a spanprep run); sizes and vocabulary are the
+checkpoint's, the artifact must be built with its vocab.txt (docs/TRAINING.md, "Continued pre-training"):
+
+    deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json \\
+        --data artifacts/domain-cased --init models/bert-base-cased --max-steps 100000 --output-dir runs/dapt
+
+A weighted mixture of artifacts (same tokenizer; proportions of samples; docs/TRAINING.md):
+``--data wiki=gs://bucket/wiki-v3:0.7 --data books=gs://bucket/books-v1:0.3`` instead of ``--data ARTIFACT``.
+
 Resume after a stop (SIGTERM/SIGINT save a checkpoint and exit 0): add ``--resume``; with another number of ranks
 than the checkpoint's, it goes through a DeepSpeed universal checkpoint (docs/TRAINING.md, elastic resume). The BERT-1seq baseline:
 ``--objective mlm``; BERT's two segments with next sentence prediction: ``--segments 2 --nsp``. Masking scheme: ``--scheme span|whole_word|subword|entity|noun_phrase|ngram``.
@@ -62,8 +71,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=RunConfig.__dataclass_fields__["deepspeed_config"].metadata["help"],
     )
+    g.add_argument(
+        "--data",
+        action="append",
+        required=True,
+        metavar="ARTIFACT | NAME=PATH[:WEIGHT]",
+        help="the preprocessed-corpus artifact (directory, gs://, s3://, hdfs://); or repeat --data NAME=PATH[:WEIGHT] "
+        "to train on a mixture: WEIGHT is the share of samples (rows) drawn from the source (all weights or none: none = "
+        "each source's number of rows); an epoch ends when the first source runs out (or after --samples-per-epoch); a "
+        "source that runs out repeats with a new order per pass; eval/NAME/... per source (docs/TRAINING.md, mixtures)",
+    )
     g = p.add_argument_group("model")
-    g.add_argument("--preset", choices=list(PRESETS), default="base", help="model sizes (default: base)")
+    g.add_argument("--preset", choices=list(PRESETS), default=None, help="model sizes (default: base; not with --init)")
+    g.add_argument(
+        "--init",
+        metavar="PATH",
+        default=None,
+        help="continued pre-training: start from a Hugging Face BERT directory (config.json + model.safetensors or "
+        "pytorch_model.bin) or a spanprep run/checkpoint; sizes and vocabulary are the checkpoint's (docs/TRAINING.md)",
+    )
     add_dataclass_arguments(g, ModelConfig)
     add_dataclass_arguments(p.add_argument_group("optimizer"), OptimConfig)
     add_dataclass_arguments(
@@ -87,18 +113,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     engine.default_single_process_env(args.local_rank)
-    try:
-        setup = engine.prepare(args)
-    except engine.SETUP_ERRORS as e:
-        _, local_rank, _ = engine.env_rank()
-        if local_rank == 0:  # every rank of a node fails the same way: say it once per node
+    rank, local_rank, _ = engine.env_rank()
+    lock = None
+    try:  # the lock is released on every way out that Python sees (errors and tracebacks included)
+        try:
+            if rank == 0 and args.output_dir:  # one rank owns the run directory's lock, before anything is written
+                lock = engine.acquire_run_lock(args.output_dir)
+                lock.exit_on_sigterm()  # until training's own handler (save, then exit) takes over
+            setup = engine.prepare(args)
+        except engine.SETUP_ERRORS as e:
+            if local_rank == 0:  # every rank of a node fails the same way: say it once per node
+                print(f"pretrain: error: {e}", file=sys.stderr)
+            return 2
+        try:
+            return engine.train(setup)
+        except FormatError as e:  # a shard found damaged or missing while training (e.g. by a --cache-dir fill)
             print(f"pretrain: error: {e}", file=sys.stderr)
-        return 2
-    try:
-        return engine.train(setup)
-    except FormatError as e:  # a shard found damaged or missing while training (e.g. by a --cache-dir fill)
-        print(f"pretrain: error: {e}", file=sys.stderr)
-        return 2
+            return 2
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def preview(
     reader = BlockReader(
         artifact, artifact.vocab_size, room, cfg.candidate_column, cfg.excluded_entity_labels, capacity=4
     )
-    where = []
+    where: list[tuple[str, int, int, int]] = []
     for k in range(len(blocks.rows)):
         for r in range(int(blocks.rows[k])):
             if len(where) == num:
@@ -113,10 +113,14 @@ def preview(
     )
     with pa.OSFile(out, "wb") as f, ipc.new_file(f, table.schema) as w:
         w.write_table(table)
-    stats = masking_stats(masked)
-    stats.update(boundary_stats(masked.labels, masked.span_left, masked.span_right, masked.offsets))
-    stats.update(scheme=scheme, seed=seed, epoch=epoch, out=out)
-    return stats
+    return {
+        **masking_stats(masked),
+        **boundary_stats(masked.labels, masked.span_left, masked.span_right, masked.offsets),
+        "scheme": scheme,
+        "seed": seed,
+        "epoch": epoch,
+        "out": out,
+    }
 
 
 def format_stats(s: dict) -> str:

@@ -72,7 +72,7 @@ class _AnnotateFn(beam.DoFn):
 
     def finish_bundle(self):
         if self._used:
-            yield beam.pvalue.TaggedOutput(MODELS, WindowedValue(self._description, MIN_TIMESTAMP, [GlobalWindow()]))
+            yield beam.pvalue.TaggedOutput(MODELS, WindowedValue(self._description, MIN_TIMESTAMP, (GlobalWindow(),)))
 
 
 class FindMaskCandidates(beam.PTransform):

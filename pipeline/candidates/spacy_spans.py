@@ -129,12 +129,14 @@ def annotate(
     batch_size: int,
 ) -> list[tuple[CharSpans, ...]]:
     """Candidate spans of each text (character offsets into that text)."""
+    if np_chunker == "nltk" and "noun_phrases" in kinds and chunker is None:
+        raise ValueError("np_chunker='nltk' needs a Chunker")
     pieces: list[tuple[int, int, str]] = []  # (text index, offset, piece)
     for i, text in enumerate(texts):
         starts = split_text(text, max_chars)
         for a, b in zip(starts, starts[1:] + [len(text)]):
             pieces.append((i, a, text[a:b]))
-    found = [{k: [] for k in kinds} for _ in texts]
+    found: list[dict[str, list[tuple[int, int, str | None]]]] = [{k: [] for k in kinds} for _ in texts]
     for (i, offset, _), doc in zip(pieces, nlp.pipe((p for _, _, p in pieces), batch_size=batch_size)):
         if "entities" in kinds:
             found[i]["entities"].extend(
@@ -144,7 +146,9 @@ def annotate(
             )
         if "noun_phrases" in kinds:
             chunks = (
-                chunker.chunks(doc) if np_chunker == "nltk" else ((c.start_char, c.end_char) for c in doc.noun_chunks)
+                chunker.chunks(doc)
+                if chunker is not None and np_chunker == "nltk"
+                else ((c.start_char, c.end_char) for c in doc.noun_chunks)
             )
             found[i]["noun_phrases"].extend((offset + s, offset + e, None) for s, e in chunks)
     out = []
@@ -152,7 +156,7 @@ def annotate(
         annotated = []
         for kind in kinds:
             triples = spans[kind]
-            labels = tuple(t[2] for t in triples) if kind == "entities" else None
+            labels = tuple(str(t[2]) for t in triples) if kind == "entities" else None
             annotated.append(CharSpans(kind, tuple(t[0] for t in triples), tuple(t[1] for t in triples), labels))
         out.append(tuple(annotated))
     return out

@@ -72,7 +72,7 @@ def sharded_code_counts(codes, counts) -> Iterator[tuple[int, tuple[bytes, bytes
             yield shard, (codes[at].astype(I8).tobytes(), counts[at].astype(I8).tobytes())
 
 
-def sum_code_counts(parts):
+def sum_code_counts(parts: list[tuple[Any, Any]]) -> tuple[Any, Any]:
     """[(codes, counts)] arrays -> (distinct sorted codes, summed counts)."""
     import numpy as np
 

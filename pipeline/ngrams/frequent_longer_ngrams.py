@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
@@ -32,7 +34,7 @@ class _CountLongerPerBundle(beam.DoFn):
         self._progress = Progress(f"counting {n}-grams")
 
     def setup(self) -> None:
-        self._codes = None  # sorted codes of the frequent (n-1)-grams: position = rank = id
+        self._codes: Any = None  # sorted codes of the frequent (n-1)-grams (numpy int64): position = rank = id
 
     def start_bundle(self) -> None:
         self._counts = CodeCounts(self._max_keys)
@@ -41,11 +43,12 @@ class _CountLongerPerBundle(beam.DoFn):
     def process(self, chunk: tuple[bytes, bytes], shorter_tables):
         import numpy as np
 
-        if self._codes is None:
-            self._codes = sorted_codes(tables_by_length(shorter_tables).get(self._n - 1, []))[0]
-            if len(self._codes) >= 1 << 31:
+        table = self._codes
+        if table is None:
+            table = self._codes = sorted_codes(tables_by_length(shorter_tables).get(self._n - 1, []))[0]
+            if len(table) >= 1 << 31:
                 raise ValueError("more than 2**31 frequent n-grams of one length")
-        n, table = self._n, self._codes
+        n = self._n
         w = np.frombuffer(chunk[0], I4).astype(np.int64)
         p = np.frombuffer(chunk[1], I4).astype(np.int64) if chunk[1] else w
         self._progress.tokens += len(w)

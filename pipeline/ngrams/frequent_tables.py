@@ -21,13 +21,13 @@ class _MergeShard(beam.DoFn):
 
         shard, partials = shard_partials
         if self._n == 1:
-            counts: collections.Counter[str] = collections.Counter()
+            word_counts: collections.Counter[str] = collections.Counter()
             for keys, part_counts in partials:
                 for word, count in zip(blob_words(keys), np.frombuffer(part_counts, I8).tolist()):
-                    counts[word] += count
-            kept = sorted((w, c) for w, c in counts.items() if c >= self._min_count)
-            if kept:
-                yield 1, shard, word_blob([w for w, _ in kept]), np.array([c for _, c in kept], I8).tobytes()
+                    word_counts[word] += count
+            frequent = sorted((w, c) for w, c in word_counts.items() if c >= self._min_count)
+            if frequent:
+                yield 1, shard, word_blob([w for w, _ in frequent]), np.array([c for _, c in frequent], I8).tobytes()
             return
         parts = []
         for keys, part_counts in partials:

@@ -4,6 +4,33 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from pipeline import progress
+
+
+class _CountLines(beam.DoFn):
+    """Counts the lines and their bytes (with the newline) for ``pipeline/progress.py``; passes them on."""
+
+    BATCH = 4096  # lines counted here before they go to progress.add (one call per line would cost more)
+
+    def __init__(self, with_filename: bool):
+        self._with_filename = with_filename
+
+    def start_bundle(self):
+        self._lines = self._bytes = 0
+
+    def process(self, element):
+        self._lines += 1
+        self._bytes += len(element[1] if self._with_filename else element) + 1
+        if self._lines >= self.BATCH:
+            progress.add(self._lines, self._bytes)
+            self._lines = self._bytes = 0
+        yield element
+
+    def finish_bundle(self):
+        progress.add(self._lines, self._bytes)
+        self._lines = self._bytes = 0
+        progress.flush()
+
 
 class ReadLines(beam.PTransform):
     """file paths -> raw lines (bytes, newline stripped), split into byte ranges so workers share big files.
@@ -18,8 +45,13 @@ class ReadLines(beam.PTransform):
         self._with_filename = with_filename
 
     def expand(self, paths):
-        return paths | "ReadAllFromText" >> beam.io.ReadAllFromText(
-            desired_bundle_size=self._split_bytes,
-            coder=beam.coders.BytesCoder(),
-            with_filename=self._with_filename,
+        return (
+            paths
+            | "ReadAllFromText"
+            >> beam.io.ReadAllFromText(
+                desired_bundle_size=self._split_bytes,
+                coder=beam.coders.BytesCoder(),
+                with_filename=self._with_filename,
+            )
+            | "CountLines" >> beam.ParDo(_CountLines(self._with_filename))
         )

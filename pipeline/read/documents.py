@@ -8,6 +8,7 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.metrics import Metrics
 
+from pipeline import progress
 from pipeline.elements import DeadLetter, Document
 from pipeline.read.ranges import (
     DEFAULT_SPLIT_BYTES,
@@ -67,6 +68,7 @@ class _ReadFn(beam.DoFn):
         for rec in records:
             if isinstance(rec, Document):
                 self._documents.inc()
+                progress.add(1)
                 yield rec
             elif isinstance(rec, DeadLetter):
                 self._dead.inc()
@@ -75,6 +77,9 @@ class _ReadFn(beam.DoFn):
                 if rec.truncated:
                     log.warning("%s is truncated or corrupt: see dead_letter/ for how far reading got", item.path)
                 yield beam.pvalue.TaggedOutput(INPUT_SUMMARIES, rec)
+
+    def finish_bundle(self):
+        progress.flush()
 
 
 class _CombineSummariesFn(beam.DoFn):
@@ -130,7 +135,10 @@ class ReadDocuments(beam.PTransform):
             | "MatchFiles" >> fileio.MatchAll()
             | "PathsAndSizes" >> beam.Map(lambda metadata: (metadata.path, metadata.size_in_bytes))
             | "OnePerFile" >> beam.Distinct()
-            | "Plan" >> beam.FlatMap(lambda path_and_size, split: plan_file(*path_and_size, split), self._split_bytes)
+            | "Plan"
+            >> beam.FlatMap(
+                lambda path_and_size, split: plan_file(path_and_size[0], path_and_size[1], split), self._split_bytes
+            )
             | "SpreadScans" >> beam.Reshuffle()
             | "Scan" >> beam.ParDo(_ScanFn(self._options)).with_outputs(_HASHES, main="scans")
         )

@@ -30,6 +30,7 @@ from typing import BinaryIO
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline import progress
 from pipeline.elements import InputSummary, Record
 from pipeline.read.record_checks import UTF8_BOM, skip_bom
 from pipeline.read.records import DocumentStarts, ReaderOptions, decoded, parse_lines
@@ -101,7 +102,7 @@ def plan_file(path: str, size: int | None, split_bytes: int) -> list[WholeFile |
         return [WholeFile(path)]
     n = -(-size // split_bytes)
     bounds = [size * i // n for i in range(n + 1)]
-    return [FileHash(path)] + [Range(path, i, n, bounds[i], bounds[i + 1]) for i in range(n)]
+    return [FileHash(path), *(Range(path, i, n, bounds[i], bounds[i + 1]) for i in range(n))]
 
 
 def _open(path: str) -> BinaryIO:
@@ -171,18 +172,21 @@ def scan_range(r: Range, opts: ReaderOptions) -> RangeScan:
 def plan_reads(path: str, scans: Iterable[RangeScan | WholeFile]) -> list[WholeFile | RangeRead]:
     """A file's scans, in any order -> one :class:`RangeRead` per range, with the line number, ordinal
     and state its first line has in the whole file (a :class:`WholeFile` passes through)."""
-    scans = list(scans)
-    if len(scans) == 1 and isinstance(scans[0], WholeFile):
-        return scans
-    scans = sorted(scans, key=lambda s: s.index)
-    if [s.index for s in scans] != list(range(scans[0].count)) or any(
-        a.end != b.start for a, b in zip(scans, scans[1:])
+    given = list(scans)
+    if len(given) == 1 and isinstance(given[0], WholeFile):
+        return [given[0]]
+    if any(isinstance(s, WholeFile) for s in given):
+        raise RuntimeError(f"{path}: a whole-file read among the scanned ranges of one file")
+    ordered = sorted((s for s in given if isinstance(s, RangeScan)), key=lambda s: s.index)
+    if [s.index for s in ordered] != list(range(ordered[0].count)) or any(
+        a.end != b.start for a, b in zip(ordered, ordered[1:])
     ):
         raise RuntimeError(
-            f"{path}: the scanned ranges do not tile the file: {[(s.index, s.start, s.end) for s in scans]}"
+            f"{path}: the scanned ranges do not tile the file: {[(s.index, s.start, s.end) for s in ordered]}"
         )
-    reads, line, ordinal, is_open = [], 1, 0, False
-    for s in scans:
+    reads: list[WholeFile | RangeRead] = []
+    line, ordinal, is_open = 1, 0, False
+    for s in ordered:
         reads.append(RangeRead(path, s.index, s.start, s.end, line, ordinal, is_open))
         line += s.newlines
         ordinal += s.starts[is_open]
@@ -216,7 +220,7 @@ def read_range(r: RangeRead, opts: ReaderOptions) -> Iterator[Record | InputSumm
     bom = [False]
     with _open(r.path) as f:
         stop = r.end if opts.input_format == "jsonl" else None  # text and WikiText documents run on past the end
-        lines = _lines(_chunks(f, r.start, stop), r.start, r.first_line, opts, bom)
+        lines = _lines(progress.counted_chunks(_chunks(f, r.start, stop)), r.start, r.first_line, opts, bom)
         for rec in parse_lines(_owned(lines, opts, r.open, r.end), r.path, opts, r.first_ordinal):
             summary.documents_read += 1
             yield rec

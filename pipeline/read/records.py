@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from typing import BinaryIO
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline import progress
 from pipeline.elements import (
     CORRUPT_INPUT,
     DOCUMENT_TOO_LONG,
@@ -48,12 +50,15 @@ from pipeline.read.streams import (
     CorruptInputError,
     HashingReader,
     TruncatedInputError,
+    check_members,
     compression_of,
     decompressed_chunks,
     iter_lines,
 )
 
 DEFAULT_MAX_RECORD_BYTES = 16 << 20
+
+log = logging.getLogger(__name__)
 
 
 # C0 and C1 control characters except tab and newline; carriage returns are normalised first.
@@ -89,11 +94,12 @@ class ReaderOptions:
             raise ValueError("max_record_bytes must be positive")
 
 
-def _decode(line: bytes, src: Source) -> tuple[str | None, DeadLetter | None]:
+def _decode(line: bytes, src: Source) -> str | DeadLetter:
+    """The line as text, or its dead letter when it is not valid UTF-8."""
     try:
-        return line.decode("utf-8"), None
+        return line.decode("utf-8")
     except UnicodeDecodeError as e:
-        return None, DeadLetter(
+        return DeadLetter(
             INVALID_UTF8,
             f"invalid UTF-8 at byte {e.start} of the record: {e.reason}",
             src,
@@ -141,9 +147,9 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions, first_ordin
             continue
         if not line.strip():
             continue  # blank lines are not records
-        raw, bad = _decode(line, src)
-        if bad:
-            yield bad
+        raw = _decode(line, src)
+        if isinstance(raw, DeadLetter):
+            yield raw
             continue
         if json_depth_exceeds(line):
             yield DeadLetter(
@@ -241,6 +247,12 @@ class DocumentStarts:
         return self.advance(self.kind(text))
 
 
+_LONE_CR = (
+    "%s: %d line(s) hold a lone CR (first: line %d), which is not a line end; if the file has CR-only line ends, "
+    "its paragraphs read as one document: convert them to LF"
+)
+
+
 class _DocBuilder:
     """Accumulates the lines of one multi-line document (WikiText, plain text) with a byte bound.
 
@@ -254,6 +266,8 @@ class _DocBuilder:
         self.name = name
         self.joiner = joiner
         self.ordinal = first_ordinal
+        self.lone_crs = 0  # lines holding a CR that is not part of a CRLF, and the first of them
+        self.first_lone_cr = 0
         self.reset(None)
 
     def reset(self, src: Source | None):
@@ -282,6 +296,9 @@ class _DocBuilder:
         """Move to the next line: the document it closes (if it starts one) and its text, or None when
         the line rejects its document (too long, or not UTF-8)."""
         text = decoded(line)
+        if text is not None and "\r" in text:
+            self.lone_crs += 1
+            self.first_lone_cr = self.first_lone_cr or src.line
         closed: list[Record] = []
         if starts.step(text):
             closed = self.emit()
@@ -292,8 +309,14 @@ class _DocBuilder:
                     LINE_TOO_LONG, f"line {src.line} of {length:,} bytes exceeds --max-record-bytes={self.limit:,}"
                 )
             else:
-                self.fail(INVALID_UTF8, f"line {src.line}: {_decode(line, src)[1].detail}")
+                bad = _decode(line, src)
+                self.fail(INVALID_UTF8, f"line {src.line}: {bad.detail if isinstance(bad, DeadLetter) else bad}")
         return closed, text
+
+    def warn_lone_crs(self, path: str) -> None:
+        """Say once per file that lines hold a lone CR (not a line end: CR-only line ends read as one document)."""
+        if self.lone_crs:
+            log.warning(_LONE_CR, path, self.lone_crs, self.first_lone_cr)
 
     def fail(self, reason: str, detail: str):
         if not self.problem:
@@ -333,12 +356,13 @@ def _wikitext_records(lines, name: str, path: str, opts: ReaderOptions, first_or
         level = wikitext.heading_level(text)
         if level:
             if opts.wikitext_headings == "keep":
-                doc.add(convert(wikitext.heading_text(text)), length)
+                doc.add(convert(wikitext.heading_text(text)), len(line))
             continue
         converted = convert(text)
         if converted:
-            doc.add(converted, length)
+            doc.add(converted, len(line))
     yield from doc.emit()
+    doc.warn_lone_crs(path)
 
 
 def _text_records(lines, name: str, path: str, opts: ReaderOptions, first_ordinal: int = 0) -> Iterator[Record]:
@@ -354,8 +378,9 @@ def _text_records(lines, name: str, path: str, opts: ReaderOptions, first_ordina
             yield from doc.emit()
             doc.reset(None)
             continue
-        doc.add(text.rstrip("\r"), length)
+        doc.add(text.rstrip("\r"), len(line))
     yield from doc.emit()
+    doc.warn_lone_crs(path)
 
 
 _FORMATS: dict[str, Callable] = {"jsonl": _jsonl_records, "wikitext": _wikitext_records, "text": _text_records}
@@ -370,17 +395,27 @@ def parse_lines(lines, path: str, opts: ReaderOptions, first_ordinal: int = 0) -
 def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record | InputSummary]:
     """Yield every record of one raw (possibly compressed) file, then its :class:`InputSummary`.
 
-    A truncated or corrupt compressed stream does not raise: the records decoded so far are
-    yielded, then a ``truncated_input`` dead letter describes how far reading got, and the
-    summary has ``truncated=True``.
+    A compressed file is read twice (``f`` must be seekable): the first pass hashes it and checks every
+    gzip member / zstd frame (:func:`~pipeline.read.streams.check_members`), the second reads the records of
+    the members that checked out, up to the first damaged one. A truncated or corrupt compressed stream does
+    not raise: those records are yielded, then one ``truncated_input`` or ``corrupt_input`` dead letter
+    stands for the rest of the file and says how far reading got, and the summary has ``truncated=True``.
     """
     raw = HashingReader(f)
     summary = InputSummary(path)
     lines_seen = [0, 0]  # last line number, byte offset after it
     bom = [False]
+    compression = compression_of(path)
+    read: Callable[[int], bytes] = raw.read
+    damage: CorruptInputError | None = None
+    if compression != "none":
+        damage = check_members(raw.read, compression)
+        raw.drain()
+        f.seek(0)
+        read = f.read
 
     def tracked_lines():
-        chunks = skip_bom(iter(decompressed_chunks(raw, compression_of(path))), bom)
+        chunks = skip_bom(iter(decompressed_chunks(read, compression, damage)), bom)
         first = next(chunks, b"")  # skip_bom has decided by the time it yields its first chunk
         for item in iter_lines(itertools.chain([first], chunks), opts.max_record_bytes, len(UTF8_BOM) if bom[0] else 0):
             lines_seen[0] = item[0]
@@ -393,18 +428,19 @@ def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record 
             summary.documents_read += 1
             yield rec
     except (TruncatedInputError, CorruptInputError) as e:
+        kept = summary.documents_read
         summary.documents_read += 1
         summary.truncated = True
-        src = Source(path, lines_seen[0] + 1, lines_seen[1])
+        trust = "" if isinstance(e, TruncatedInputError) else "; nothing of it or after it is used"
         yield DeadLetter(
             TRUNCATED_INPUT if isinstance(e, TruncatedInputError) else CORRUPT_INPUT,
-            f"{e}; the records before line {lines_seen[0] + 1} were read, the rest of the file is lost",
-            src,
+            f"{e}{trust}; {kept:,} records before line {lines_seen[0] + 1} (decompressed byte {lines_seen[1]:,}) "
+            "were read, the rest of the file is lost",
+            Source(path, lines_seen[0] + 1, lines_seen[1]),
             None,
             "",
         )
-    raw.drain()
-    summary.byte_order_mark = bom[0]
+    summary.byte_order_mark = bom[0]  # (a plain file was read to its end; a compressed one by check_members)
     summary.bytes = raw.bytes
     summary.sha256 = raw.sha256.hexdigest()
     yield summary
@@ -413,4 +449,4 @@ def read_stream(f: BinaryIO, path: str, opts: ReaderOptions) -> Iterator[Record 
 def read_file(path: str, opts: ReaderOptions) -> Iterator[Record | InputSummary]:
     """Open ``path`` with Beam's FileSystems (local, gs://, s3://, ...) and :func:`read_stream` it."""
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        yield from read_stream(f, path, opts)
+        yield from read_stream(progress.counted_file(f), path, opts)

@@ -27,7 +27,7 @@ _MULTISPACE = re.compile(r" {2,}")
 
 def heading_level(line: str) -> int:
     """1 for ``" = Title = "``, 2 for ``" = = Section = = "``, ...; 0 if the line is not a heading."""
-    m = _HEADING.match(line.rstrip("\n"))
+    m = _HEADING.match(line.rstrip("\r\n"))
     if not m:
         return 0
     return m.group(1).count("=")
@@ -35,7 +35,7 @@ def heading_level(line: str) -> int:
 
 def heading_text(line: str) -> str:
     """The title of a heading line, still in WikiText tokenization (``" = = A , B = = "`` -> ``"A , B"``)."""
-    m = _HEADING.match(line.rstrip("\n"))
+    m = _HEADING.match(line.rstrip("\r\n"))
     if not m:
         raise ValueError(f"not a WikiText heading: {line!r}")
     return m.group(2).strip()

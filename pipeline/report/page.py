@@ -46,7 +46,7 @@ def render_example(tok, ex: Example, kinds: list[str]) -> str:
     texts = _segment_texts(tok, ex.input_ids, cuts)
     starts = {k: {s for s, _, _ in ex.spans[k]} for k in kinds}
     ends: dict[int, list[str]] = {}
-    for s, e, label in ex.spans.get("entities", []) if "entities" in kinds else []:
+    for _, e, label in ex.spans.get("entities", []) if "entities" in kinds else []:
         ends.setdefault(e, []).append(label)
     end_sets = {k: {e for _, e, _ in ex.spans[k]} for k in kinds}
     parts = []
@@ -117,7 +117,7 @@ def _n(value: int | float) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
 
 
-def _table(headers: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> str:
+def _table(headers: list[str], rows: list[list[Any]], numeric: frozenset[int] | set[int] = frozenset()) -> str:
     head = "".join(
         f'<th class="n">{_e(h)}</th>' if i in numeric else f"<th>{_e(h)}</th>" for i, h in enumerate(headers)
     )

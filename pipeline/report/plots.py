@@ -146,11 +146,12 @@ def plot_doc_tokens(plt, stats: Stats):
     x = np.asarray(stats.doc_tokens, dtype=np.int64)
     fig, ax = plt.subplots(figsize=(7.2, 3.2))
     lo, hi = max(1, int(x.min())), int(x.max())
+    bins: np.ndarray | int
     if hi / lo > 50:
         bins = np.unique(np.geomspace(lo, hi + 1, 40).astype(np.int64))
         ax.set_xscale("log")
     else:
-        bins = min(40, max(5, len(np.unique(x))))
+        bins = min(40, max(5, int(len(np.unique(x)))))
     ax.hist(x, bins=bins, color="#7c3aed", edgecolor="white", linewidth=0.5)
     ax.axvline(np.median(x), color="#111827", linestyle="--", linewidth=1, label=f"median {int(np.median(x)):,}")
     ax.legend(frameon=False, fontsize=8.5)

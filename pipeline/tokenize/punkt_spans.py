@@ -172,7 +172,7 @@ class FastSpans:
                 token = PunktToken(tok)
                 first_pass_annotation(token, self._params, self._rules)
                 type_ = token.type_no_period
-                sentbreak, initial_or_number = token.sentbreak, token.is_initial or type_ == NUMBER_TYPE
+                sentbreak, initial_or_number = bool(token.sentbreak), token.is_initial or type_ == NUMBER_TYPE
             verdict = bool(
                 sentbreak
                 and type_ not in self._collocation_firsts

@@ -76,7 +76,10 @@ class SentenceEncoder:
     def __init__(self, tok, continuation: np.ndarray, added: list[str], cache_bytes: int = DEFAULT_CACHE_BYTES):
         self._marked = Tokenizer.from_str(tok.to_str())
         self._marked.add_special_tokens([AddedToken(CUT_MARKER, special=True, normalized=False)])
-        self._marker_id = self._marked.token_to_id(CUT_MARKER)
+        marker_id = self._marked.token_to_id(CUT_MARKER)
+        if marker_id is None:
+            raise RuntimeError("the tokenizer did not take the sentence-cut marker as an added token")
+        self._marker_id: int = marker_id
         self._continuation = continuation
         self._added = [a for a in added if len(a) > 1]  # a cut can only fall inside a token of 2+ characters
         self.cache: ChunkCache | None = None

@@ -38,6 +38,8 @@ _punkt_multi_char_interior = getattr(_boundaries, "_multi_char_interior", None)
 def _multi_char_interior(text: str, lang_vars) -> frozenset[int]:
     """Same result as Punkt's own function (``finditer`` of the pattern, all but each run's last character)."""
     if lang_vars.multi_char_punct_pattern != _MULTI_CHAR_PATTERN:
+        if _punkt_multi_char_interior is None:
+            raise RuntimeError("this NLTK has no _multi_char_interior: pin nltk as requirements/constraints.txt does")
         return _punkt_multi_char_interior(text, lang_vars)
     pattern = _boundaries._compile_multi_char_regex(lang_vars)
     interior: set[int] = set()

@@ -84,7 +84,7 @@ class _TokenizeFn(beam.DoFn):
         # and worker processes instead.
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         self._encoder = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="encode")
-        self._pending = collections.deque()
+        self._pending: collections.deque[tuple] = collections.deque()
 
     def process(self, batch: list):
         """Batches are pipelined: while the encoder threads run the Rust calls for the last ``encoder_threads``
@@ -106,7 +106,8 @@ class _TokenizeFn(beam.DoFn):
     def teardown(self):
         if getattr(self, "_encoder", None) is not None:
             self._encoder.shutdown(wait=True)
-        cache = self._sentences.cache if getattr(self, "_sentences", None) is not None else None
+        encoder = getattr(self, "_sentences", None)
+        cache = encoder.cache if encoder is not None else None
         if cache is not None and cache.hits + cache.misses:
             log.debug(
                 "chunk cache: %d of %d chunks answered from the cache, %d entries",
@@ -141,7 +142,7 @@ class _TokenizeFn(beam.DoFn):
         Encoding. A call that fails leaves its documents out: the sentence path's go to the whole-document
         call, and the whole-document path, one document at a time, then finds the document that fails."""
         encoded: dict = {}
-        if fast:
+        if fast and self._sentences is not None:
             try:
                 encoded.update(
                     zip(fast, self._sentences.encode([docs[i].text for i in fast], [sentences[i] for i in fast]))
@@ -187,10 +188,11 @@ class _TokenizeFn(beam.DoFn):
         return Encoded.concatenate(parts)
 
     def _tokenize(self, doc: Document, char_spans, sent: list[tuple[int, int]], enc: Encoded | tuple):
+        whole: Encoded | None = None  # the whole-document Encoding (with offsets), when there is one
         if isinstance(enc, tuple):  # sentence by sentence: ids, word starts, sentence starts (no offsets)
-            (ids, word_start, sentence_firsts), enc = enc, None
+            ids, word_start, sentence_firsts = enc
         else:
-            ids, word_start, sentence_firsts = enc.ids, None, None
+            whole, ids, word_start, sentence_firsts = enc, enc.ids, None, None
         n = len(ids)
         if n == 0:
             yield beam.pvalue.TaggedOutput(
@@ -206,7 +208,8 @@ class _TokenizeFn(beam.DoFn):
             return
         ids_arr = ids.astype(self._dtype)
         if word_start is None:
-            w = enc.words
+            assert whole is not None, "the sentence path always gives word starts"
+            w = whole.words
             word_start = np.empty(n, dtype=bool)
             np.not_equal(w[1:], w[:-1], out=word_start[1:])
         word_start[0] = True
@@ -221,7 +224,10 @@ class _TokenizeFn(beam.DoFn):
             if sentence_firsts is not None:
                 idx = sentence_firsts
             else:
-                idx = enc.first_tokens_at(doc.text, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent)))
+                assert whole is not None, "the sentence path always gives sentence starts"
+                idx = whole.first_tokens_at(
+                    doc.text, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent))
+                )
             idx = idx[idx < n]
             sentence_start[idx] = True
         # a sentence always starts at a word start (punkt splits at whitespace); the first token starts both
@@ -231,12 +237,13 @@ class _TokenizeFn(beam.DoFn):
         spans: dict[str, np.ndarray] = {}
         labels: dict[str, list[str]] = {}
         if char_spans or self._segmenter is not None:
-            token_starts, token_ends = enc.offsets[:, 0], enc.offsets[:, 1]
+            assert whole is not None, "documents with spans to align take the whole-document path"
+            token_starts, token_ends = whole.offsets[:, 0], whole.offsets[:, 1]
         for cs in char_spans:
             tok_spans, keep = char_spans_to_tokens(
                 np.asarray(cs.starts, np.int64), np.asarray(cs.ends, np.int64), token_starts, token_ends, word_start
             )
-            lab = [l for l, k in zip(cs.labels, keep.tolist()) if k] if cs.labels is not None else None
+            lab = [lab for lab, k in zip(cs.labels, keep.tolist()) if k] if cs.labels is not None else None
             tok_spans, lab = _sorted_unique(tok_spans, lab)
             spans[cs.kind] = tok_spans
             if lab is not None:
@@ -285,8 +292,10 @@ class _TokenizeFn(beam.DoFn):
         w_ends = token_ends[word_last]
         words = [text[s:e] for s, e in zip(w_starts.tolist(), w_ends.tolist())]
         out = []
+        segmenter = self._segmenter
+        assert segmenter is not None, "called only with an n-gram dictionary"
         for a, b in _sentence_word_bounds(sent, w_starts):
-            for s, e in self._segmenter.ngram_spans(words[a:b]):
+            for s, e in segmenter.ngram_spans(words[a:b]):
                 out.append((word_first[a + s], word_last[a + e - 1] + 1))
         if not out:
             return np.empty((0, 2), np.int32)
@@ -313,7 +322,7 @@ def _sorted_unique(spans: np.ndarray, labels: list[str] | None):
     keep = np.ones(len(spans), bool)
     keep[1:] = np.any(spans[1:] != spans[:-1], axis=1)
     if labels is not None:
-        labels = [l for l, k in zip(labels, keep.tolist()) if k]
+        labels = [lab for lab, k in zip(labels, keep.tolist()) if k]
     return spans[keep], labels
 
 

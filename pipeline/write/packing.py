@@ -137,8 +137,8 @@ def _rows_from_ranges(
             kind: _spans_in_rows(spans, ranges)[0] if len(spans) else None for kind, spans in doc.spans.items()
         }
         for i, (s, e) in enumerate(ranges):
-            spans = {}
-            labels = {}
+            spans: dict[str, np.ndarray] = {}
+            labels: dict[str, list[str]] = {}
             for kind, per_row in span_rows.items():
                 if per_row is None:
                     spans[kind] = NO_SPANS
@@ -152,13 +152,13 @@ def _rows_from_ranges(
             rows.append(Row(doc.doc_id, i, ids[s:e], ws[s:e], ss[s:e], spans, labels))
         return rows
     ids, ws, ss, spans_all, labels_all = stream
-    span_rows = {kind: _spans_in_rows(sp, ranges)[0] for kind, sp in spans_all.items()}
+    span_rows_all = {kind: _spans_in_rows(sp, ranges)[0] for kind, sp in spans_all.items()}
     for i, (s, e) in enumerate(ranges):
         d = int(np.searchsorted(doc_offsets, s, side="right") - 1)
         spans = {}
         labels = {}
-        for kind, per_row in span_rows.items():
-            sel = per_row[i]
+        for kind, per_row_all in span_rows_all.items():
+            sel = per_row_all[i]
             spans[kind] = (spans_all[kind][sel] - s).astype(np.int32)
             if kind in labels_all:
                 labels[kind] = [labels_all[kind][j] for j in sel.tolist()]

@@ -285,7 +285,7 @@ class _SpillRunsFn(beam.DoFn):
 
     def finish_bundle(self):
         for shard_and_path in self._flush():
-            yield WindowedValue(shard_and_path, MIN_TIMESTAMP, [GlobalWindow()])
+            yield WindowedValue(shard_and_path, MIN_TIMESTAMP, (GlobalWindow(),))
 
     def _flush(self):
         buffers, self._buffers, self._buffered = self._buffers, {}, 0

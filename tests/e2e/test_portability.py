@@ -22,116 +22,31 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEMO_CORPUS, REPO, free_port, wikitext2_articles
+from tests.conftest import DEMO_CORPUS, wikitext2_articles
+from tests.support import beam_services
 
 pytestmark = pytest.mark.slow
 
-STARTUP_TIMEOUT_S = 60
-
 
 # ---------------------------------------------------------------------------------------------------------
-# Services: started by the test, stopped at the end even on failure
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen, log: Path, what: str) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with status {proc.returncode} before listening:\n{_tail(log)}")
-        try:
-            with socket.create_connection(("localhost", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"{what} did not accept connections on port {port} within {STARTUP_TIMEOUT_S} s:\n{_tail(log)}")
-
-
-def _tail(log: Path, chars: int = 3000) -> str:
-    try:
-        return log.read_text(errors="replace")[-chars:]
-    except OSError:
-        return "(no log)"
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the service's own process group (it and the SDK workers it spawned), SIGKILL if it lingers."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=15)
-    else:  # the leader is gone; its workers may not be
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _service_env() -> dict[str, str]:
-    env = dict(os.environ)
-    # The worker pool starts SDK workers as `python -c ...`: this interpreter, with the checkout importable
-    # the way an installed package is in the SDK container.
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
-def _start(module: str, port_flag: str, log: Path, what: str):
-    port = free_port()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", module, port_flag, str(port)],
-            cwd=REPO,
-            env=_service_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        _wait_for_port(port, proc, log, what)
-    except BaseException:
-        _stop(proc)
-        raise
-    return proc, port
+# Services: started by the test, stopped at the end even on failure (tests/support/beam_services.py)
 
 
 @pytest.fixture(scope="module")
 def job_endpoint(tmp_path_factory):
-    log = tmp_path_factory.mktemp("job_service") / "job_service.log"
-    proc, port = _start(
-        "apache_beam.runners.portability.local_job_service_main", "--port", log, "the local job service"
-    )
-    try:
-        yield f"localhost:{port}"
-    finally:
-        _stop(proc)
-    assert proc.returncode is not None
+    with beam_services.running(beam_services.JOB_SERVICE, tmp_path_factory.mktemp("job_service") / "log") as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="module")
 def worker_pool(tmp_path_factory):
-    log = tmp_path_factory.mktemp("worker_pool") / "worker_pool.log"
-    proc, port = _start("apache_beam.runners.worker.worker_pool_main", "--service_port", log, "the Beam worker pool")
-    try:
-        yield f"localhost:{port}"
-    finally:
-        _stop(proc)
+    with beam_services.running(beam_services.WORKER_POOL, tmp_path_factory.mktemp("worker_pool") / "log") as pool:
+        yield pool
 
 
 @pytest.fixture(scope="module")

@@ -283,24 +283,7 @@ def test_resume_with_more_steps_follows_the_new_schedule(one_process_run, demo_a
         assert value == pytest.approx(peak * (longer - step + 1) / (longer - warmup + 1), rel=1e-6), (step, value)
 
 
-# -- clear errors, no traceback -------------------------------------------------------------------
-@pytest.fixture
-def main_in_process(monkeypatch, capsys):
-    """Call pretrain.main in this process (the errors come before any process group exists)."""
-    from trainer import pretrain
-
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.setenv(key, "0")  # restored afterwards; main only fills in missing ones
-        monkeypatch.delenv(key)
-
-    def call(*argv: str) -> tuple[int, str]:
-        code = pretrain.main(list(argv))
-        err = capsys.readouterr().err
-        return code, err
-
-    return call
-
-
+# -- clear errors, no traceback (main_in_process: tests/conftest.py) ------------------------------
 def _cpu_config(tmp_path: Path, **changes) -> str:
     cfg = json.loads((REPO / "trainer" / "configs" / "zero2_cpu.json").read_text())
     cfg.update(changes)

@@ -1,6 +1,8 @@
 """The bad-input corpus of issue 9: records that used to kill a build, smuggled special tokens, output guard
 holes, one-line errors. Every case ends in a dead letter with a reason or a one-line error (exit 2), and the
-counts add up: documents_read == documents_written + documents_dead_lettered."""
+counts add up: documents_read == documents_written + documents_dead_lettered. Issue 21's reader cases (CRLF line
+ends, compressed bombs, damaged gzip members and zstd frames, the lock of a failed or killed build) are in
+test_bad_input_streams.py."""
 
 from __future__ import annotations
 

@@ -50,3 +50,38 @@ def flip_byte_changing_input_ids(shard: Path, vocab_size: int = 4000) -> int:
             Path(shard).write_bytes(bytes(damaged))
             return pos
     raise AssertionError(f"{shard}: no single flipped byte keeps the file readable and changes input_ids")
+
+
+def rewrite_token(artifact: Path, shard: int, row: int, position: int, token_id: int) -> str:
+    """Set token ``position`` of row ``row`` (of the shard) of shard number ``shard`` to ``token_id`` and record the
+    rewritten file's size and sha256 in the manifest, as a build that wrote such a row would have: a consistent
+    artifact whose checksums match, with one row holding ``token_id``. Returns the shard's relative path."""
+    import hashlib
+    import json
+
+    import numpy as np
+
+    artifact = Path(artifact)
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    entry = manifest["shards"][shard]
+    path = artifact / entry["path"]
+    reader = ipc.open_file(pa.BufferReader(path.read_bytes()))
+    rpb = int(manifest.get("rows_per_batch", 128))
+    batches = [reader.get_batch(b) for b in range(reader.num_record_batches)]
+    b, r = divmod(row, rpb)
+    ids = batches[b].column("input_ids")
+    values = ids.values.to_numpy(zero_copy_only=False).copy()
+    start = int(ids.offsets[r].as_py()) - int(ids.offsets[0].as_py())
+    assert position < int(ids.offsets[r + 1].as_py()) - int(ids.offsets[r].as_py())
+    values[start + position] = token_id
+    offsets = pa.array(np.asarray(ids.offsets) - int(ids.offsets[0].as_py()), pa.int32())
+    new_ids = pa.ListArray.from_arrays(offsets, pa.array(values, ids.type.value_type), type=ids.type)
+    columns = [new_ids if name == "input_ids" else batches[b].column(name) for name in batches[b].schema.names]
+    batches[b] = pa.RecordBatch.from_arrays(columns, schema=reader.schema)
+    with ipc.new_file(str(path), reader.schema, options=ipc.IpcWriteOptions(compression="zstd")) as w:
+        for batch in batches:
+            w.write_batch(batch)
+    data = path.read_bytes()
+    entry.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (artifact / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return entry["path"]

@@ -166,6 +166,22 @@ def test_export_of_a_directory_without_checkpoint_is_a_clear_error(tmp_path):
     assert f"export: error: {tmp_path}: no 'latest' file" in proc.stderr
 
 
+def test_export_with_an_empty_latest_is_a_clear_error(tmp_path):
+    """An interrupted save leaves `latest` empty; the export said the checkpoint directory's own (absent) meta file
+    was missing, as if `latest` named the directory itself (issue 21, case 2)."""
+    (tmp_path / "global_step2").mkdir()
+    (tmp_path / "latest").write_text("")
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer.export", str(tmp_path), "--out", str(tmp_path / "out")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"export: error: {tmp_path / 'latest'}: empty; name the checkpoint to export with --tag" in proc.stderr
+
+
 # -- checkpoint files are loaded without running code from them (issue 9, case 9) -------------------
 class RunsCodeWhenUnpickled:
     """What a crafted checkpoint can hold: unpickling it calls ``open(path, "w")`` (any callable would do)."""

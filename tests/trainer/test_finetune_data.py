@@ -104,10 +104,10 @@ def test_squad_answer_start_mismatch_is_a_bad_row(tmp_path):
     }
     path = tmp_path / "q.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
-    examples, bad = squad.read_squad(str(path), "squad1", "dev")
+    examples, bad = squad.read_squad(str(path), "squad1", "train")
     assert [ex.qid for ex in examples] == ["ok"]
     assert bad.summary()["by_reason"] == {"answer_start_mismatch": 1, "no_answer": 1}
-    assert "context has ' Carolin'" in bad.records[0]["detail"]
+    assert "' Carolin'" in bad.records[0]["detail"]
     with pytest.raises(DataError, match="SQuAD version '0.9'; task squad2 reads v2.0"):
         doc["version"] = "0.9"
         path.write_text(json.dumps(doc), encoding="utf-8")
@@ -223,4 +223,150 @@ def test_squad2_unanswerable_questions_target_cls_and_decode_to_empty(tokenizer,
     predictions = squad.decode(examples, feats, starts, ends, version2=True)
     assert predictions == {"a": "Denver", "u": ""}
     assert squad.decode(examples, feats, starts, ends, version2=True, null_threshold=10.0)["u"] != ""
-    assert squad_metric.evaluate({ex.qid: [t for t, _ in ex.answers] for ex in examples}, predictions)["f1"] == 100.0
+    golds = [(ex.qid, ex.gold_texts) for ex in examples]
+    assert squad_metric.evaluate(golds, predictions, version2=True)["f1"] == 100.0
+
+
+def test_dev_questions_are_never_dropped_from_scoring(tmp_path):
+    """Issue 25, item 4: a dev question with a wrong answer_start, a repeated id or no answer is still scored
+    (reported in bad_rows with ``kept``), as the official scripts score every qa entry; one without a question
+    is predicted "" (a miss)."""
+    qas = [
+        {"id": "ok", "question": "Who won?", "answers": [{"text": "Denver", "answer_start": 0}]},
+        {"id": "shifted", "question": "Who lost?", "answers": [{"text": "Carolina", "answer_start": 11}]},
+        {"id": "ok", "question": "Who won again?", "answers": [{"text": "Denver", "answer_start": 0}]},
+        {"id": "none", "question": "Score?", "answers": []},
+        {"id": "empty", "question": " ", "answers": [{"text": "24-10", "answer_start": 21}]},
+        {"question": "No id?", "answers": [{"text": "Denver", "answer_start": 0}]},
+    ]
+    doc = {"version": "1.1", "data": [{"paragraphs": [{"context": "Denver beat Carolina 24-10.", "qas": qas}]}]}
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    examples, bad = squad.read_squad(str(path), "squad1", "dev")
+    assert [ex.qid for ex in examples] == ["ok", "shifted", "ok", "none", "empty"]
+    assert examples[1].gold_texts == ["Carolina"] and examples[1].answers == [] and not examples[4].predictable
+    s = bad.summary()
+    assert (s["read"], s["used"], s["bad"]) == (6, 5, 1) and s["by_reason"] == {"missing_field": 1}
+    assert s["used_with_problems"] == {
+        "answer_start_mismatch": 1,
+        "duplicate_id": 1,
+        "missing_field": 1,
+        "no_answer": 1,
+    }
+    train, tbad = squad.read_squad(str(path), "squad1", "train")
+    assert [ex.qid for ex in train] == ["ok", "ok"] and tbad.bad == 4
+
+
+def test_wrongly_typed_squad_entries_are_bad_rows_not_tracebacks(tmp_path):
+    """Issue 21, item 8: wrong JSON types in a SQuAD file are bad rows with a reason."""
+    good = {"id": "g", "question": "Who won?", "answers": [{"text": "Denver", "answer_start": 0}]}
+    doc = {
+        "version": "1.1",
+        "data": [
+            "an article that is a string",
+            {"paragraphs": {"not": "a list"}},
+            {
+                "paragraphs": [
+                    7,
+                    {"context": "Denver beat Carolina.", "qas": "nope"},
+                    {"context": 12, "qas": [{"id": "c", "question": "Who?", "answers": []}]},
+                    {
+                        "context": "Denver beat Carolina.",
+                        "qas": [
+                            good,
+                            None,
+                            {"id": ["x"], "question": "Who?", "answers": []},
+                            {"id": "q", "question": 5, "answers": [{"text": "Denver", "answer_start": 0}]},
+                            {"id": "a", "question": "Who?", "answers": {"text": "Denver"}},
+                            {"id": "t", "question": "Who?", "answers": [{"text": 3, "answer_start": 0}]},
+                            {"id": "s", "question": "Who?", "answers": [{"text": "Denver", "answer_start": "0"}]},
+                            {"id": "b", "question": "Who?", "answers": [{"text": "Denver", "answer_start": True}]},
+                            {"id": "n", "question": "Who?", "answers": [{"text": "Denver", "answer_start": None}]},
+                        ],
+                    },
+                ]
+            },
+        ],
+    }
+    path = tmp_path / "typed.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    for split in ("train", "dev"):
+        examples, bad = squad.read_squad(str(path), "squad1", split)
+        bad.check()
+        assert bad.read == 14 and [ex.qid for ex in examples if ex.predictable][:1] == ["g"]
+        assert all(r["source"] == str(path) and r["line"].startswith("data[") for r in bad.records)
+    examples, bad = squad.read_squad(str(path), "squad1", "train")
+    assert [ex.qid for ex in examples] == ["g"]
+    assert bad.summary()["by_reason"] == {"answer_start_mismatch": 3, "malformed_entry": 6, "missing_field": 4}
+    v2 = dict(doc, version="v2.0")
+    v2["data"] = [
+        {"paragraphs": [{"context": "Denver.", "qas": [{"id": "i", "question": "Q?", "is_impossible": "no"}]}]}
+    ]
+    path.write_text(json.dumps(v2), encoding="utf-8")
+    assert squad.read_squad(str(path), "squad2", "train")[1].summary()["by_reason"] == {"malformed_entry": 1}
+
+
+def test_squad_json_not_utf8_or_not_json_is_one_line_naming_file_and_position(tmp_path):
+    path = tmp_path / "q.json"
+    path.write_bytes(b'{"version": "1.1",\n "data": [{"title": "caf\xe9"}]}')
+    with pytest.raises(DataError, match=r"q.json:2: not UTF-8 \(byte 43"):
+        squad.read_squad(str(path), "squad1", "dev")
+    path.write_bytes(b'{"version": "1.1",\n "data": [}')
+    with pytest.raises(DataError, match=r"q.json:2:11: not SQuAD JSON"):
+        squad.read_squad(str(path), "squad1", "dev")
+    doc = {"version": "1.1", "data": [{"paragraphs": [{"context": "Denver won.", "qas": []}]}]}
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(doc).encode())  # a byte order mark is fine
+    assert squad.read_squad(str(path), "squad1", "dev")[1].read == 0
+
+
+def test_tsv_byte_order_mark_is_accepted_and_bad_utf8_is_a_bad_row_with_file_and_line(tmp_path):
+    """Issue 25, item 1 (GLUE's MRPC files start with a UTF-8 byte order mark) and issue 21, item 8."""
+    path = tmp_path / "dev.tsv"
+    header = "\t".join(get_task("mrpc").header)
+    path.write_bytes(
+        b"\xef\xbb\xbf"
+        + f"{header}\r\n1\t1\t2\tHe said so.\tHe told us.\r\n".encode()
+        + b"0\t3\t4\tCaf\xe9 noir.\tA black coffee.\r\n"
+        + b"0\t5\t6\tIt rained.\tIt was dry.\r\n"
+    )
+    examples, bad = read_tsv(get_task("mrpc"), str(path), "dev")
+    assert [(ex.text_a, ex.label) for ex in examples] == [("He said so.", 1), ("It rained.", 0)]
+    assert bad.summary()["by_reason"] == {"not_utf8": 1}
+    assert (bad.records[0]["source"], bad.records[0]["line"]) == (str(path), 3)
+    path.write_bytes("\ufeffindex\tsentence1\tsentence2\tlabel\n".encode("utf-16"))
+    with pytest.raises(DataError, match=r"dev.tsv:1: starts with a UTF-16 little-endian byte order mark"):
+        read_tsv(get_task("rte"), str(path), "dev")
+    path.write_bytes(b"ind\xffex\tsentence1\tsentence2\tlabel\n")
+    with pytest.raises(DataError, match=r"dev.tsv:1: no header line \(not UTF-8"):
+        read_tsv(get_task("rte"), str(path), "dev")
+
+
+def test_qa_features_are_those_of_the_old_algorithm_on_xquad(tokenizer):
+    """Issue 21, item 9: the linear max-context computation gives exactly the old features (the old algorithm,
+    kept in tests/support/qa_reference.py) on every XQuAD question, and on long passages made of its contexts."""
+    from tests.support.qa_reference import old_qa_features
+
+    examples, _ = squad.read_squad(real(XQUAD), "squad1", "dev")
+    long_context = " ".join(dict.fromkeys(ex.context for ex in examples[:30]))  # 7 passages, ~1,500 tokens
+    offset = long_context.index(examples[25].context)
+    text, start = examples[25].answers[0]
+    examples.append(squad.QAExample("long", "Which?", long_context, [(text, start + offset)]))
+    compared = 0
+    for max_seq_len, stride, training in ((384, 128, True), (96, 32, False), (64, 16, True), (40, 50, False)):
+        opts = dict(max_seq_len=max_seq_len, doc_stride=stride, max_query_len=24, training=training)
+        chunk = examples[:: 7 if max_seq_len == 384 else 23] + examples[-1:]
+        new, old = squad.qa_features(chunk, tokenizer, **opts), old_qa_features(chunk, tokenizer, **opts)
+        assert new == old
+        compared += len(new)
+        assert sum(f["example_index"] == len(chunk) - 1 for f in new) >= 3  # the long passage: several windows
+    assert compared > 2000
+
+
+def test_qnli_puts_the_question_first(tmp_path):
+    """Issue 25, item 6: GLUE and BERT feed QNLI as [CLS] question [SEP] sentence [SEP]."""
+    path = tmp_path / "dev.tsv"
+    path.write_text(
+        "index\tquestion\tsentence\tlabel\n0\tWhen did it rain?\tIt rained on Monday.\tentailment\n", encoding="utf-8"
+    )
+    (ex,), bad = read_tsv(get_task("qnli"), str(path), "dev")
+    assert (ex.text_a, ex.text_b, ex.label) == ("When did it rain?", "It rained on Monday.", 0) and bad.bad == 0

@@ -89,10 +89,13 @@ def test_real_sentences_segmented_by_the_wikitext2_dictionary(tokenizer, wikitex
     assert multi == [", the", "of the", ", has", ", according to"]
     f = glue_feature(get_task("rte"), "span-ft", tokenizer, ex, max_seq_len=128, segmenter=wikitext2_dictionary)
     spans = [[p for p, m in zip(idx, mask) if m] for idx, mask in zip(f["span_index"], f["span_token_mask"])]
-    real = [s for s in spans if s]
-    assert len(real) == 16 < f["num_spans"]  # r = 16: the rest is cut
-    flat = [p for s in real for p in s]
+    a_spans = [s for s in spans[:16] if s]
+    assert len(a_spans) == 16 < f["spans_per_text"][0] and len(spans) == 32  # r = 16 per sentence: A's rest is cut
+    flat = [p for s in a_spans for p in s]
     assert flat == list(range(1, len(flat) + 1))  # in order, contiguous, each token once, [CLS] in none
+    b_start = f["token_type_ids"].index(1)
+    assert [s for s in spans[16:] if s][0][0] == b_start  # B's spans start at B: the hypothesis is seen
+    real = a_spans
     texts = [tokenizer.decode([f["input_ids"][p] for p in s]) for s in real]
     assert texts[:6] == ["Dana", "Reeve", ", the", "widow", "of the", "actor"]
     checked = 0
@@ -104,7 +107,7 @@ def test_real_sentences_segmented_by_the_wikitext2_dictionary(tokenizer, wikitex
             ex,
             max_seq_len=128,
             segmenter=wikitext2_dictionary,
-            max_spans=512,
+            max_spans=256,
             max_span_len=64,
         )
         sep = [i for i, t in enumerate(f["input_ids"]) if t == tokenizer.token_to_id("[SEP]")]
@@ -115,10 +118,13 @@ def test_real_sentences_segmented_by_the_wikitext2_dictionary(tokenizer, wikitex
 
 
 def test_padding_cutting_and_random_segmentation():
-    index, mask = span_ft.span_tensors([(1, 3), (3, 10), (10, 11)], max_spans=2, max_span_len=4)
+    index, mask = span_ft.span_tensors([[(1, 3), (3, 10), (10, 11)]], max_spans=2, max_span_len=4)
     assert index == [[1, 2, 0, 0], [3, 4, 5, 6]] and mask == [[1, 1, 0, 0], [1, 1, 1, 1]]
-    index, mask = span_ft.span_tensors([(1, 2)], max_spans=3, max_span_len=2)
+    index, mask = span_ft.span_tensors([[(1, 2)]], max_spans=3, max_span_len=2)
     assert mask == [[1, 0], [0, 0], [0, 0]]
+    # a pair: r per sentence, A's kept spans then B's, padding at the end
+    index, mask = span_ft.span_tensors([[(1, 2), (2, 3), (3, 4)], [(5, 7)]], max_spans=2, max_span_len=2)
+    assert index == [[1, 0], [2, 0], [5, 6], [0, 0]] and mask == [[1, 0], [1, 0], [1, 1], [0, 0]]
     tok_piece = span_ft.Piece("a b c d e f g", list(range(7)), [(2 * i, 2 * i + 1) for i in range(7)], list(range(7)))
     one = span_ft.segment_piece(tok_piece, 1, "random", rng=span_ft.random_for(1, "dev-2"))
     assert one == span_ft.segment_piece(tok_piece, 1, "random", rng=span_ft.random_for(1, "dev-2"))
@@ -149,7 +155,7 @@ def test_cnn_shapes_and_padding_never_wins_the_max_pool():
     cnn = span_ft.HierarchicalCNN(H)
     spans = [[[1, 2], [3], [4, 5, 6]], [[1], [2, 3, 4, 5]]]
     index, mask = zip(
-        *(span_ft.span_tensors([(s[0], s[-1] + 1) for s in seq], max_spans=4, max_span_len=3) for seq in spans)
+        *(span_ft.span_tensors([[(s[0], s[-1] + 1) for s in seq]], max_spans=4, max_span_len=3) for seq in spans)
     )
     index, mask = torch.tensor(index), torch.tensor(mask)
     hidden = torch.randn(2, T, H)
@@ -247,3 +253,22 @@ def test_options_refuse_what_cannot_run():
         FinetuneConfig(init="x", output_dir="y", task="squad1", head="span", null_threshold=1.0)
     assert FinetuneConfig(init="x", output_dir="y", task="squad2", head="span").resolved_max_seq_len == 512
     assert FinetuneConfig(**base, head="span-ft", segmentation="none").resolved_max_seq_len == 128
+
+
+def test_span_budget_is_per_sentence_so_every_hypothesis_gets_spans(tokenizer, wikitext2_dictionary):
+    """Issue 25, item 3: r spans per sentence. On RTE dev, a budget shared by the pair (A's spans first) left the
+    second sentence of most pairs without any span; per sentence, none is left without."""
+    task, pairs, shared_starved, starved = get_task("rte"), 0, 0, 0
+    for ex in rte_dev():
+        f = glue_feature(task, "span-ft", tokenizer, ex, max_seq_len=128, segmenter=wikitext2_dictionary)
+        n_a, n_b = f["spans_per_text"]
+        ka, kb = min(n_a, 16), min(n_b, 16)
+        assert [sum(m) > 0 for m in f["span_token_mask"]] == [True] * (ka + kb) + [False] * (32 - ka - kb)
+        slots = zip(f["span_index"][ka : ka + kb], f["span_token_mask"][ka : ka + kb])
+        b_positions = {p for idx, m in slots for p, x in zip(idx, m) if x}
+        assert all(f["token_type_ids"][p] == 1 for p in b_positions)  # B's slots hold B's tokens
+        starved += n_b > 0 and not b_positions
+        shared_starved += n_a >= 16  # the old shared budget: A's first 16 spans took every slot
+        pairs += 1
+    print(f"RTE dev: second sentence without a span: shared budget {shared_starved}/{pairs}, per sentence {starved}")
+    assert pairs == 277 and starved == 0 and shared_starved > pairs // 2

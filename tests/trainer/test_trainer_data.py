@@ -36,7 +36,7 @@ def synthetic_rows(
     """Rows of random content tokens (ids 5..VOCAB-1) with random word starts; optional candidate spans."""
     rng = np.random.default_rng(seed)
     rows = []
-    for i in range(num_rows):
+    for _ in range(num_rows):
         n = int(rng.integers(min_len, max_len + 1))
         ws = rng.random(n) < 0.7
         ws[0] = True

@@ -4,7 +4,8 @@ In: an artifact (local or ``gs://``/``s3://``), a :class:`DataConfig`, a ``train
 and world size. Out: this rank's micro-batches (dicts of tensors, ``trainer.masking.collate``) and a state dict that
 resumes the stream at any world size. ``blocks`` indexes and reads the shards' record batches, ``order`` is the epoch
 order, ``stream`` the rank's stream and its state, ``segments`` the two-segment (NSP) inputs, ``loader`` the
-DataLoader and its builders, ``config`` the :class:`DataConfig`.
+DataLoader and its builders, ``config`` the :class:`DataConfig`. A weighted mixture of several artifacts:
+``sources`` parses and checks ``--data NAME=PATH[:WEIGHT]``, ``mixture_order`` is its order, ``mixture`` its stream.
 """
 
 from trainer.data.blocks import BlockReader, Blocks, index_blocks, open_artifact, split_shards
@@ -16,7 +17,10 @@ from trainer.data.loader import (
     build_train_loader,
     check_tokenizer,
 )
+from trainer.data.mixture import MixtureStream, build_mixture_loaders
+from trainer.data.mixture_order import MixtureOrder, source_seed
 from trainer.data.order import EpochOrder
+from trainer.data.sources import Source, check_sources, parse_sources
 from trainer.data.stream import MAX_CHUNK_ROWS, STATE_FORMAT, STATE_VERSION, ArtifactStream
 
 __all__ = [
@@ -28,9 +32,16 @@ __all__ = [
     "Blocks",
     "DataConfig",
     "EpochOrder",
+    "MixtureOrder",
+    "MixtureStream",
+    "Source",
     "StreamLoader",
     "TokenizerMismatchError",
     "build_eval_loader",
+    "build_mixture_loaders",
+    "check_sources",
+    "parse_sources",
+    "source_seed",
     "build_train_loader",
     "check_tokenizer",
     "index_blocks",

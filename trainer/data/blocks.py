@@ -17,6 +17,7 @@ naming the shard otherwise.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,21 @@ def split_shards(artifact: Artifact, eval_shards: int) -> tuple[list[int], list[
             f"for training (rebuild with more --num-shards or lower eval_shards)"
         )
     return list(range(num - eval_shards)), list(range(num - eval_shards, num))
+
+
+def special_added_tokens(artifact: Artifact, shard_cache: ShardCache | None = None) -> dict[int, str]:
+    """id -> content of the added tokens the artifact's tokenizer.json marks special (FORMAT.md: no row holds one,
+    except the roles ``schemas.invariants.ALLOWED_SPECIAL_ROLES`` allows)."""
+    entry = artifact.manifest["tokenizer"]
+    where = artifact.display(entry["file"])
+    try:
+        data = shard_cache.read_file(entry["file"], entry) if shard_cache is not None else None
+        added = json.loads(artifact.tokenizer_json(data)).get("added_tokens") or []
+        return {int(t["id"]): str(t.get("content")) for t in added if t.get("special")}
+    except FileNotFoundError:  # the loader needs no tokenizer.json (the trainer reads it, pipeline.verify checks it)
+        return {}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise fmt.FormatError(f"{where}: not a readable tokenizer.json (its added_tokens): {e}") from None
 
 
 @dataclass(frozen=True)
@@ -114,6 +130,15 @@ class BlockReader:
         self.max_row_tokens = max_row_tokens
         self.span_column = span_column
         self.excluded_labels = pa.array(list(excluded_labels), type=pa.string())
+        # Special ids no row may hold (FORMAT.md): the manifest's roles and tokenizer.json's special added tokens;
+        # the rows of a batch are checked when it is decoded.
+        added = special_added_tokens(artifact, shard_cache)
+        self.forbidden_ids = inv.forbidden_special_ids(artifact.manifest, added)
+        self._special_names = {
+            **added,
+            **{int(i): f"[{n.upper()}]" for n, i in artifact.special_token_ids.items() if i is not None},
+        }
+        self.rows_per_batch = int(artifact.manifest.get("rows_per_batch", fmt.ROWS_PER_BATCH))
         self.capacity = capacity
         self._readers: OrderedDict[str, Any] = OrderedDict()
         self._cache: OrderedDict[tuple[str, int], dict] = OrderedDict()
@@ -162,7 +187,7 @@ class BlockReader:
         return dec
 
     @staticmethod
-    def _list(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    def _list(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
         offs = arr.offsets.to_numpy().astype(np.int64)
         vals = arr.values.slice(int(offs[0]), int(offs[-1] - offs[0]))
         return offs - offs[0], vals
@@ -188,6 +213,15 @@ class BlockReader:
         top = inv.token_id_beyond_vocab(ids, self.vocab_size)
         if top is not None:
             bad(f"token id {top} >= vocab_size {self.vocab_size}")
+        pos = inv.first_forbidden_id(ids, self.forbidden_ids)
+        if pos is not None:
+            r = int(np.searchsorted(offs, pos, side="right")) - 1
+            token = int(ids[pos])
+            raise fmt.FormatError(
+                f"{where}: row {batch_index * self.rows_per_batch + r} (record batch {batch_index}, row {r}) holds the "
+                f"special token id {token} ({self._special_names.get(token, '?')}) at token {pos - offs[r]}; "
+                f"rows hold text only (FORMAT.md): rebuild the artifact (pipeline.verify lists every such row)"
+            )
         out = {"ids": ids, "offs": offs, "ws": ws_vals.to_numpy(zero_copy_only=False)}
         if self.segments:
             ss_offs, ss_vals = self._list(rb.column("sentence_start"))

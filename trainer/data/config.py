@@ -40,6 +40,9 @@ class DataConfig:
         1  # 1: one segment per row (SpanBERT); 2: [CLS] A [SEP] B [SEP] pairs for NSP (BERT; trainer/data/segments.py)
     )
     short_seq_prob: float = 0.1  # segments 2: share of pairs with a random shorter target length (BERT 0.1)
+    samples_per_epoch: int | None = (
+        None  # a mixture of several --data sources: samples per epoch; None: until the first source runs out (trainer/data/mixture_order.py)
+    )
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -65,6 +68,7 @@ class DataConfig:
         integer("num_epochs", 1, optional=True)
         integer("worker_chunk_batches", 1, optional=True)
         integer("read_ahead", 0)
+        integer("samples_per_epoch", 1, optional=True)
         if self.cache_dir is not None and (not isinstance(self.cache_dir, str) or not self.cache_dir.strip()):
             bad(f"cache_dir must be a local directory or None; got {self.cache_dir!r}")
         if self.cache_dir is not None and "://" in self.cache_dir:

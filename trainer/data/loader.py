@@ -36,7 +36,7 @@ Building a loader checks its split's shards against the manifest first (size, an
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader
 
@@ -45,6 +45,9 @@ from trainer.data.blocks import open_artifact
 from trainer.data.config import DataConfig
 from trainer.data.stream import ArtifactStream, WorkerDataError
 from trainer.masking import MaskingConfig
+
+if TYPE_CHECKING:
+    from trainer.data.mixture import MixtureStream
 
 
 class TokenizerMismatchError(ValueError):
@@ -84,14 +87,14 @@ def _identity(x):
 
 
 class StreamLoader(DataLoader):
-    """A DataLoader over an :class:`ArtifactStream` that yields micro-batches and tracks consumption.
+    """A DataLoader over an :class:`ArtifactStream` (or a ``MixtureStream``) that yields micro-batches and tracks consumption.
 
     Iterating yields batch dicts; the dataset's state advances by one global step per batch *handed out*,
     so ``state_dict()`` taken between batches resumes exactly at the next one. Every ``iter()`` starts
     from the current state (the training split) or from the start (the evaluation split).
     """
 
-    def __init__(self, dataset: ArtifactStream):
+    def __init__(self, dataset: ArtifactStream | MixtureStream):
         cfg = dataset.data_cfg
         super().__init__(
             dataset,
@@ -104,14 +107,16 @@ class StreamLoader(DataLoader):
             in_order=True,
         )
 
+    dataset: ArtifactStream | MixtureStream
+
     def __iter__(self):
-        ds: ArtifactStream = self.dataset
+        ds = self.dataset
         ds._generation += 1
         generation = ds._generation
         return self._flatten(super().__iter__(), ds, generation)
 
     @staticmethod
-    def _flatten(chunks, ds: ArtifactStream, generation: int):
+    def _flatten(chunks, ds: ArtifactStream | MixtureStream, generation: int):
         try:
             for chunk in chunks:
                 if isinstance(chunk, WorkerDataError):

@@ -7,16 +7,26 @@ builds such inputs from the one-segment rows of an artifact (``pack`` doc-senten
 
 1. Target length: ``max_seq_len - 3`` tokens for A + B; with probability ``short_seq_prob`` (BERT: 0.1) a
    uniform length in ``2..max_seq_len - 3`` instead (BERT's short sequences, which reduce the mismatch with
-   short fine-tuning inputs). ``limit = min(row length, target)``.
-2. A = the row's leading sentences: it ends at a sentence start ``k`` drawn uniformly among the row's
-   ``sentence_start`` positions in ``1..limit - 1`` (a row of one sentence: among its word starts; a row
-   of one word: in the middle).
-3. With probability 0.5, B = the continuation ``row[k:limit]`` (label 0, "IsNext"). Otherwise B comes
-   from another document (label 1, "NotNext"): up to three candidate rows are drawn uniformly from the row's
-   shuffle window (the rows being read anyway, so no extra I/O; for the unshuffled evaluation split, from the
-   whole split); the first whose ``doc_id`` differs is used, from one of its sentence starts (drawn
-   uniformly), for ``target - k`` tokens. When all three share the row's document (a one-document window),
-   B is the continuation and the label says so.
+   short fine-tuning inputs). ``limit = min(row length, target)`` is the pair's length whatever its label.
+2. BERT's chunk (``create_instances_from_document``): the row's whole sentences until ``limit`` is reached (at
+   least two when the row has two). A = its leading sentences: it ends at a sentence start ``k`` drawn uniformly
+   among the chunk's. A row with no sentence start to split at (a "sentence" longer than the target: lists,
+   tables, sentences cut by the row budget -- 40% of the Wikipedia sample's rows) uses its word starts instead;
+   BERT would make every such pair NotNext, which leaks the label through the length.
+3. With probability 0.5, B = the rest of the chunk (label 0, "IsNext"). Otherwise B comes from another
+   document (label 1, "NotNext") and gets the *same* length as the rest of the chunk, so that no length says
+   which label a pair has: up to three candidate rows are drawn uniformly from the row's shuffle window (the
+   rows being read anyway, so no extra I/O; for the unshuffled evaluation split, from the whole split); of
+   those from another document, one long enough is preferred; B starts at one of its sentence starts (drawn
+   uniformly among those that leave room). When all three share the row's document (a one-document window), B
+   is the continuation and the label says so (counted as ``no_other_document`` in ``build_pairs``' stats).
+   The unused rest of the row is not put back (BERT puts it back into the document's stream): a row is one
+   sample, its masks and pair a function of its sample id, so the rest is seen in other epochs instead.
+4. BERT's ``truncate_seq_pair``: while A + B exceeds ``limit``, the longer segment loses a token at its front
+   or its back (probability 1/2 each; the number of front cuts is drawn as Binomial(cuts, 1/2)).
+
+On WikiText-2 and the Wikipedia sample a classifier that sees only the lengths (of the pair, A, B or B - A)
+gets at most 51% NSP accuracy (tests/trainer/test_nsp_pairs.py; 66% before).
 
 The pair becomes one content row ``A [SEP] B`` with ``[SEP]`` a word of its own, so every masking scheme
 works unchanged: [SEP] is never masked, no span or word crosses it, and it is an observed SBO boundary.
@@ -25,7 +35,7 @@ tokens. The collator's batch gains ``token_type_ids`` (0 for [CLS] A [SEP], 1 fo
 ``next_sentence_label`` [B] (0 = B continues A, 1 = B is from another document, as Hugging Face's
 ``BertForPreTraining`` expects).
 
-Determinism: a row's choices use 8 uniforms from ``Philox(key=(sample_id, seed << 32 | epoch),
+Determinism: a row's choices use 10 uniforms from ``Philox(key=(sample_id, seed << 32 | epoch),
 counter=(0, 0, 0, 1))`` -- the masks' key on a counter range the masks never reach -- so pairs are a pure
 function of (seed, epoch, sample id) like the masks (the row's stream position, and so its window, is one).
 """
@@ -37,7 +47,8 @@ import torch
 
 from trainer.masking import Rows
 
-PAIR_DRAWS = 8  # per row: [short?, short length, NotNext?, split, 3 x other row, start in the other row]
+PAIR_DRAWS = 10  # per row: [short?, short length, NotNext?, split, 3 x other row, start in the other row,
+#                  front cuts of A, front cuts of B]
 OTHER_CANDIDATES = 3
 NOT_NEXT_PROB = 0.5  # BERT: half of the pairs are NotNext
 _COUNTER = [0, 0, 0, 1]  # Philox counter of the pair stream (masks use counter 0 upwards)
@@ -65,7 +76,7 @@ def _pick(u: float, values: np.ndarray) -> int:
 
 def _spans(rows: Rows, i: int, lo: int, hi: int, shift: int) -> list[tuple[int, int]]:
     """Candidate spans of row ``i`` inside ``[lo, hi)``, moved by ``shift``."""
-    if rows.span_offsets is None:
+    if rows.span_offsets is None or rows.span_starts is None or rows.span_ends is None:
         return []
     p, q = int(rows.span_offsets[i]), int(rows.span_offsets[i + 1])
     s, e = rows.span_starts[p:q], rows.span_ends[p:q]
@@ -73,14 +84,53 @@ def _spans(rows: Rows, i: int, lo: int, hi: int, shift: int) -> list[tuple[int, 
     return list(zip((s[keep] + shift).tolist(), (e[keep] + shift).tolist()))
 
 
+def _bounds(ss: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Sentence boundaries of ``[lo, hi)`` as row-local positions: its sentence starts after ``lo``, then ``hi``."""
+    return np.concatenate([np.flatnonzero(ss[lo + 1 : hi]) + lo + 1, [hi]]).astype(np.int64)
+
+
+def _binomial_half(u: float, n: int) -> int:
+    """The inverse CDF of Binomial(n, 1/2) at ``u``: how many of ``n`` fair front/back coin flips say front."""
+    p = cdf = 0.5**n
+    k = 0
+    while cdf < u and k < n:
+        k += 1
+        p *= (n - k + 1) / k
+        cdf += p
+    return k
+
+
+def truncate_pair(la: int, lb: int, budget: int, u_a: float, u_b: float) -> tuple[int, int, int, int]:
+    """BERT's ``truncate_seq_pair``: while A + B exceeds ``budget``, drop one token of the longer (B on a tie),
+    from its front or its back with probability 1/2 each. Returns (A front cut, A back cut, B front, B back)."""
+    ra = rb = 0
+    while (la - ra) + (lb - rb) > budget:
+        if la - ra > lb - rb:
+            ra += 1
+        else:
+            rb += 1
+    fa, fb = _binomial_half(u_a, ra), _binomial_half(u_b, rb)
+    return fa, ra - fa, fb, rb - fb
+
+
 def build_pairs(
-    rows: Rows, others: Rows, draws: np.ndarray, *, max_seq_len: int, short_seq_prob: float, sep_id: int
+    rows: Rows,
+    others: Rows,
+    draws: np.ndarray,
+    *,
+    max_seq_len: int,
+    short_seq_prob: float,
+    sep_id: int,
+    stats: dict[str, int] | None = None,
 ) -> tuple[Rows, np.ndarray, np.ndarray]:
     """``A [SEP] B`` rows for ``rows`` (module docstring).
 
     ``rows`` and ``others`` need ``sentence_start`` and ``doc_id``; ``others`` holds ``OTHER_CANDIDATES`` rows
     per row of ``rows`` (row ``i``'s candidates are ``others`` rows ``OTHER_CANDIDATES * i + c``). Returns
-    (pair rows, length of A per row, NSP label per row: 0 IsNext, 1 NotNext).
+    (pair rows, length of A per row, NSP label per row: 0 IsNext, 1 NotNext). ``stats`` (optional) counts
+    ``pairs``, ``not_next``, ``no_other_document`` (NotNext drawn, no candidate from another document: IsNext),
+    ``one_sentence`` (no sentence start to split at: split at a word start) and ``b_short`` (the other row ended before B
+    reached its length).
     """
     if rows.sentence_start is None or rows.doc_id is None or others.sentence_start is None or others.doc_id is None:
         raise ValueError("two segments need the rows' sentence_start and doc_id")
@@ -88,6 +138,9 @@ def build_pairs(
     full = max_seq_len - 3  # [CLS] A [SEP] B [SEP]
     if full < 2:
         raise ValueError(f"two segments need max_seq_len >= 5; got {max_seq_len}")
+    count = stats if stats is not None else {}
+    for key in ("pairs", "not_next", "no_other_document", "one_sentence", "b_short"):
+        count.setdefault(key, 0)
     sep = np.array([sep_id], dtype=np.int64)
     true = np.ones(1, dtype=bool)
     ids, ws, spans = [], [], []
@@ -98,41 +151,68 @@ def build_pairs(
         lo, hi = int(rows.offsets[i]), int(rows.offsets[i + 1])
         n = hi - lo
         target = full if u[0] >= short_seq_prob else 2 + min(int(u[1] * (full - 1)), full - 2)
-        limit = min(n, target)
+        limit = min(n, target)  # the pair's length, whatever its label
         row_ids, row_ws, row_ss = rows.input_ids[lo:hi], rows.word_start[lo:hi], rows.sentence_start[lo:hi]
-        cands = np.flatnonzero(row_ss[1:limit]) + 1
-        if len(cands) == 0:
-            cands = np.flatnonzero(row_ws[1:limit]) + 1
-        if len(cands) == 0:
-            cands = np.array([max(1, limit // 2) if limit >= 2 else limit])
-        k = _pick(u[3], cands)
-        b_ids = b_ws = None
-        row_spans = _spans(rows, i, 0, k, 0)
-        if u[2] < NOT_NEXT_PROB:
+        # BERT's chunk: whole sentences until ``limit`` is reached; at least two when the row has two.
+        bounds = _bounds(row_ss, 0, n)
+        c = int(np.searchsorted(bounds, limit))  # bounds[c] is the chunk's end
+        chunk_end = int(bounds[max(c, 1)]) if len(bounds) > 1 else n
+        splits = bounds[bounds < chunk_end]
+        count["pairs"] += 1
+        if len(splits) == 0:  # no sentence start before ``limit`` + one sentence: the row's word starts stand in
+            count["one_sentence"] += 1
+            chunk_end = limit
+            splits = np.flatnonzero(row_ws[1:limit]) + 1
+            if len(splits) == 0:
+                splits = np.array([max(1, limit // 2)])
+        k = a_end = _pick(u[3], splits)
+        not_next = u[2] < NOT_NEXT_PROB
+        src = None  # (Rows, row, B's start, B's end) for B
+        if not_next:
+            # B gets the length the continuation would have had (the rest of the chunk), so that lengths
+            # before and after truncation say nothing of the label.
+            want = max(chunk_end - a_end, 1)
+            fits = []  # candidates from another document: those long enough for B first, then the others
             for c in range(OTHER_CANDIDATES):
                 j = OTHER_CANDIDATES * i + c
                 olo, ohi = int(others.offsets[j]), int(others.offsets[j + 1])
                 if ohi > olo and others.doc_id[j] != rows.doc_id[i]:
-                    starts = np.flatnonzero(others.sentence_start[olo:ohi])
-                    s = _pick(u[7], starts) if len(starts) else 0
-                    e = min(ohi - olo, s + max(target - k, 1))
-                    b_ids, b_ws = others.input_ids[olo + s : olo + e], others.word_start[olo + s : olo + e]
-                    row_spans += _spans(others, j, s, e, k + 1 - s)
-                    label[i] = 1
-                    break
-        if b_ids is None:  # IsNext (drawn, or no candidate from another document)
-            b_ids, b_ws = row_ids[k:limit], row_ws[k:limit]
-            row_spans += _spans(rows, i, k, limit, 1)
-        a_ws = row_ws[:k].copy()
+                    fits.append((ohi - olo < want, c, j))
+            if fits:
+                _, _, j = min(fits)
+                olo, ohi = int(others.offsets[j]), int(others.offsets[j + 1])
+                on = ohi - olo
+                starts = np.concatenate([[0], np.flatnonzero(others.sentence_start[olo + 1 : ohi]) + 1])
+                room = starts[on - starts >= want]  # starts from which B is not cut by the row's end
+                if len(room) == 0:  # the other row is too short: B is all of it and A gives up the rest
+                    room, count["b_short"] = starts[:1], count["b_short"] + 1
+                    later = splits[splits >= limit - on]
+                    a_end = _pick(u[3], later) if len(later) else chunk_end
+                s = _pick(u[7], room)
+                e = min(on, s + want)
+                src = (others, j, s, e)
+                label[i] = 1
+                count["not_next"] += 1
+            if src is None:
+                count["no_other_document"] += 1
+        if src is None:
+            src = (rows, i, k, chunk_end)  # IsNext: the rest of the chunk
+        b_rows, j, b0, b1 = src
+        fa, ba, fb, bb = truncate_pair(a_end, b1 - b0, max(limit, 2), u[8], u[9])
+        a0, a1, b0, b1 = fa, a_end - ba, b0 + fb, b1 - bb
+        blo = int(b_rows.offsets[j])
+        b_ids, b_ws = b_rows.input_ids[blo + b0 : blo + b1], b_rows.word_start[blo + b0 : blo + b1]
+        row_spans = _spans(rows, i, a0, a1, -a0) + _spans(b_rows, j, b0, b1, (a1 - a0) + 1 - b0)
+        a_ws = row_ws[a0:a1].copy()
         if len(a_ws):
             a_ws[0] = True
         b_ws = b_ws.copy()
         if len(b_ws):
             b_ws[0] = True
-        ids.append(np.concatenate([row_ids[:k], sep, b_ids]))
+        ids.append(np.concatenate([row_ids[a0:a1], sep, b_ids]))
         ws.append(np.concatenate([a_ws, true, b_ws]))
         spans.append(row_spans)
-        a_len[i] = k
+        a_len[i] = a1 - a0
     pairs = Rows.from_lists(ids, ws, spans if rows.span_offsets is not None else None)
     return pairs, a_len, label
 

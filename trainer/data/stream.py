@@ -50,7 +50,7 @@ from trainer.data.config import DataConfig
 from trainer.data.order import EpochOrder
 from trainer.data.segments import add_pair_fields, build_pairs, other_positions, pair_draws
 from trainer.data.shard_cache import ShardCache
-from trainer.masking import Masker, MaskingConfig, Rows
+from trainer.masking import Masked, Masker, MaskingConfig, Rows
 
 STATE_FORMAT = "spanprep-loader-state"
 STATE_VERSION = 1
@@ -275,6 +275,7 @@ class ArtifactStream(IterableDataset):
     def _batches(self) -> Iterator[tuple[int, int]]:
         """(epoch, first stream position) of this rank's micro-batches from the current position."""
         G, B, N = self.global_batch_size, self.micro_batch_size, self.num_samples
+        end: float  # the epoch to stop before (math.inf: never)
         if self.split == "eval":
             e, c, end = 0, 0, 1
         else:
@@ -288,7 +289,8 @@ class ArtifactStream(IterableDataset):
 
     def _chunks(self) -> Iterator[tuple[int, list[int]]]:
         """Chunks of consecutive micro-batches of one epoch: (epoch, [first positions])."""
-        cur_e, cur = None, []
+        cur_e = 0  # the epoch of cur's positions
+        cur: list[int] = []
         for e, p in self._batches():
             if cur and (e != cur_e or len(cur) == self.chunk_batches):
                 yield cur_e, cur
@@ -317,6 +319,15 @@ class ArtifactStream(IterableDataset):
         """Read, mask and collate the micro-batches starting at stream positions ``firsts`` of ``epoch``."""
         B = self.micro_batch_size
         positions = (np.asarray(firsts, dtype=np.int64)[:, None] + np.arange(B)[None, :]).ravel()
+        masked, pairs = self.masked_rows(epoch, positions)
+        batches = self.masker.collate_chunk(masked, B)
+        if pairs is not None:
+            add_pair_fields(batches, *pairs)
+        return batches
+
+    def masked_rows(self, epoch: int, positions: np.ndarray) -> tuple[Masked, tuple[np.ndarray, np.ndarray] | None]:
+        """The rows at stream ``positions`` of ``epoch``, masked, and with two segments their (A lengths, NSP
+        labels); ``make_chunk`` collates them, a mixture (``trainer.data.mixture``) interleaves several sources'."""
         blk, row = self.order(epoch).locate(positions)
         b = self.blocks
         where = [(b.shard_paths[b.shard[k]], int(b.batch[k]), int(b.rows[k]), int(r)) for k, r in zip(blk, row)]
@@ -325,12 +336,9 @@ class ArtifactStream(IterableDataset):
         mask_epoch = epoch if self.split == "train" else 0
         pairs = None
         if self.data_cfg.segments == 2:
-            rows, *pairs = self._pair_rows(mask_epoch, epoch, positions, rows, sample_ids)
-        masked = self.masker.mask(rows, sample_ids, mask_epoch)
-        batches = self.masker.collate_chunk(masked, B)
-        if pairs is not None:
-            add_pair_fields(batches, *pairs)
-        return batches
+            rows, a_len, label = self._pair_rows(mask_epoch, epoch, positions, rows, sample_ids)
+            pairs = (a_len, label)
+        return self.masker.mask(rows, sample_ids, mask_epoch), pairs
 
     def _pair_rows(self, draw_epoch: int, epoch: int, positions: np.ndarray, rows: Rows, sample_ids: np.ndarray):
         """(A [SEP] B rows, A lengths, NSP labels): trainer.data.segments, B's other rows from the same window."""
@@ -352,7 +360,7 @@ class ArtifactStream(IterableDataset):
             sep_id=self.masker.sep_id,
         )
 
-    def __iter__(self) -> Iterator[list[dict[str, torch.Tensor]]]:
+    def __iter__(self) -> Iterator[list[dict[str, torch.Tensor]] | WorkerDataError]:
         info = get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
         for m, (epoch, firsts) in enumerate(self._chunks()):

@@ -32,6 +32,9 @@ from trainer.engine.distributed import (
 )
 from trainer.engine.ds_config import load_deepspeed_json, parameter_groups, resolve_deepspeed_config
 from trainer.engine.loop import Trainer, train
+from trainer.engine.run_lock import LOCK_FILE as RUN_LOCK_FILE
+from trainer.engine.run_lock import RunLock, RunLockError
+from trainer.engine.run_lock import acquire as acquire_run_lock
 from trainer.engine.setup import DATA_FIELDS_SET_BY_TRAINER, SETUP_ERRORS, TrainSetup, prepare
 
 __all__ = [
@@ -59,4 +62,8 @@ __all__ = [
     "convert_to_universal",
     "remove_universal_checkpoints",
     "finish_distributed",
+    "RUN_LOCK_FILE",
+    "RunLock",
+    "RunLockError",
+    "acquire_run_lock",
 ]

@@ -62,7 +62,7 @@ def optimizer_state_bytes(ckpt_dir: str, tag: str) -> list[int]:
     """Bytes of optimizer tensors (fp32 master partition, Adam moments) in each rank's ZeRO file, by rank."""
     files = sorted(
         glob.glob(os.path.join(ckpt_dir, tag, "*zero_pp_rank_*_optim_states.pt")),
-        key=lambda p: int(re.search(r"zero_pp_rank_(\d+)_", os.path.basename(p)).group(1)),
+        key=lambda p: int(re.findall(r"zero_pp_rank_(\d+)_", os.path.basename(p))[0]),
     )
 
     def tensor_bytes(obj: Any) -> int:

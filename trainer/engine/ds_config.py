@@ -122,7 +122,8 @@ def _check_with_deepspeed(ds: dict, where: str) -> None:
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """BERT's rule: no weight decay on biases and LayerNorm weights."""
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue

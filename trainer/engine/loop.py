@@ -33,7 +33,9 @@ from trainer.engine.checkpoints import (
 )
 from trainer.engine.distributed import Dist, environment_ninja, finish_distributed, init_distributed
 from trainer.engine.ds_config import parameter_groups
+from trainer.engine.evaluate import MODEL_INPUTS, SourceCounts, eval_metrics, eval_sums, to_device
 from trainer.engine.resume_check import checkpoint_record
+from trainer.engine.resume_point import write_latest
 from trainer.engine.setup import TrainSetup, write_resolved_config
 from trainer.engine.signals import StopRequested, protect_workers
 from trainer.model import SpanBert
@@ -51,23 +53,6 @@ PEAK_TFLOPS = {
 }
 
 
-def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    non_blocking = device.type != "cpu"
-    return {k: v.to(device, non_blocking=non_blocking) for k, v in batch.items()}
-
-
-MODEL_INPUTS = (
-    "input_ids",
-    "attention_mask",
-    "labels",
-    "span_left",
-    "span_right",
-    "span_position",
-    "token_type_ids",
-    "next_sentence_label",
-)
-
-
 class Trainer:
     def __init__(self, setup: TrainSetup, dist: Dist):
         self.s = setup
@@ -79,6 +64,7 @@ class Trainer:
         cache, tok = setup.train_loader.dataset.shard_cache, setup.artifact.manifest["tokenizer"]
         self.tokenizer_json = setup.artifact.tokenizer_json(cache.read_file(tok["file"], tok) if cache else None)
         self.step = 0
+        self.source_counts = SourceCounts(getattr(setup.train_loader.dataset, "names", []))  # a mixture's sources
 
     # -- set-up --------------------------------------------------------------------------------
     def build(self) -> None:
@@ -88,6 +74,11 @@ class Trainer:
         logging.getLogger("DeepSpeed").setLevel(s.run.log_level.upper())
         torch.manual_seed(s.run.seed)  # identical initial weights on every rank
         model = SpanBert(s.model)
+        if s.init is not None:  # continued pre-training: the checkpoint's weights over the fresh initialisation
+            s.init.apply(model)
+            self._print(s.init.describe())
+        if s.optim.warmup_steps is None:
+            raise RuntimeError("the schedule was not resolved: warmup_steps is unset (config.resolve_schedule)")
         schedule = WarmupLinearDecay(s.optim.warmup_steps, s.run.max_steps)
         with environment_ninja():  # ops an optimizer may JIT-build (CPU Adam with offload)
             self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
@@ -100,7 +91,8 @@ class Trainer:
         self.train_loader = s.train_loader
         self.eval_loader = s.eval_loader
         protect_workers(self.train_loader)
-        protect_workers(self.eval_loader)
+        for loader in self.eval_loader.values() if isinstance(self.eval_loader, dict) else [self.eval_loader]:
+            protect_workers(loader)
 
     # -- checkpoints -----------------------------------------------------------------------------
     def _meta(self, data_state: dict) -> dict:
@@ -116,6 +108,7 @@ class Trainer:
             "zero_stage": self.s.deepspeed.get("zero_optimization", {}).get("stage", 0),
             "global_batch_size": self.micro * self.accum * self.dist.world_size,
             "deepspeed_config_file": self.s.deepspeed_path,
+            **({"source_counts": self.source_counts.state()} if self.source_counts.names else {}),
         }
 
     def save(self, data_state: dict) -> str:
@@ -136,27 +129,32 @@ class Trainer:
             "step": self.step,
             "data": data_state,
             "world_size": self.dist.world_size,
+            "source_counts": self.source_counts.state(),
             # what DeepSpeed's ds_to_universal requires of a checkpoint (data parallelism only here)
             UNIVERSAL_CHECKPOINT_INFO: {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE},
         }
-        self.engine.save_checkpoint(self.ckpt_dir, tag=tag, client_state=client_state)
+        # `latest` is ours to write (resume_point.py): atomically, once every rank has written its files.
+        self.engine.save_checkpoint(self.ckpt_dir, tag=tag, client_state=client_state, save_latest=False)
         torch.distributed.barrier()
         if self.dist.is_main:
+            write_latest(self.ckpt_dir, tag)
             remove_universal_checkpoints(self.ckpt_dir)  # an elastic resume's conversion is superseded
-            if self.s.run.keep_checkpoints:
-                for _, old in checkpoint_tags(self.ckpt_dir)[: -self.s.run.keep_checkpoints]:
+            if self.s.run.keep_checkpoints:  # tags beyond this step: left by a run resumed before them, not counted
+                tags = [t for t in checkpoint_tags(self.ckpt_dir) if t[0] <= self.step]
+                for _, old in tags[: -self.s.run.keep_checkpoints]:
                     if old != tag:
                         shutil.rmtree(os.path.join(self.ckpt_dir, old), ignore_errors=True)
         return tag
 
     def resume(self) -> bool:
-        tag = latest_tag(self.ckpt_dir)
-        if tag is None:
+        point = self.s.resume_point
+        if point is None or point.tag is None:
             return False
+        tag = point.tag
         load_tag = tag
         elastic = self.s.elastic
         if elastic is not None and elastic.tag != tag:
-            raise RuntimeError(f"{self.ckpt_dir}/latest changed from {elastic.tag} to {tag} while the run started")
+            raise RuntimeError(f"{self.ckpt_dir}: resuming {tag}, but the elastic resume was planned for {elastic.tag}")
         groups = None
         if elastic is not None and elastic.universal:
             load_tag = self._universal_checkpoint(tag)
@@ -169,12 +167,15 @@ class Trainer:
         self.step = int(client["step"])
         # The loader's state is global (epoch, consumed samples), the same on every rank.
         self.train_loader.load_state_dict(client["data"])
+        self.source_counts.load(client.get("source_counts"))
         self._apply_schedule()
         return True
 
     def _universal_checkpoint(self, tag: str) -> str:
         """Rank 0 converts ``tag`` to a universal checkpoint while the other ranks wait; all learn the outcome."""
         e = self.s.elastic
+        if e is None:
+            raise RuntimeError(f"{tag}: a universal checkpoint is made only for an elastic resume")
         src, dst = os.path.join(self.ckpt_dir, tag), universal_dir(self.ckpt_dir, tag)
         self._print(
             f"elastic resume: {src} was saved by {e.saved_world_size} ranks, this run has {e.world_size}; "
@@ -262,6 +263,7 @@ class Trainer:
                 # One all-reduce per step: the metrics and whether any rank was asked to stop.
                 host["stop"] = 1.0 if stop.requested else 0.0
                 totals = self._all_reduce(device_sums, host)
+                self.source_counts.absorb(totals)
                 now = time.perf_counter()  # after the all-reduce's sync: the step's work is done
                 totals["seconds"], totals["lr"] = now - step_start, lr  # data wait included, eval and saves not
                 window.add(totals)
@@ -293,9 +295,11 @@ class Trainer:
     def _train_step(self, batches: Iterator[dict]) -> tuple[torch.Tensor, dict[str, float]]:
         device_sums = torch.zeros(len(self.DEVICE_STATS), dtype=torch.float64, device=self.dist.device)
         host = dict(sequences=0.0, padded_tokens=0.0, micro_batches=float(self.accum), stop=0.0)
+        self.source_counts.zero(host)
         for micro in range(self.accum):
             batch = next(batches)
-            inputs = _to_device({k: batch[k] for k in MODEL_INPUTS if k in batch}, self.dist.device)
+            self.source_counts.add_batch(batch, host)
+            inputs = to_device({k: batch[k] for k in MODEL_INPUTS if k in batch}, self.dist.device)
             # Dropout is a pure function of (seed, step, micro-batch, rank), so a resumed run repeats the
             # uninterrupted one. Seeded after fetching: a DataLoader draws from the global generator when it
             # starts an epoch.
@@ -314,10 +318,11 @@ class Trainer:
 
     def _all_reduce(self, device_sums: torch.Tensor, host: dict[str, float]) -> dict[str, float]:
         """Sum the step's statistics over the ranks (one collective, one device sync)."""
-        host_t = torch.tensor([host[k] for k in self.HOST_STATS], dtype=torch.float64, device=self.dist.device)
+        keys = list(host)  # HOST_STATS, then a mixture's per-source counts
+        host_t = torch.tensor([host[k] for k in keys], dtype=torch.float64, device=self.dist.device)
         t = torch.cat([device_sums, host_t])
         torch.distributed.all_reduce(t)
-        return dict(zip(self.DEVICE_STATS + self.HOST_STATS, t.tolist()))
+        return dict(zip(list(self.DEVICE_STATS) + keys, t.tolist()))
 
     def _log_train(self, w: _Window) -> None:
         t = w.totals
@@ -341,7 +346,7 @@ class Trainer:
         mfu = self._mfu(t)
         if mfu is not None:
             events.append(("train/mfu", mfu, self.step))
-        self.monitor.write_events(events)
+        self.monitor.write_events(events + self.source_counts.events(self.step))
         if self.dist.is_main:
             parts = [f"step {self.step}/{self.s.run.max_steps}", f"loss {loss:.4f}", f"mlm {mlm:.4f}"]
             if self.s.model.use_sbo:
@@ -367,68 +372,34 @@ class Trainer:
         flops = t["sequences"] * self.engine.module.flops_per_sequence(seq_len, t["targets"] / t["sequences"])
         return flops / (t["seconds"] * self.dist.world_size * peak * 1e12)
 
-    @torch.no_grad()
     def _evaluate(self) -> dict[str, float]:
+        """Evaluate on the held-out shards (a mixture: every source, eval/NAME/..., and their pool, eval/...)."""
         self.engine.eval()
-        keys = (
-            "batches",
-            "targets",
-            "mlm_loss_sum",
-            "mlm_correct",
-            "sbo_loss_sum",
-            "sbo_correct",
-            "pairs",
-            "nsp_loss_sum",
-            "nsp_correct",
-        )
-        sums = dict.fromkeys(keys, 0.0)
-        it = iter(self.eval_loader)
-        for _ in range(self.s.run.eval_batches):
-            batch = next(it, None)
-            # ZeRO-3 gathers parameters collectively: all ranks run the same number of forwards.
-            have = torch.tensor([0.0 if batch is None else 1.0], device=self.dist.device)
-            torch.distributed.all_reduce(have, op=torch.distributed.ReduceOp.MIN)
-            if have.item() == 0:
-                break
-            inputs = _to_device({k: batch[k] for k in MODEL_INPUTS if k in batch}, self.dist.device)
-            out = self.engine(**inputs)
-            n = float(out["num_targets"].item())
-            sums["batches"] += 1
-            sums["targets"] += n
-            sums["mlm_loss_sum"] += out["mlm_loss"].item() * n
-            sums["mlm_correct"] += float(out["mlm_correct"].item())
-            if "sbo_loss" in out:
-                sums["sbo_loss_sum"] += out["sbo_loss"].item() * n
-                sums["sbo_correct"] += float(out["sbo_correct"].item())
-            if "nsp_loss" in out:
-                pairs = float(out["num_pairs"].item())
-                sums["pairs"] += pairs
-                sums["nsp_loss_sum"] += out["nsp_loss"].item() * pairs
-                sums["nsp_correct"] += float(out["nsp_correct"].item())
-        t = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self.dist.device)
-        torch.distributed.all_reduce(t)
-        sums = dict(zip(keys, t.tolist()))
+        loaders = self.eval_loader if isinstance(self.eval_loader, dict) else {"": self.eval_loader}
+        sums = {f"eval/{name}" if name else "eval": eval_sums(self.engine, loader, self.s.run.eval_batches,
+                                                                self.dist.device) for name, loader in loaders.items()}  # fmt: skip
+        if "eval" not in sums:  # a mixture's pool
+            sums["eval"] = {k: sum(part[k] for part in sums.values()) for k in next(iter(sums.values()))}
         self.engine.train()
-        if not sums["targets"]:
-            self._print("eval: the held-out split yielded no targets")
-            return {}
-        n = sums["targets"]
-        result = {"mlm_loss": sums["mlm_loss_sum"] / n, "mlm_acc": sums["mlm_correct"] / n}
-        if self.s.model.use_sbo:
-            result.update(sbo_loss=sums["sbo_loss_sum"] / n, sbo_acc=sums["sbo_correct"] / n)
-        if self.s.model.nsp and sums["pairs"]:
-            result.update(nsp_loss=sums["nsp_loss_sum"] / sums["pairs"], nsp_acc=sums["nsp_correct"] / sums["pairs"])
-        self.monitor.write_events([(f"eval/{k}", v, self.step) for k, v in result.items()])
-        self._print(
-            f"eval step {self.step}: " + "  ".join(f"{k} {v:.4f}" for k, v in result.items()) + f"  ({int(n)} targets)"
-        )
+        result: dict[str, float] = {}
+        for prefix, part in sums.items():
+            result = eval_metrics(part, self.s.model.use_sbo, self.s.model.nsp)
+            if not result:
+                self._print(f"{prefix}: the held-out split yielded no targets")
+                continue
+            self.monitor.write_events([(f"{prefix}/{k}", v, self.step) for k, v in result.items()])
+            self._print(
+                f"{prefix} step {self.step}: " + "  ".join(f"{k} {v:.4f}" for k, v in result.items())
+                + f"  ({int(part['targets'])} targets)"
+            )  # fmt: skip
         return result
 
     def _print(self, message: str) -> None:
         if not self.dist.is_main:
             return
-        if getattr(self, "_progress", None) is not None:
-            self._progress.write(message, file=sys.stdout)
+        progress = getattr(self, "_progress", None)
+        if progress is not None:
+            progress.write(message, file=sys.stdout)
         else:
             print(message, flush=True)
 
@@ -452,15 +423,24 @@ def train(setup: TrainSetup) -> int:
     dist = init_distributed()
     trainer = Trainer(setup, dist)
     checks = getattr(setup.train_loader.dataset, "shard_checks", None)
-    if checks:
-        trainer._print(
-            f"shards match the manifest (--verify-shards {setup.data.verify_shards}): rank 0 hashed "
-            f"{checks['hashed']}, found {checks['cached']} verified on this node, size-checked {checks['size']}"
+    if checks and dist.local_rank == 0:  # one line per node: each node checks its shards into its own caches
+        how = (
+            f"size-checked {checks['size']}; the node-local --cache-dir {setup.data.cache_dir} checks each shard's "
+            "sha256 as it fills it"
+            if setup.data.cache_dir
+            else f"hashed {checks['hashed']}, found {checks['cached']} verified on this node, size-checked {checks['size']}"
+        )
+        print(
+            f"shards match the manifest (--verify-shards {setup.data.verify_shards}): rank {dist.rank} {how}",
+            flush=True,
         )
     trainer.build()
     if setup.run.resume:
+        if setup.resume_point is not None and setup.resume_point.note:
+            trainer._print(setup.resume_point.note)
         if trainer.resume():
-            message = f"resumed from {trainer.ckpt_dir}/{latest_tag(trainer.ckpt_dir)} at step {trainer.step}"
+            tag = setup.resume_point.tag if setup.resume_point is not None else None
+            message = f"resumed from {trainer.ckpt_dir}/{tag} at step {trainer.step}"
             e = setup.elastic
             if e is not None:
                 batch = setup.resolved(dist.world_size)["global_batch_size"]

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainer.config import ConfigError
+from trainer.data.mixture import STATE_FORMAT as MIXTURE_STATE
 
 # Differ on every resume by design: not worth a line.
 NOT_OPTIONS = {"run.resume"}
@@ -39,9 +40,10 @@ def _describe(uri: Any, fingerprint: Any, manifest: Mapping[str, Any] | None = N
 
 
 def check_same_artifact(meta: Mapping[str, Any], artifact, where: str) -> None:
-    """Refuse (ConfigError, one line) to resume checkpoint ``where`` on an artifact other than its own."""
+    """Refuse (ConfigError, one line) to resume checkpoint ``where`` on an artifact other than its own. A mixture's
+    sources (in any order) are compared one by one by its loader state instead (``check_data_stream``)."""
     saved = meta.get("artifact_fingerprint")
-    if saved is None or saved == artifact.fingerprint:
+    if saved is None or saved == artifact.fingerprint or (meta.get("data_state") or {}).get("format") == MIXTURE_STATE:
         return
     raise ConfigError(
         f"cannot resume {where} on {_describe(artifact.uri, artifact.fingerprint, artifact.manifest)}: the checkpoint "

@@ -29,11 +29,26 @@ from trainer.config import (
     resolve_schedule,
     to_jsonable,
 )
-from trainer.data import DataConfig, build_eval_loader, build_train_loader
-from trainer.engine.checkpoints import ElasticResume, checkpoint_dir, elastic_resume_plan, latest_tag
+from trainer.data import (
+    DataConfig,
+    MixtureStream,
+    build_eval_loader,
+    build_mixture_loaders,
+    build_train_loader,
+    parse_sources,
+)
+from trainer.engine.checkpoints import (
+    ElasticResume,
+    checkpoint_dir,
+    checkpoint_tags,
+    elastic_resume_plan,
+    latest_tag,
+)
 from trainer.engine.distributed import Dist, accelerator_is_gpu, env_rank
 from trainer.engine.ds_config import load_deepspeed_json, resolve_deepspeed_config
+from trainer.engine.init_weights import InitWeights, check_init_fits_artifact, init_model_config, load_init, open_init
 from trainer.engine.resume_check import changed_options, check_data_stream, check_same_artifact, check_zero_stage
+from trainer.engine.resume_point import ResumePoint, find_resume_point
 from trainer.masking import MaskingConfig
 
 # Errors `prepare` reports as one line (FormatError and ConfigError are ValueErrors; the data side's
@@ -56,9 +71,12 @@ class TrainSetup:
     deepspeed: dict  # resolved DeepSpeed config
     artifact: Any  # schemas.artifact.Artifact
     train_loader: Any  # trainer.data.StreamLoader of this rank (not iterated yet)
-    eval_loader: Any  # trainer.data.StreamLoader over the held-out shards, or None
+    eval_loader: Any  # trainer.data.StreamLoader over the held-out shards, a mixture's {source name: loader}, or None
     elastic: ElasticResume | None = None  # --resume of a checkpoint written by another number of ranks
     resume_changes: list[str] = field(default_factory=list)  # options that differ from the checkpoint's run
+    resume_point: ResumePoint | None = None  # --resume: the checkpoint to load (None: none, start at step 0)
+    init: InitWeights | None = None  # --init's weights (None without --init, or when --resume finds a checkpoint)
+    init_path: str | None = None  # --init as given
 
     def options(self, world_size: int) -> dict:
         return run_options(self.run, self.optim, self.data, self.masking, self.deepspeed, world_size)
@@ -83,6 +101,7 @@ class TrainSetup:
             "world_size": world_size,
             "global_batch_size": ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * world_size,
             "elastic_resume": elastic,
+            "init": self.init.summary() if self.init is not None else self.init_path,
             "artifact": {
                 "uri": self.artifact.uri,
                 "format_version": self.artifact.manifest.get("format_version"),
@@ -91,7 +110,23 @@ class TrainSetup:
                 "rows": self.artifact.manifest.get("counts", {}).get("rows"),
             },
             "versions": _versions(),
+            **_mixture_record(self.train_loader.dataset),
         }
+
+
+def _mixture_record(dataset: Any) -> dict:
+    """A mixture's sources and proportions for config.json (nothing for one artifact)."""
+    if not isinstance(dataset, MixtureStream):
+        return {}
+    return {
+        "mixture": {
+            "samples_per_epoch": dataset.order.M,
+            "sources": [
+                {"name": s.name, "uri": s.uri, "weight": s.weight, "rows": st.num_samples, "per_epoch": n}
+                for s, st, n in zip(dataset.sources, dataset.streams, dataset.order.n)
+            ],
+        }
+    }
 
 
 def run_options(run, optim, data, masking, ds: dict, world_size: int) -> dict:
@@ -135,19 +170,25 @@ def _check_model_matches_artifact(model_given: dict, artifact) -> dict:
 
 def _check_resume(
     run: RunConfig, model: ModelConfig, artifact, world_size: int, ds: dict
-) -> tuple[ElasticResume | None, dict | None, str]:
-    """Check that the latest checkpoint (if any) can be resumed; plan an elastic resume when it was written by
-    another number of ranks (this sets ``checkpoint.load_universal`` in ``ds``). Returns (the plan, the checkpoint's
-    meta or None without a checkpoint, the checkpoint's path)."""
+) -> tuple[ElasticResume | None, dict | None, str, ResumePoint | None]:
+    """Check that the checkpoint ``--resume`` continues from (``resume_point``: the newest complete one) can be
+    resumed; plan an elastic resume when it was written by another number of ranks (this sets
+    ``checkpoint.load_universal`` in ``ds``). Returns (the plan, the checkpoint's meta or None without a checkpoint,
+    the checkpoint's path, the resume point or None without a checkpoint)."""
     ckpt = checkpoint_dir(run.output_dir)
-    tag = latest_tag(ckpt)
-    if tag is None:
-        return None, None, ckpt
     if not run.resume:
-        raise ConfigError(
-            f"{run.output_dir} already holds checkpoints (latest: {tag}); pass --resume to continue that run, "
-            f"or choose another --output-dir"
-        )
+        tags = [t for _, t in checkpoint_tags(ckpt)]
+        if tags or os.path.exists(os.path.join(ckpt, "latest")):
+            raise ConfigError(
+                f"{run.output_dir} already holds checkpoints (latest: {latest_tag(ckpt) or 'unreadable'}"
+                f"{'' if latest_tag(ckpt) else ', directories: ' + ', '.join(tags[-3:])}); pass --resume to continue "
+                f"that run, or choose another --output-dir"
+            )
+        return None, None, ckpt, None
+    point = find_resume_point(ckpt)
+    if point.tag is None:
+        return None, None, ckpt, None
+    tag = point.tag
     meta_path = os.path.join(ckpt, tag, CHECKPOINT_META_FILE)
     if not os.path.isfile(meta_path):
         raise ConfigError(f"{meta_path}: missing; cannot resume from a checkpoint the trainer did not write")
@@ -167,11 +208,16 @@ def _check_resume(
     saved_model, now = meta.get("model", {}), to_jsonable(model)
     diff = [f"{k}: checkpoint {saved_model.get(k)!r}, now {now[k]!r}" for k in now if saved_model.get(k) != now[k]]
     if diff:
-        raise ConfigError(f"cannot resume {ckpt}/{tag} with another model configuration: " + "; ".join(diff))
+        raise ConfigError(
+            f"cannot resume {ckpt}/{tag} with another model configuration: "
+            + "; ".join(diff)
+            + " (give the model options the run started with, its --preset or --init included)"
+        )
     saved_world = meta.get("world_size")
+    where = f"{ckpt}/{tag}"
     if saved_world in (None, world_size):
-        return None, meta, f"{ckpt}/{tag}"
-    return elastic_resume_plan(run, ds, f"{ckpt}/{tag}", tag, meta, int(saved_world), world_size), meta, f"{ckpt}/{tag}"
+        return None, meta, where, point
+    return elastic_resume_plan(run, ds, where, tag, meta, int(saved_world), world_size), meta, where, point
 
 
 def prepare(args) -> TrainSetup:
@@ -180,13 +226,26 @@ def prepare(args) -> TrainSetup:
     optim = dataclass_from_args(OptimConfig, args)
     optim = resolve_schedule(optim, run)  # warmup not given: 1% of --max-steps
     model_given = given_fields(args, ModelConfig)
-    ModelConfig.preset(args.preset, **model_given)  # report a bad model option before opening the artifact
+    init_path = getattr(args, "init", None)
+    preset = getattr(args, "preset", None)
+    if init_path:  # continued pre-training: the sizes are the checkpoint's
+        init = open_init(init_path, model_given, preset)
+    else:
+        init = None
+        ModelConfig.preset(preset or "base", **model_given)  # report a bad model option before opening the artifact
 
-    artifact = Artifact.open(run.data)
-    fixed = _check_model_matches_artifact(model_given, artifact)
-    model = ModelConfig.preset(args.preset, **{**model_given, **fixed})
+    sources = parse_sources(run.data)  # None: one artifact (--data PATH)
+    artifacts = [Artifact.open(src.uri) for src in sources] if sources else [Artifact.open(str(run.data))]
+    artifact = artifacts[0]  # a mixture's tokenizer, sequence length and checkpoint identity: its first source's
     # Sequence length: the artifact's (its rows hold at most max_row_tokens(max_seq_len) tokens) unless --max-seq-len says otherwise.
     max_seq_len = getattr(args, "data.max_seq_len", None) or int(artifact.manifest.get("max_seq_len", 512))
+    if init is not None:
+        check_init_fits_artifact(init, artifact, max_seq_len)
+    fixed = _check_model_matches_artifact(model_given, artifact)
+    if init is not None:
+        model = init_model_config(init, model_given, fixed)
+    else:
+        model = ModelConfig.preset(preset or "base", **{**model_given, **fixed})
     if model.max_position_embeddings < max_seq_len:
         raise ConfigError(
             f"--max-position-embeddings {model.max_position_embeddings} is smaller than the sequence length "
@@ -208,7 +267,7 @@ def prepare(args) -> TrainSetup:
         DataConfig,
         args,
         dest_prefix="data.",
-        artifact=run.data,
+        artifact=sources[0].uri if sources else str(run.data),
         seed=run.seed,
         micro_batch_size=ds["train_micro_batch_size_per_gpu"],
         max_seq_len=max_seq_len,
@@ -221,17 +280,36 @@ def prepare(args) -> TrainSetup:
             "--eval-every needs held-out shards: set --eval-shards >= 1, or --eval-every 0 to not evaluate"
         )
     rank, _, world_size = env_rank()
-    elastic, resume_meta, checkpoint = _check_resume(run, model, artifact, world_size, ds)
+    elastic, resume_meta, checkpoint, resume_point = _check_resume(run, model, artifact, world_size, ds)
+    # --init's weights; a resumed run continues from its own checkpoint instead
+    init_weights = load_init(init, model) if init is not None and resume_meta is None else None
     # The loaders only index the shards here (no reading, no workers yet), so their errors are clear messages too.
-    expected = dict(expected_vocab_size=model.vocab_size, expected_special_token_ids={"pad": model.pad_token_id})
-    train_loader, _ = build_train_loader(data, masking, rank=rank, world_size=world_size, **expected)
+    expected: dict[str, Any] = dict(
+        expected_vocab_size=model.vocab_size, expected_special_token_ids={"pad": model.pad_token_id}
+    )
+    eval_loader: Any = None
+    if sources:
+        length_from = (
+            "--max-seq-len"
+            if getattr(args, "data.max_seq_len", None)
+            else f"the max_seq_len of {sources[0].describe()}"
+        )
+        train_loader, _, evals = build_mixture_loaders(
+            sources, data, masking, rank=rank, world_size=world_size, with_eval=bool(run.eval_every),
+            artifacts=artifacts, length_from=length_from, **expected,
+        )  # fmt: skip
+        eval_loader = evals or None  # {source name: loader}: eval/NAME/... metrics
+    else:
+        if data.samples_per_epoch is not None:
+            raise ConfigError("--samples-per-epoch sets the epoch of a mixture (several --data NAME=PATH[:WEIGHT])")
+        train_loader, _ = build_train_loader(data, masking, rank=rank, world_size=world_size, **expected)
     changes = []
     if resume_meta is not None:
         check_zero_stage(resume_meta, ds.get("zero_optimization", {}).get("stage", 0), checkpoint)
         check_data_stream(resume_meta, train_loader, checkpoint)
         changes = changed_options(resume_meta, run_options(run, optim, data, masking, ds, world_size))
-    eval_loader = None
-    if run.eval_every:
+        changes += getattr(train_loader.dataset, "weights_changed_on_resume", [])
+    if run.eval_every and not sources:
         eval_loader, _ = build_eval_loader(data, masking, rank=rank, world_size=world_size, **expected)
     return TrainSetup(
         model=model,
@@ -246,6 +324,9 @@ def prepare(args) -> TrainSetup:
         eval_loader=eval_loader,
         elastic=elastic,
         resume_changes=changes,
+        resume_point=resume_point,
+        init=init_weights,
+        init_path=init_path,
     )
 
 

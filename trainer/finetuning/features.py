@@ -46,12 +46,13 @@ def glue_feature(
             feature["token_mask"] = [0] + [1] * len(a) + [0] + ([1] * len(b) + [0] if b is not None else [])
         else:
             rng = span_ft.random_for(seed, ex.uid) if segmentation == "random" else None
-            spans = span_ft.segment_piece(a, 1, segmentation, segmenter, rng)
+            per_text = [span_ft.segment_piece(a, 1, segmentation, segmenter, rng)]
             if b is not None:
-                spans += span_ft.segment_piece(b, len(a) + 2, segmentation, segmenter, rng)
-            assert all(0 < s < e < n for s, e in spans)
-            feature["span_index"], feature["span_token_mask"] = span_ft.span_tensors(spans, max_spans, max_span_len)
-            feature["num_spans"] = len(spans)
+                per_text.append(span_ft.segment_piece(b, len(a) + 2, segmentation, segmenter, rng))
+            assert all(0 < s < e < n for spans in per_text for s, e in spans)
+            feature["span_index"], feature["span_token_mask"] = span_ft.span_tensors(per_text, max_spans, max_span_len)
+            feature["num_spans"] = sum(len(spans) for spans in per_text)
+            feature["spans_per_text"] = [len(spans) for spans in per_text]
     return feature
 
 

@@ -1,7 +1,9 @@
 """The pre-trained encoder (``trainer.model.SpanBert``, its pre-training heads removed) with one task head.
 
-- ``cls`` (BERT): dropout, then a linear layer on the [CLS] vector: cross-entropy over the classes, or the
-  squared error of one output for regression.
+- ``cls`` (BERT): dropout, then a linear layer on the final [CLS] vector: cross-entropy over the classes, or
+  the squared error of one output for regression. BERT's pooler (tanh of a dense layer, trained by NSP) is not
+  used, and not loaded from a checkpoint that has one: SpanBERT has no NSP, so its pooler is never trained
+  (docs/FINETUNING.md).
 - ``span`` (BERT / SpanBERT QA) and ``spex`` (SpEx-BERT): two vectors d_start, d_end (one Linear(H, 2)); start
   and end distributions are softmaxes over the positions ``span_mask`` allows (QA: [CLS] and the passage;
   SpEx: the source text); loss = (CE(start) + CE(end)) / 2, as BERT's run_squad (SpEx writes the sum; the
@@ -39,7 +41,7 @@ class FineTuneModel(nn.Module):
         super().__init__()
         if head not in HEADS:
             raise ValueError(f"unknown head {head!r}; choose one of {', '.join(HEADS)}")
-        encoder.mlm_head = None  # pre-training heads: not used, not trained, not saved
+        del encoder.mlm_head  # pre-training heads: not used, not trained, not saved
         encoder.sbo_head = None
         self.encoder = encoder
         self.head = head
@@ -79,15 +81,17 @@ class FineTuneModel(nn.Module):
     ) -> dict[str, torch.Tensor]:
         hidden = self.encoder.encode(input_ids, attention_mask, token_type_ids)
         if self.head in ("span", "spex"):
+            if span_mask is None:
+                raise ValueError(f"the {self.head} head needs span_mask (the positions an answer may take)")
             logits = self.qa_outputs(hidden).float()
             allowed = span_mask.bool()
             start, end = (x.squeeze(-1).masked_fill(~allowed, NEG) for x in logits.split(1, dim=-1))
             out = {"start_logits": start, "end_logits": end}
-            if start_positions is not None:
+            if start_positions is not None and end_positions is not None:
                 out["loss"] = (F.cross_entropy(start, start_positions) + F.cross_entropy(end, end_positions)) / 2
             return out
         cls = hidden[:, 0]
-        if self.head == "span-ft":
+        if self.span_cnn is not None:
             s = self.span_cnn(hidden, span_index, span_token_mask, token_mask)
             cls = torch.cat([s, cls], dim=-1)
         logits = self.classifier(self.dropout(cls)).float()

@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -48,6 +49,7 @@ from trainer.finetuning.heads import FineTuneModel
 from trainer.finetuning.metrics import glue_metrics
 from trainer.finetuning.options import FinetuneConfig
 from trainer.finetuning.tasks import Task, get_task
+from trainer.model import SpanBert
 
 
 def _path(cfg: FinetuneConfig, task: Task, split: str) -> str:
@@ -70,18 +72,16 @@ class Data:
         if cfg.head == "span-ft" and cfg.segmentation == "ngram":
             self.segmenter = Segmenter.from_dictionary(cfg.ngram_dictionary)
         self.files = {split: _path(cfg, task, split) for split in ("train", "dev")}
-        self.examples, self.features = {}, {}
+        # split -> its examples: squad.QAExample for QA tasks, glue.Example for the others
+        self.examples: dict[str, list[Any]] = {}
+        self.features: dict[str, list[dict]] = {}
         for split, limit in (("train", cfg.max_train_examples), ("dev", cfg.max_eval_examples)):
             if task.kind == "qa":
-                examples, bad = squad.read_squad(self.files[split], task.name, split)
-            else:
-                examples, bad = read_tsv(task, self.files[split], split)
-            if limit:
-                examples = examples[:limit]
-            self.examples[split], self.bad[split] = examples, bad
-            if task.kind == "qa":
+                questions, bad = squad.read_squad(self.files[split], task.name, split)
+                questions = questions[:limit] if limit else questions
+                self.examples[split], self.bad[split] = questions, bad
                 feats = squad.qa_features(
-                    examples,
+                    questions,
                     tokenizer,
                     max_seq_len=max_seq_len,
                     doc_stride=cfg.doc_stride,
@@ -90,6 +90,9 @@ class Data:
                     bad=bad,
                 )
             else:
+                examples, bad = read_tsv(task, self.files[split], split)
+                examples = examples[:limit] if limit else examples
+                self.examples[split], self.bad[split] = examples, bad
                 feats = [
                     glue_feature(
                         task,
@@ -121,7 +124,10 @@ class Data:
             spans = [f["num_spans"] for f in self.features[split] if "num_spans" in f]
             if spans:
                 out[split]["mean_spans"] = round(sum(spans) / len(spans), 3)
-                out[split]["inputs_with_spans_cut"] = sum(n > self.cfg.max_spans for n in spans)
+                per_text = [f["spans_per_text"] for f in self.features[split]]
+                out[split]["inputs_with_spans_cut"] = sum(any(n > self.cfg.max_spans for n in t) for t in per_text)
+                if self.task.is_pair:
+                    out[split]["pairs_second_text_without_span"] = sum(t[1] == 0 for t in per_text)
         return out
 
 
@@ -137,7 +143,7 @@ class Setup:
     cfg: FinetuneConfig
     task: Task
     data: Data
-    encoder: object
+    encoder: SpanBert
     source: dict
     optim: OptimConfig
     ds_path: str
@@ -209,7 +215,7 @@ class FineTuner:
             "head": model.head_parameters(),
         }
         logging.getLogger("DeepSpeed").setLevel(s.cfg.log_level.upper())
-        schedule = WarmupLinearDecay(s.optim.warmup_steps, s.max_steps)
+        schedule = WarmupLinearDecay(s.optim.warmup_steps or 0, s.max_steps)
         with environment_ninja():
             self.engine, _, _, self.scheduler = deepspeed.initialize(
                 model=model,
@@ -310,9 +316,9 @@ class FineTuner:
         self.engine.train()
         if not self.dist.is_main:
             return {}
-        merged = {}
+        merged: dict[int, dict] = {}
         for part in gathered:
-            merged.update(part)
+            merged.update(part or {})
         assert len(merged) == len(feats), (len(merged), len(feats))
         return merged
 
@@ -330,8 +336,8 @@ class FineTuner:
                 version2=task.name == "squad2",
                 null_threshold=self.cfg.null_threshold,
             )
-            golds = {ex.qid: [t for t, _ in ex.answers] for ex in examples}
-            return squad_metric.evaluate(golds, predictions), predictions
+            golds = [(ex.qid, ex.gold_texts) for ex in examples]  # every dev entry, as the official scripts
+            return squad_metric.evaluate(golds, predictions, version2=task.name == "squad2"), predictions
         gold = [ex.label for ex in examples]
         extra = {}
         if self.cfg.head == "spex":

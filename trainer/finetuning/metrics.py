@@ -34,6 +34,8 @@ def matthews(pred: Sequence[int], gold: Sequence[int], positive: int = 1) -> flo
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson's r; 0.0 when either side is constant (r is undefined there: scipy returns NaN; 0 keeps
+    metrics.json valid JSON and ranks a constant predictor with an uncorrelated one)."""
     _check(x, y)
     n = len(x)
     mx, my = sum(x) / n, sum(y) / n

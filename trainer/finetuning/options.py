@@ -25,14 +25,14 @@ class FinetuneConfig:
         "where to start: a pre-training RUN_DIR (or RUN_DIR/checkpoints[/TAG]) or a Hugging Face export directory",
         required=True,
     )
-    task: Literal[tuple(TASKS)] = opt(
+    task: Literal[tuple(TASKS)] = opt(  # type: ignore[valid-type]  # choices built from the registries
         "rte", "task (its file layout and labels are declared in trainer/finetuning/tasks.py)", required=True
-    )  # type: ignore[valid-type]
-    head: Literal[HEADS] = opt(
+    )
+    head: Literal[HEADS] = opt(  # type: ignore[valid-type]  # choices built from the registries
         "cls",
         "cls (linear layer on [CLS]), span (QA start/end), spex (SpEx-BERT), span-ft (Span Fine-tuning)",
         required=True,
-    )  # type: ignore[valid-type]
+    )
     output_dir: str = opt(
         "", "RUN_DIR: metrics.json, predictions.json (QA), bad_rows.jsonl, config.json, monitor/", required=True
     )
@@ -49,13 +49,13 @@ class FinetuneConfig:
     seed: int = opt(42, "seed of the head's initialisation, the example order, dropout and random segmentation")
     eval_batch_size: int = opt(0, "features per rank per evaluation batch (0: the micro batch size)")
     log_every: int = opt(10, "write the training loss to the monitor every N steps")
-    segmentation: Literal[SEGMENTATIONS] = opt(
+    segmentation: Literal[SEGMENTATIONS] = opt(  # type: ignore[valid-type]  # choices built from the registries
         "ngram", "span-ft: ngram (dictionary, greedy longest match), random (ablation), none (BERT + CNN ablation)"
-    )  # type: ignore[valid-type]
+    )
     ngram_dictionary: str = opt(
         "", "span-ft with --segmentation ngram: a dictionary directory from pipeline.build_ngram_dictionary"
     )
-    max_spans: int = opt(16, "span-ft: r, the most spans per input (padding and cutting)")
+    max_spans: int = opt(16, "span-ft: r, the most spans per sentence (padding and cutting)")
     max_span_len: int = opt(64, "span-ft: l, the most tokens per span (64 or 128 in the paper)")
     doc_stride: int = opt(128, "QA: tokens between the starts of two windows of a long passage (BERT 128)")
     max_query_len: int = opt(64, "QA: questions are cut to this many tokens (BERT 64)")

@@ -7,9 +7,14 @@ is concatenated separately). Ablations (section 5.1): ``random`` segmentation (w
 length 1..5, seeded by (seed, example id), so identical on every run and rank) and ``none``: BERT + CNN, two
 CNN layers over all tokens and one max-pool, without segmentation.
 
-Padding and cutting (section 4.1, r = 16 spans of at most l = 64 tokens): the first r spans are kept, each
-cut to its first l tokens; a shorter input gets padding spans. The model receives ``span_index`` [r, l] (token
-positions) and ``span_token_mask`` [r, l] (1 for a real token).
+Padding and cutting (section 4.1: "r representing the largest number of spans in a sentence, and l indicating
+the largest number of tokens included in a span"; r = 16, l in {64, 128}): the budget is per sentence, so each
+text of a pair keeps its first r spans (A's, then B's), each cut to its first l tokens, and padding spans fill
+the rest. (A shared budget left the hypothesis of 92% of RTE dev pairs without any span.) The model receives
+``span_index`` [r x texts, l] (token positions) and ``span_token_mask`` [r x texts, l] (1 for a real token).
+r and l are taken as the paper's text gives them; with dictionary n-grams of at most 5 words, a span rarely
+needs more than ~15 tokens while a 128-token sentence has ~25-50 segments, so r = 16 cuts far more than l = 64
+does (the two read as if swapped; ``--max-spans`` and ``--max-span-len`` set them).
 
 Hierarchical CNN (equations 1-2): per span, c^i_j = ReLU(W1 [t^i_j .. t^i_{j+k-1}] + b1) with kernel k = 3 and
 output size = hidden size, zero padding at the span's edges (so one-token spans have an output), then
@@ -37,8 +42,12 @@ def segment_piece(
     """Token spans [start, end) in sequence positions (the piece starts at ``offset``) of one text."""
     words = piece.words()
     if segmentation == "ngram":
+        if segmenter is None:
+            raise ValueError("--segmentation ngram needs a dictionary (--ngram-dictionary)")
         word_spans = segmenter.segment([w for w, _, _ in words])
     elif segmentation == "random":
+        if rng is None:
+            raise ValueError("--segmentation random needs a random generator")
         word_spans, i = [], 0
         while i < len(words):
             n = rng.randint(1, RANDOM_MAX_WORDS)
@@ -50,12 +59,16 @@ def segment_piece(
 
 
 def span_tensors(
-    spans: list[tuple[int, int]], max_spans: int, max_span_len: int
+    per_text: list[list[tuple[int, int]]], max_spans: int, max_span_len: int
 ) -> tuple[list[list[int]], list[list[int]]]:
-    """span_index and span_token_mask ([max_spans][max_span_len]): the first spans, each cut, then padding."""
-    index = [[0] * max_span_len for _ in range(max_spans)]
-    mask = [[0] * max_span_len for _ in range(max_spans)]
-    for i, (start, end) in enumerate(spans[:max_spans]):
+    """span_index and span_token_mask ([max_spans x texts][max_span_len]): the first ``max_spans`` spans of each
+    text (r is per sentence, as the paper's "in a sentence"), one text's after the other's, each span cut to
+    ``max_span_len`` tokens; padding spans at the end."""
+    slots = max_spans * len(per_text)
+    index = [[0] * max_span_len for _ in range(slots)]
+    mask = [[0] * max_span_len for _ in range(slots)]
+    kept = [span for spans in per_text for span in spans[:max_spans]]
+    for i, (start, end) in enumerate(kept):
         for j, pos in enumerate(range(start, min(end, start + max_span_len))):
             index[i][j] = pos
             mask[i][j] = 1
@@ -97,10 +110,14 @@ class HierarchicalCNN(nn.Module):
         token_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if self.segmentation == "none":  # BERT + CNN: two CNN layers over the tokens, one max-pool
+            if token_mask is None:
+                raise ValueError("segmentation 'none' needs token_mask")
             mask = token_mask.bool()
             h = self._conv(self.conv1, hidden, mask)
             h = self._conv(self.conv2, h, mask)
             return _masked_max(h, mask, dim=1)
+        if span_index is None or span_token_mask is None:
+            raise ValueError(f"segmentation {self.segmentation!r} needs span_index and span_token_mask")
         B, R, L = span_index.shape
         H = hidden.size(-1)
         mask = span_token_mask.bool()

@@ -63,8 +63,13 @@ def spex_feature(task: Task, tokenizer, text_a: str, text_b: str | None, label: 
             raise ValueError(f"task {task.name}: choice {choices_text[start:end]!r} has no tokens")
         token_spans.append((covered[0], covered[-1]))
     if task.is_pair:
-        sentence, auxiliary = encode(tokenizer, text_a), encode(tokenizer, text_b)
-        sentence, auxiliary = truncate_pair(sentence, auxiliary, max_seq_len - 3 - len(choices))
+        if text_b is None:
+            raise ValueError(f"task {task.name} takes sentence pairs: text_b is missing")
+        sentence, paired = truncate_pair(
+            encode(tokenizer, text_a), encode(tokenizer, text_b), max_seq_len - 3 - len(choices)
+        )
+        assert paired is not None, "truncate_pair keeps a given second piece"
+        auxiliary = paired
         source_ids, shift = sentence.ids + choices.ids, 1 + len(sentence)
     else:
         auxiliary = encode(tokenizer, text_a)

@@ -16,9 +16,11 @@ word (words as the tokenizer's pre-tokenizer splits them: BERT maps answers back
 answer. v2.0: the no-answer score is the smallest [CLS] start + end over the windows; "" is predicted when it
 exceeds the best span's score by more than ``null_threshold`` (BERT's tau, default 0).
 
-Bad rows (counted, written to bad_rows.jsonl, not used): a question without id or text, a gold answer whose
-``answer_start`` does not point at its text in the context, an answer that covers no token, and, in v1.1, a
-question without answers.
+Bad rows (counted, written to bad_rows.jsonl; :func:`read_squad`): in training, a question without id or text,
+a gold answer whose ``answer_start`` does not point at its text in the context, an answer that covers no token,
+a repeated id, wrong JSON types, and, in v1.1, a question without answers are not used. On dev every question
+with an id is scored (as the official scripts do): such rows are reported with ``kept`` and scored (a question
+that cannot be predicted scores as a miss).
 """
 
 from __future__ import annotations
@@ -37,59 +39,127 @@ class QAExample:
     qid: str
     question: str
     context: str
-    answers: list[tuple[str, int]]  # (text, answer_start)
+    answers: list[tuple[str, int]]  # (text, answer_start): the training target is the first one
     is_impossible: bool = False
+    golds: list[str] | None = None  # the texts of the file's "answers" (scored as the official script does)
+    predictable: bool = True  # False: a dev question without usable question or context (predicted "", a miss)
+
+    @property
+    def gold_texts(self) -> list[str]:
+        return self.golds if self.golds is not None else [t for t, _ in self.answers]
+
+
+def _load_json(path: str) -> object:
+    """The file's JSON (a UTF-8 byte order mark is allowed), or a DataError naming the file and the position."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: not UTF-8 (byte {e.start}: {data[e.start : e.start + 1]!r})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}:{e.lineno}:{e.colno}: not SQuAD JSON ({e.msg})") from None
+
+
+def _gold_answers(raw: object) -> tuple[list[str], list[tuple[str, object]], str]:
+    """(texts, (text, answer_start) pairs, problem) of a question's "answers" value; problem "" when well-typed."""
+    if not isinstance(raw, list):
+        return [], [], f"'answers' is {type(raw).__name__}, not a list"
+    texts: list[str] = []
+    pairs: list[tuple[str, object]] = []
+    for ans in raw:
+        if not isinstance(ans, dict) or not isinstance(ans.get("text"), str):
+            return texts, pairs, f"an answer {str(ans)[:60]} has no text string"
+        texts.append(ans["text"])
+        pairs.append((ans["text"], ans.get("answer_start")))
+    return texts, pairs, ""
 
 
 def read_squad(path: str, task_name: str, split: str) -> tuple[list[QAExample], BadRows]:
+    """Every question of the file as an example, or as a bad row with its reason (file, JSON path, detail).
+
+    Training split: a question that cannot give a training target is a bad row and not used. Other splits (dev):
+    every question with an id is scored, as the official scripts score every ``qa`` entry; one whose answer
+    offsets do not match, whose id repeats, or that has no answer (v1.1) is still used and scored against its
+    answers' texts (a bad row with ``kept``), and one without a usable question or context is predicted as ""
+    (a miss; a bad row with ``kept``). Wrong JSON types are bad rows too, never a traceback."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file ({task_name} {split} split)")
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: not SQuAD JSON ({e})") from None
+    doc = _load_json(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
         raise DataError(f"{path}: not SQuAD JSON (no top-level 'data' list)")
     version = str(doc.get("version", ""))
     if version not in VERSIONS[task_name]:
         raise DataError(f"{path}: SQuAD version {version!r}; task {task_name} reads {', '.join(VERSIONS[task_name])}")
-    v2 = task_name == "squad2"
+    v2, training = task_name == "squad2", split == "train"
     bad = BadRows()
     examples: list[QAExample] = []
+    seen: set[str] = set()
     for a, article in enumerate(doc["data"]):
-        for p, paragraph in enumerate(article.get("paragraphs", [])):
-            context = paragraph.get("context", "")
-            for q, qa in enumerate(paragraph.get("qas", [])):
+        paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
+        if not isinstance(paragraphs, list):
+            bad.read += 1
+            bad.add(path, f"data[{a}]", "malformed_entry", "an article without a 'paragraphs' list")
+            continue
+        for p, paragraph in enumerate(paragraphs):
+            qas = paragraph.get("qas") if isinstance(paragraph, dict) else None
+            if not isinstance(qas, list):
+                bad.read += 1
+                bad.add(path, f"data[{a}].paragraphs[{p}]", "malformed_entry", "a paragraph without a 'qas' list")
+                continue
+            context = paragraph.get("context")
+            for q, qa in enumerate(qas):
                 where = f"data[{a}].paragraphs[{p}].qas[{q}]"
                 bad.read += 1
-                qid, question = qa.get("id"), str(qa.get("question", "")).strip()
-                if not qid or not question or not context:
-                    bad.add(path, where, "missing_field", f"id {qid!r}, question {question[:40]!r}")
+                qid = qa.get("id") if isinstance(qa, dict) else None
+                if isinstance(qid, bool) or not isinstance(qid, (str, int)) or qid == "":
+                    bad.add(path, where, "missing_field", f"no usable id: {str(qa)[:80]}")
+                    continue  # without an id nobody can score it
+                qid = str(qid)
+                question = qa.get("question")
+                impossible = qa.get("is_impossible", False) if v2 else False
+                golds, pairs, problem = _gold_answers(qa.get("answers", []))
+                reason = "malformed_entry" if problem else ""
+                if not reason and not isinstance(impossible, bool):
+                    reason, problem = "malformed_entry", f"'is_impossible' is {impossible!r}, not true/false"
+                if not reason and (not isinstance(question, str) or not question.strip()):
+                    reason, problem = "missing_field", f"question {str(question)[:40]!r}"
+                if not reason and (not isinstance(context, str) or not context):
+                    reason, problem = "missing_field", f"context {str(context)[:40]!r}"
+                if reason:  # nothing to predict from: a miss on dev, unused in training
+                    bad.add(path, where, reason, f"{qid}: {problem}", kept=not training)
+                    if not training:
+                        examples.append(QAExample(qid, "", "", [], bool(impossible is True), golds, False))
+                        bad.used += 1
                     continue
-                impossible = bool(qa.get("is_impossible", False)) if v2 else False
-                answers, problem = [], ""
-                for ans in [] if impossible else qa.get("answers", []):
-                    text, start = ans.get("text", ""), ans.get("answer_start", -1)
-                    if not isinstance(start, int) or context[start : start + len(text)] != text or not text.strip():
-                        problem = (
-                            f"answer {text!r} at {start}: context has {context[start : start + len(text)]!r}"
-                            if isinstance(start, int)
-                            else f"answer_start {start!r}"
-                        )
-                        break
-                    answers.append((text, start))
-                if problem:
-                    bad.add(path, where, "answer_start_mismatch", f"{qid}: {problem}")
+                flags: list[tuple[str, str]] = []
+                if qid in seen and not training:  # both are scored (v1.1 counts each entry)
+                    flags.append(("duplicate_id", f"{qid}: the id of an earlier question"))
+                seen.add(qid)
+                answers: list[tuple[str, int]] = []
+                assert isinstance(context, str) and isinstance(question, str)  # checked above
+                for text, start in [] if impossible else pairs:
+                    if not isinstance(start, int) or isinstance(start, bool):
+                        has = f"answer_start {start!r}"
+                    elif context[start : start + len(text)] != text or not text.strip():
+                        has = context[start : start + len(text)]
+                    else:
+                        answers.append((text, start))
+                        continue
+                    flags.append(("answer_start_mismatch", f"{qid}: answer {text!r} at {start!r}: {has!r}"))
+                    answers = []
+                    break
+                if not impossible and not answers and not pairs:
+                    flags.append(("no_answer", f"{qid}: an answerable question without answers"))
+                if flags and training:
+                    bad.add(path, where, *flags[-1])
                     continue
-                if not impossible and not answers:
-                    bad.add(path, where, "no_answer", f"{qid}: an answerable question without answers")
-                    continue
-                examples.append(
-                    QAExample(
-                        qid=str(qid), question=question, context=context, answers=answers, is_impossible=impossible
-                    )
-                )
+                for reason, detail in flags:
+                    bad.add(path, where, reason, detail, kept=True)
+                examples.append(QAExample(qid, question.strip(), context, answers, impossible, golds))
                 bad.used += 1
     bad.check()
     return examples, bad
@@ -131,6 +201,8 @@ def qa_features(
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     features = []
     for index, ex in enumerate(examples):
+        if not ex.predictable:
+            continue  # a dev question without question or context: no feature, predicted ""
         q_ids = tokenizer.encode(ex.question, add_special_tokens=False).ids[:max_query_len]
         ctx = tokenizer.encode(ex.context, add_special_tokens=False)
         window = max_seq_len - len(q_ids) - 3
@@ -154,15 +226,14 @@ def qa_features(
             words[w_id] = (min(lo, s), max(hi, e))
         word_offsets = [words[w_id] if w_id is not None else tuple(o) for w_id, o in zip(ctx.word_ids, ctx.offsets)]
         starts = window_starts(len(ctx.ids), window, doc_stride)
+        owner = max_context_windows(starts, len(ctx.ids), window)
         for w, start in enumerate(starts):
             length = min(window, len(ctx.ids) - start)
             ids = [cls_id] + ctx.ids[start : start + length] + [sep_id] + q_ids + [sep_id]
             offsets = [None] + word_offsets[start : start + length] + [None] * (len(q_ids) + 2)
             max_context = [False] * len(ids)
             for j in range(length):
-                pos = start + j
-                best = max(range(len(starts)), key=lambda k: _context_score(starts[k], len(ctx.ids), window, pos))
-                max_context[j + 1] = best == w
+                max_context[j + 1] = owner[start + j] == w
             start_pos = end_pos = 0
             if answer_tokens is not None and start <= answer_tokens[0] and answer_tokens[1] < start + length:
                 start_pos, end_pos = answer_tokens[0] - start + 1, answer_tokens[1] - start + 1
@@ -182,11 +253,20 @@ def qa_features(
     return features
 
 
-def _context_score(start: int, n_tokens: int, window: int, pos: int) -> float:
-    length = min(window, n_tokens - start)
-    if not start <= pos < start + length:
-        return -1.0
-    return min(pos - start, start + length - 1 - pos) + 0.01 * length
+def max_context_windows(starts: list[int], n_tokens: int, window: int) -> list[int]:
+    """Per passage token, the window where it has the most context (BERT's score: min(left, right) + 0.01 x
+    the window's length; the first such window on a tie). Only the windows that hold a token compete for it,
+    so this is O(tokens x windows per token): linear in the number of windows (scoring every window for every
+    token of every window was quadratic in them, about cubic in the passage's length)."""
+    owner = [-1] * n_tokens
+    best = [-2.0] * n_tokens
+    for k, start in enumerate(starts):
+        length = min(window, n_tokens - start)
+        for pos in range(start, start + length):
+            score = min(pos - start, start + length - 1 - pos) + 0.01 * length
+            if score > best[pos]:  # strictly better: an earlier window keeps a tie, as max() does
+                best[pos], owner[pos] = score, k
+    return owner
 
 
 def decode(

@@ -4,10 +4,14 @@ GLUE TSV layouts are those of the GLUE distribution (``glue_data/<TASK>/{train,d
 the CoLA 1.0 raw files (the same four columns, no header). A file with a header must carry exactly the
 declared header, or reading refuses it with a clear message; every data row must have ``num_columns`` columns.
 
+Sentence pairs are ``[CLS] text_a [SEP] text_b [SEP]`` in GLUE's column order (QNLI: the question first, as
+GLUE and BERT).
+
 SpEx-BERT (choices appended as text): the ``choices`` text is appended to the source text and the gold span
-is the label's words in it (``label_words``). The phrasings follow the paper where it gives one ("positive or
-negative?", "entailment or not?", "entailment, contradiction or neutral?"); the others are terse ones of the
-same kind (the paper: "simpler is better"). STS-B: the buckets 0.0 0.25 ... 5.0.
+is the label's words in it (``label_words``). The choices list the label words in class-id order, so SST-2's are
+"negative or positive?" (the paper's words; the paper writes them "positive or negative?"), RTE's and QNLI's
+"entailment or not?" (the paper's); the others are terse ones of the same kind (the paper: "simpler is
+better"). STS-B: the buckets 0.0 0.25 ... 5.0.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ STSB_BUCKET = 0.25
 
 def buckets(task: Task) -> list[float]:
     """Regression buckets (STS-B: 0.0 0.25 ... 5.0, SpEx-BERT's)."""
+    if task.value_range is None:
+        raise ValueError(f"task {task.name} is not a regression task: it has no value range")
     lo, hi = task.value_range
     n = int(round((hi - lo) / STSB_BUCKET))
     return [lo + i * STSB_BUCKET for i in range(n + 1)]
@@ -137,8 +143,8 @@ TASKS: dict[str, Task] = {
             description="QNLI, question-sentence entailment",
             num_columns=4,
             header=("index", "question", "sentence", "label"),
-            text_a=2,
-            text_b=1,
+            text_a=1,  # the question first (GLUE, BERT)
+            text_b=2,
             label=3,
             labels=("entailment", "not_entailment"),
             label_words=("entailment", "not"),

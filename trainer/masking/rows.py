@@ -87,7 +87,7 @@ class Masked:
     unit_words: np.ndarray
     unit_action: np.ndarray
     unit_candidate: np.ndarray
-    word_start: np.ndarray = field(repr=False, default=None)
+    word_start: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, bool))
 
 
 def masking_stats(masked: Masked) -> dict[str, float]:

@@ -1,0 +1,276 @@
+"""Progress of a job's reading: Beam counters on every runner, and a line every ``--progress-seconds`` locally.
+
+Workers call :func:`add` as they read (documents or lines, and raw input bytes); :func:`counted_file` and
+:func:`counted_chunks` do it for a file object or a stream of raw chunks. Every call adds to this process's
+tally; at most once a second (and at :func:`flush`, which the reading DoFns call in ``finish_bundle``) the tally
+goes to
+
+- Beam counters ``progress:documents`` and ``progress:bytes`` (the Dataflow, Flink and Spark UIs show them while
+  the job runs; the launcher logs the input's total size at the start);
+- when the launcher runs the workers on this machine (``FnApiRunner``, in-process or
+  ``--direct_running_mode multi_processing``), a small file per worker process in the directory that
+  :func:`reporting` creates and names in the ``SPANPREP_PROGRESS_DIR`` environment variable (worker processes
+  inherit it). The launcher's reporter thread sums those files and logs, every ``--progress-seconds``, the
+  documents and bytes read, of the input's total bytes, the throughput and an ETA; on a terminal it draws a tqdm
+  bar instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO, cast
+
+from apache_beam.metrics import Metrics
+from apache_beam.options.pipeline_options import PipelineOptions
+
+ENV = "SPANPREP_PROGRESS_DIR"
+NAMESPACE = "progress"
+FLUSH_EVERY_S = 1.0
+DEFAULT_SECONDS = 30.0
+
+log = logging.getLogger("pipeline.progress")
+
+
+class ProgressOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--progress-seconds",
+            "--progress_seconds",
+            dest="progress_seconds",
+            type=float,
+            default=DEFAULT_SECONDS,
+            help="local runs: a progress line (documents and bytes read, throughput, ETA) this often; 0: none",
+        )
+        parser.add_argument(
+            "--log-level",
+            "--log_level",
+            dest="log_level",
+            default=None,
+            choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+            help="this job's log level (default INFO) and its Beam workers' (default WARNING: their INFO is start-up "
+            "chatter)",
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# Worker side: this process's tally
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.directory: str | None = None
+        self.documents = 0
+        self.bytes = 0
+        self.pending_documents = 0  # not yet in the Beam counters
+        self.pending_bytes = 0
+        self.flushed_at = 0.0
+        self.lock = threading.Lock()
+
+
+_tally = _Tally()
+_documents_counter = Metrics.counter(NAMESPACE, "documents")
+_bytes_counter = Metrics.counter(NAMESPACE, "bytes")
+
+
+def add(documents: int = 0, nbytes: int = 0) -> None:
+    """Count ``documents`` read and ``nbytes`` raw input bytes read (inside a DoFn: the counters are the step's)."""
+    tally = _tally
+    with tally.lock:
+        tally.pending_documents += documents
+        tally.pending_bytes += nbytes
+    if time.monotonic() - tally.flushed_at >= FLUSH_EVERY_S:
+        flush()
+
+
+def reset() -> None:
+    """Forget this process's counts (a launcher that read input itself before its job, e.g. to train a tokenizer)."""
+    with _tally.lock:
+        _tally.documents = _tally.bytes = _tally.pending_documents = _tally.pending_bytes = 0
+
+
+def bytes_read_here() -> int:
+    """Raw input bytes this process has counted since its last :func:`reset` (flushed or not)."""
+    with _tally.lock:
+        return _tally.bytes + _tally.pending_bytes
+
+
+def flush() -> None:
+    """Hand this process's counts to the Beam counters and, on a local run, to its progress file."""
+    tally = _tally
+    with tally.lock:
+        documents, nbytes = tally.pending_documents, tally.pending_bytes
+        tally.pending_documents = tally.pending_bytes = 0
+        directory = os.environ.get(ENV)
+        if directory != tally.directory:  # a new run in this process: start again
+            tally.directory, tally.documents, tally.bytes = directory, 0, 0
+        tally.documents += documents
+        tally.bytes += nbytes
+        tally.flushed_at = time.monotonic()
+        total_documents, total_bytes = tally.documents, tally.bytes
+    if documents:
+        _documents_counter.inc(documents)
+    if nbytes:
+        _bytes_counter.inc(nbytes)
+    if directory and os.path.isdir(directory):
+        path = os.path.join(directory, str(os.getpid()))
+        with contextlib.suppress(OSError):
+            with open(path + ".tmp", "w") as f:
+                f.write(f"{total_documents} {total_bytes}\n")
+            os.replace(path + ".tmp", path)
+
+
+class _CountedFile:
+    """A binary file whose reads are counted as input bytes, once each (other attributes are the file's).
+
+    What is counted is the furthest position read. A seek back (the reader checks a compressed file in a first
+    pass, then seeks to its start to decompress it) takes back what lies after the new position, which the
+    next pass counts again: the count follows the pass that reads the records and ends at the file's size.
+    """
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self._pos = 0
+        self._counted = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self._pos += len(data)
+        if self._pos > self._counted:
+            add(0, self._pos - self._counted)
+            self._counted = self._pos
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        result = self._f.seek(offset, whence)
+        self._pos = self._f.tell()
+        if self._pos < self._counted:
+            add(0, self._pos - self._counted)
+            self._counted = self._pos
+        return result
+
+    def __getattr__(self, name: str):
+        return getattr(self._f, name)
+
+
+def counted_file(f: BinaryIO) -> BinaryIO:
+    """``f``, with every byte read from it counted by :func:`add`."""
+    return cast(BinaryIO, _CountedFile(f))
+
+
+def counted_chunks(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """``chunks`` (raw input), each counted by :func:`add`."""
+    for chunk in chunks:
+        add(0, len(chunk))
+        yield chunk
+
+
+# ------------------------------------------------------------------------------------------------
+# Launcher side
+
+
+def _read_totals(directory: str) -> tuple[int, int]:
+    documents = nbytes = 0
+    for name in os.listdir(directory):
+        if name.endswith(".tmp"):
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            with open(os.path.join(directory, name)) as f:
+                d, b = f.read().split()
+            documents, nbytes = documents + int(d), nbytes + int(b)
+    return documents, nbytes
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def describe(documents: int, nbytes: int, total_bytes: int | None, elapsed: float, unit: str = "documents") -> str:
+    """One progress line: ``12,345 documents, 120.5 of 1,160.0 MB read (10.4%) in 1m00s, 2.0 MB/s, ETA 8m40s``."""
+    rate = nbytes / elapsed if elapsed > 0 else 0.0
+    text = f"{documents:,} {unit}, {nbytes / 1e6:,.1f}"
+    if total_bytes:
+        shown = min(nbytes, total_bytes)
+        text += f" of {total_bytes / 1e6:,.1f} MB read ({100 * shown / total_bytes:.1f}%)"
+    else:
+        text += " MB read"
+    text += f" in {_duration(elapsed)}, {rate / 1e6:.1f} MB/s"
+    if total_bytes and rate > 0:
+        text += f", ETA {_duration(max(0, total_bytes - nbytes) / rate)}" if nbytes < total_bytes else ", input read"
+    return text
+
+
+class _Reporter(threading.Thread):
+    def __init__(self, directory: str, total_bytes: int | None, every_s: float, unit: str, bar: bool) -> None:
+        super().__init__(name="spanprep-progress", daemon=True)
+        self.directory, self.total_bytes, self.every_s, self.unit = directory, total_bytes, every_s, unit
+        self.started = time.monotonic()
+        self.stopped = threading.Event()
+        self.bar = None
+        if bar:
+            from tqdm import tqdm
+
+            size = shutil.get_terminal_size()  # 80 x 24 when the terminal reports none (tqdm would then draw nothing)
+            self.bar = tqdm(
+                total=total_bytes or None,
+                unit="B",
+                unit_scale=True,
+                desc="read",
+                file=sys.stderr,
+                ncols=size.columns,
+                nrows=size.lines,
+            )
+
+    def run(self) -> None:
+        interval = min(self.every_s, 1.0) if self.bar is not None else self.every_s
+        while not self.stopped.wait(interval):
+            documents, nbytes = _read_totals(self.directory)
+            if self.bar is not None:
+                self.bar.n = min(nbytes, self.total_bytes or nbytes)
+                self.bar.set_postfix_str(f"{documents:,} {self.unit}", refresh=True)
+            else:
+                elapsed = time.monotonic() - self.started
+                log.info("progress: %s", describe(documents, nbytes, self.total_bytes, elapsed, self.unit))
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join()
+        if self.bar is not None:
+            self.bar.close()
+
+
+@contextlib.contextmanager
+def reporting(
+    options: PipelineOptions, total_bytes: int | None, local: bool, unit: str = "documents"
+) -> Iterator[None]:
+    """While the block runs a job on local workers (``local``), report its reading every ``--progress-seconds``."""
+    every_s = options.view_as(ProgressOptions).progress_seconds
+    if not local or not every_s or every_s <= 0:
+        yield
+        return
+    directory = tempfile.mkdtemp(prefix="spanprep-progress-")
+    reset()
+    previous = os.environ.get(ENV)
+    os.environ[ENV] = directory
+    reporter = _Reporter(directory, total_bytes, every_s, unit, bar=sys.stderr.isatty())
+    reporter.start()
+    try:
+        yield
+    finally:
+        reporter.stop()
+        if previous is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = previous
+        shutil.rmtree(directory, ignore_errors=True)

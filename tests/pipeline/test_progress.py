@@ -1,0 +1,146 @@
+"""Progress of long builds (pipeline/progress.py): Beam counters of documents and raw bytes read on every runner,
+progress lines from the launcher of a local run, and worker processes that keep Beam's INFO chatter to themselves."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import subprocess
+import sys
+
+import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.testing.test_pipeline import TestPipeline
+
+from pipeline import progress
+from pipeline.ngrams.lines import ReadLines
+from pipeline.read.documents import ReadDocuments
+from pipeline.read.records import ReaderOptions
+from tests.conftest import DEMO_CORPUS, REPO
+from tests.support import beam_services
+
+
+def _counters(result) -> dict[str, int]:
+    found = result.metrics().query(MetricsFilter().with_namespace(progress.NAMESPACE))["counters"]
+    totals: dict[str, int] = {}
+    for c in found:
+        totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + c.committed
+    return totals
+
+
+def test_the_readers_count_documents_and_raw_bytes_in_beam_counters(tmp_path):
+    # a whole compressed file (raw = compressed bytes) and an uncompressed one read as byte ranges
+    packed = tmp_path / "demo.jsonl.gz"
+    packed.write_bytes(gzip.compress(DEMO_CORPUS.read_bytes()))
+    size = packed.stat().st_size + DEMO_CORPUS.stat().st_size
+    p = TestPipeline(runner="FnApiRunner")
+    _ = p | ReadDocuments([str(packed), str(DEMO_CORPUS)], ReaderOptions(input_format="jsonl"), split_bytes=16384)
+    counters = _counters(p.run())
+    assert counters["documents"] == 80
+    # the ranges of a jsonl file end where the next begins: every raw byte is counted once
+    assert counters["bytes"] == size
+
+
+def test_the_ngram_line_reader_counts_lines_and_bytes(tmp_path):
+    corpus = tmp_path / "wiki.tokens"
+    corpus.write_bytes(b"a b c\n\nd e\n" * 1000)
+    p = TestPipeline(runner="FnApiRunner")
+    _ = p | beam.Create([str(corpus)]) | ReadLines(split_bytes=4096)
+    counters = _counters(p.run())
+    assert counters["documents"] == 3000 and counters["bytes"] == corpus.stat().st_size
+
+
+def test_describe_gives_the_share_the_rate_and_an_eta():
+    line = progress.describe(12_345, 120_500_000, 1_160_000_000, 60.0)
+    assert line == "12,345 documents, 120.5 of 1,160.0 MB read (10.4%) in 1m00s, 2.0 MB/s, ETA 8m38s"
+    assert progress.describe(5, 3_000_000, None, 2.0, "lines") == "5 lines, 3.0 MB read in 2s, 1.5 MB/s"
+
+
+def test_a_local_multi_process_build_reports_progress_and_its_workers_are_quiet(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.build_shards",
+            "--input",
+            str(DEMO_CORPUS),
+            "--output",
+            str(tmp_path / "out"),
+            "--vocab-size",
+            "500",
+            "--num-shards",
+            "2",
+            "--direct_running_mode",
+            "multi_processing",
+            "--direct_num_workers",
+            "2",
+            "--progress-seconds",
+            "0.2",
+        ],
+        cwd=REPO,
+        env=beam_services.checkout_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if "pipeline.progress: progress: " in line]
+    assert len(lines) >= 2, proc.stderr[-3000:]
+    size = DEMO_CORPUS.stat().st_size / 1e6
+    last = re.search(r"progress: (\d+) documents, ([\d.]+) of ([\d.]+) MB read \(([\d.]+)%\)", lines[-1])
+    assert last is not None, lines[-1]
+    assert int(last.group(1)) == 40 and float(last.group(3)) == round(size, 1) and last.group(4) == "100.0"
+    # Beam's start-up chatter of the worker processes (about 25 INFO lines each before)
+    for chatter in ("Creating insecure control channel", "semi_persistent_directory", "Python sdk harness starting"):
+        assert chatter not in proc.stderr, chatter
+
+
+def test_tokenizer_training_in_the_launcher_reports_its_reading(caplog, tmp_path):
+    import logging
+
+    from pipeline import build_shards
+
+    o, _ = build_shards._parse(["--input", str(DEMO_CORPUS), "--output", str(tmp_path / "out"), "--vocab-size", "500"])
+    size = DEMO_CORPUS.stat().st_size
+    with caplog.at_level(logging.INFO, logger="pipeline.build_shards"):
+        build_shards._load_tokenizer(o, [str(DEMO_CORPUS)], size, every_s=1e-9)  # a line at every document
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tokenizer training: ")]
+    assert len(lines) == 40, lines[-3:]
+    assert lines[-1].startswith(
+        f"tokenizer training: 40 documents, {size / 1e6:.1f} of {size / 1e6:.1f} MB read (100.0%)"
+    )
+
+
+def test_on_a_terminal_the_progress_is_a_tqdm_bar(tmp_path):
+    import os
+    import pty
+
+    leader, follower = pty.openpty()  # the job's stderr is a terminal
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.build_ngram_dictionary", "--input", str(DEMO_CORPUS), "--output",
+         str(tmp_path / "out"), "--min-count", "3", "--progress-seconds", "0.1"],
+        cwd=REPO, env=beam_services.checkout_env(), stdout=subprocess.DEVNULL, stderr=follower,
+        start_new_session=True,
+    )  # fmt: skip
+    os.close(follower)
+    seen = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the job ended: the terminal is closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(timeout=300) == 0, seen[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+        os.close(leader)
+    text = seen.decode(errors="replace")
+    assert "pipeline.progress: progress:" not in text  # no progress lines on a terminal ...
+    bars = re.findall(r"read: +100%\|[^|]*\| *([\d.]+)k/([\d.]+)k \[[^\]]*, (\d+) lines\]", text)
+    assert bars, text[-2000:]  # ... but a bar, which ends full, with the lines counted (both reads of the input)
+    assert int(bars[-1][2]) == 80

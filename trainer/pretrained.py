@@ -1,0 +1,285 @@
+"""Where training starts from: the ``--init PATH`` of ``trainer/pretrain.py`` and ``trainer/finetune.py``.
+
+PATH is
+
+- a Hugging Face BERT directory: ``config.json`` + ``model.safetensors`` or ``pytorch_model.bin`` (names mapped by
+  ``trainer.hf_bert``, the one table of them), its tokenizer from ``tokenizer.json`` or ``vocab.txt``, with
+  lower-casing, accent stripping and CJK splitting from ``tokenizer_config.json`` when it says (as transformers'
+  ``BertTokenizer`` does: those keys override the ``tokenizer.json`` normalizer);
+- a spanprep pre-training run: ``RUN_DIR``, ``RUN_DIR/checkpoints`` or one ``RUN_DIR/checkpoints/global_stepN``
+  (weights consolidated from any ZeRO stage by ``trainer.export``, tokenizer and model configuration from the
+  checkpoint's ``tokenizer.json`` and ``spanprep_trainer.json``).
+
+:func:`open_pretrained` reads only the small files; :meth:`Pretrained.state` reads the weights for a given model
+configuration and says which of the model's parameters the checkpoint lacks (initialised fresh) and which of its
+tensors the model has no place for. :func:`vocabulary_difference` compares a tokenizer with the checkpoint's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ModelConfig
+from trainer.hf_bert import HFCheckpointError, from_hf_state_dict, model_fields, read_config, read_weights, weights_file
+
+# ModelConfig fields a spanprep checkpoint fixes (its tensors' shapes and the encoder's function).
+SPANPREP_FIXED = (
+    "vocab_size",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "layer_norm_eps",
+)
+SPANPREP_DEFAULTS = ("hidden_dropout", "attention_dropout", "initializer_range", "sbo_max_span_positions")
+
+
+class PretrainedError(ValueError):
+    """``--init`` names nothing training can start from, or it does not fit; the message says why."""
+
+
+@dataclass
+class CheckpointTokenizer:
+    """A checkpoint's tokenizer: its tokens by id, how it normalizes text, and (:meth:`json`) the tokenizer itself."""
+
+    source: str  # the file(s) it was read from, for messages
+    tokens: list[str]
+    normalization: dict  # lowercase, strip_accents, tokenize_chinese_chars (or the normalizer's JSON)
+    text: str | None = None  # its tokenizers JSON; None: a WordPiece tokenizer of vocab_path, built when needed
+    vocab_path: str | None = None
+
+    def json(self) -> str:
+        """The ``tokenizers`` JSON (from ``vocab.txt``: the pipeline's WordPiece tokenizer with this normalization)."""
+        if self.text is None:
+            from pipeline.tokenize.tokenizer import TokenizerError, from_vocab  # imports Beam: only when needed
+
+            assert self.vocab_path is not None  # a tokenizer without JSON comes from a vocab.txt
+            try:
+                tok = from_vocab(self.vocab_path, lowercase=bool(self.normalization["lowercase"]))
+            except TokenizerError as e:
+                raise PretrainedError(str(e)) from None
+            self.text = _with_normalization(tok.to_str(), self.normalization)
+        return self.text
+
+
+@dataclass
+class Pretrained:
+    """What ``--init`` names, with its small files read."""
+
+    path: str
+    kind: str  # "huggingface" or "spanprep"
+    fixed: dict  # ModelConfig fields the checkpoint fixes (sizes)
+    defaults: dict  # ModelConfig fields it only defaults (dropouts, initialisation)
+    tokenizer: CheckpointTokenizer
+    info: dict = field(default_factory=dict)  # description for logs and RUN_DIR/config.json
+    checkpoint: tuple[str, str] | None = None  # spanprep: (checkpoints directory, tag)
+
+    def state(self, cfg: ModelConfig) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
+        """(our state dict of what the checkpoint has for ``cfg``'s model, the model's parameters it lacks, the
+        checkpoint's tensors the model has no place for). Shapes are checked against ``cfg``."""
+        from trainer.model import SpanBert
+
+        with torch.device("meta"):
+            expected = {k: v.shape for k, v in SpanBert(cfg).state_dict().items()}
+        if self.kind == "huggingface":
+            state, unused = from_hf_state_dict(read_weights(self.path), cfg, self.path)
+        else:
+            from trainer.export import ExportError, consolidated_state_dict
+
+            assert self.checkpoint is not None  # set for every spanprep source
+            try:
+                state = consolidated_state_dict(*self.checkpoint)
+            except ExportError as e:
+                raise PretrainedError(str(e)) from None
+            unused = sorted(k for k in state if k not in expected)
+            state = {k: v.float() for k, v in state.items() if k in expected and k != "mlm_head.decoder.weight"}
+        for name, tensor in state.items():
+            if tuple(tensor.shape) != tuple(expected[name]):
+                sizes = ", ".join(f"{k} {v}" for k, v in self.fixed.items())
+                raise PretrainedError(
+                    f"{self.path}: {name} has shape {list(tensor.shape)} but its configuration ({sizes}) gives "
+                    f"{list(expected[name])}"
+                )
+        missing = [k for k in expected if k not in state and k != "mlm_head.decoder.weight"]  # the decoder is tied
+        return state, missing, unused
+
+
+def open_pretrained(path: str) -> Pretrained:
+    """The checkpoint ``path`` names (see the module docstring), its weights not read yet."""
+    if not os.path.isdir(path):
+        raise PretrainedError(f"{path}: no such directory")
+    if os.path.isfile(os.path.join(path, "config.json")) and weights_file(path):
+        return _open_hf(path)
+    for ckpt_dir, tag in (
+        (os.path.join(path, "checkpoints"), None),
+        (path, None),
+        (os.path.dirname(os.path.abspath(path)), os.path.basename(os.path.abspath(path))),
+    ):
+        marker = os.path.join(ckpt_dir, "latest") if tag is None else os.path.join(ckpt_dir, tag, CHECKPOINT_META_FILE)
+        if os.path.isfile(marker):
+            return _open_spanprep(ckpt_dir, tag)
+    raise PretrainedError(
+        f"{path}: neither a Hugging Face BERT directory (config.json + model.safetensors or pytorch_model.bin) nor a "
+        f"spanprep pre-training run (RUN_DIR with checkpoints/latest, or a checkpoint directory)"
+    )
+
+
+def _open_hf(path: str) -> Pretrained:
+    try:
+        hf = read_config(path)
+    except HFCheckpointError as e:
+        raise PretrainedError(str(e)) from None
+    fixed, defaults = model_fields(hf)
+    defaults["pad_token_id"] = hf.get("pad_token_id") or 0
+    info = {"kind": "huggingface", "path": path, "weights": os.path.basename(weights_file(path) or "")}
+    info["max_seq_len"] = fixed["max_position_embeddings"]
+    return Pretrained(path, "huggingface", fixed, defaults, hf_tokenizer(path), info)
+
+
+def _open_spanprep(ckpt_dir: str, tag: str | None) -> Pretrained:
+    from trainer.export import ExportError, read_meta, resolve_tag
+
+    try:
+        tag = resolve_tag(ckpt_dir, tag)
+        meta = read_meta(ckpt_dir, tag)
+    except ExportError as e:
+        raise PretrainedError(str(e)) from None
+    where = os.path.join(ckpt_dir, tag)
+    model = meta.get("model") or {}
+    missing = [k for k in SPANPREP_FIXED if k not in model]
+    if missing:
+        raise PretrainedError(f"{where}/{CHECKPOINT_META_FILE}: the model configuration lacks {', '.join(missing)}")
+    tok_path = os.path.join(where, CHECKPOINT_TOKENIZER_FILE)
+    if not os.path.isfile(tok_path):
+        raise PretrainedError(f"{tok_path}: missing; the checkpoint does not carry its tokenizer")
+    with open(tok_path, encoding="utf-8") as f:
+        tokenizer = tokenizer_from_json(f.read(), tok_path)
+    info = {
+        "kind": "spanprep",
+        "path": where,
+        "step": meta.get("step"),
+        "artifact": meta.get("artifact"),
+        "tokenizer_sha256": meta.get("tokenizer", {}).get("sha256"),
+        "max_seq_len": meta.get("max_seq_len"),
+    }
+    fixed = {k: model[k] for k in SPANPREP_FIXED}
+    defaults = {k: model[k] for k in SPANPREP_DEFAULTS if k in model} | {"pad_token_id": model.get("pad_token_id", 0)}
+    return Pretrained(where, "spanprep", fixed, defaults, tokenizer, info, checkpoint=(ckpt_dir, tag))
+
+
+# -- tokenizers --------------------------------------------------------------------------------------
+def _normalization(normalizer: dict | None) -> dict:
+    """What a ``tokenizers`` normalizer does to text, in tokenizer_config.json's terms (BertNormalizer), or the
+    normalizer itself for any other kind."""
+    if not normalizer or normalizer.get("type") != "BertNormalizer":
+        return {"normalizer": normalizer}
+    lower = bool(normalizer.get("lowercase", True))
+    accents = normalizer.get("strip_accents")
+    return {
+        "lowercase": lower,
+        "strip_accents": lower if accents is None else bool(accents),  # None: strip when lower-casing (BERT)
+        "tokenize_chinese_chars": bool(normalizer.get("handle_chinese_chars", True)),
+    }
+
+
+def tokenizer_from_json(text: str, source: str) -> CheckpointTokenizer:
+    """A ``tokenizers`` JSON -> its tokens by id and its normalization."""
+    from tokenizers import Tokenizer
+
+    try:
+        vocab = Tokenizer.from_str(text).get_vocab(with_added_tokens=True)
+        normalizer = json.loads(text).get("normalizer")
+    except Exception as e:  # tokenizers raises a bare Exception subclass from Rust
+        raise PretrainedError(f"{source}: not a Hugging Face tokenizers JSON file ({str(e).splitlines()[0]})") from None
+    tokens = [""] * len(vocab)
+    for token, i in vocab.items():
+        if not 0 <= i < len(vocab):
+            raise PretrainedError(f"{source}: token ids are not 0..{len(vocab) - 1} ({token!r} has id {i})")
+        tokens[i] = token
+    return CheckpointTokenizer(source, tokens, _normalization(normalizer), text=text)
+
+
+def _with_normalization(text: str, normalization: dict) -> str:
+    """A tokenizers JSON whose BertNormalizer does what ``normalization`` says (tokenizer_config.json's keys)."""
+    config = json.loads(text)
+    norm = config.get("normalizer")
+    if not norm or norm.get("type") != "BertNormalizer" or "lowercase" not in normalization:
+        return text
+    norm.update(
+        lowercase=normalization["lowercase"],
+        strip_accents=normalization["strip_accents"],
+        handle_chinese_chars=normalization["tokenize_chinese_chars"],
+    )
+    return json.dumps(config, ensure_ascii=False)
+
+
+def hf_tokenizer(path: str) -> CheckpointTokenizer:
+    """The tokenizer of a Hugging Face directory: ``tokenizer.json``, or a WordPiece tokenizer from ``vocab.txt``;
+    ``tokenizer_config.json``'s do_lower_case, strip_accents and tokenize_chinese_chars override the normalizer."""
+    tc_path = os.path.join(path, "tokenizer_config.json")
+    tc: dict = {}
+    if os.path.isfile(tc_path):
+        try:
+            with open(tc_path, encoding="utf-8") as f:
+                tc = json.load(f)
+        except (OSError, ValueError) as e:
+            raise PretrainedError(f"{tc_path}: cannot read it ({str(e).splitlines()[0]})") from None
+    overrides = {k: tc[k] for k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars") if k in tc}
+    tok_path, vocab_path = os.path.join(path, "tokenizer.json"), os.path.join(path, "vocab.txt")
+    if os.path.isfile(tok_path):
+        with open(tok_path, encoding="utf-8") as f:
+            tok = tokenizer_from_json(f.read(), tok_path)
+        if not overrides or "lowercase" not in tok.normalization:
+            return tok
+        settings = {
+            "do_lower_case": tok.normalization["lowercase"],
+            "tokenize_chinese_chars": tok.normalization["tokenize_chinese_chars"],
+            **overrides,
+        }
+        source = f"{tok_path} with {os.path.basename(tc_path)}"
+    elif os.path.isfile(vocab_path):
+        if "do_lower_case" not in tc:
+            raise PretrainedError(
+                f"{path}: vocab.txt without a tokenizer.json or a tokenizer_config.json saying do_lower_case: cannot "
+                f"tell whether the model lower-cases (transformers would assume it does); write {tc_path} with "
+                f'{{"do_lower_case": false}} for a cased model, true for an uncased one'
+            )
+        with open(vocab_path, encoding="utf-8") as f:  # as transformers reads it: one token a line
+            tokens = [line.rstrip("\n") for line in f]
+        tok = CheckpointTokenizer(vocab_path, tokens, {}, vocab_path=vocab_path)
+        settings, source = overrides, f"{vocab_path} with {os.path.basename(tc_path)}"
+    else:
+        raise PretrainedError(f"{path}: neither tokenizer.json nor vocab.txt; cannot tokenize like the model")
+    lower = bool(settings["do_lower_case"])
+    accents = settings.get("strip_accents")
+    tok.normalization = {
+        "lowercase": lower,
+        "strip_accents": lower if accents is None else bool(accents),  # None: strip when lower-casing (BERT)
+        "tokenize_chinese_chars": bool(settings.get("tokenize_chinese_chars", True)),
+    }
+    tok.source = source
+    if tok.text is not None:
+        tok.text = _with_normalization(tok.text, tok.normalization)
+    return tok
+
+
+def vocabulary_difference(ours: CheckpointTokenizer, theirs: CheckpointTokenizer) -> str | None:
+    """The first difference between two tokenizers (tokens by id, then normalization), or None when they agree."""
+    a, b = ours.tokens, theirs.tokens
+    for i in range(min(len(a), len(b))):
+        if a[i] != b[i]:
+            return f"token {i} is {a[i]!r} in {ours.source} but {b[i]!r} in {theirs.source}"
+    if len(a) != len(b):
+        return f"{ours.source} has {len(a)} tokens, {theirs.source} {len(b)}"
+    na, nb = ours.normalization, theirs.normalization
+    for key in sorted(set(na) | set(nb)):
+        if na.get(key) != nb.get(key):
+            name = {"lowercase": "lower-casing (do_lower_case)"}.get(key, key)
+            return f"{name} is {na.get(key)!r} in {ours.source} but {nb.get(key)!r} in {theirs.source}"
+    return None
