@@ -145,8 +145,8 @@ class BuildShardsOptions(PipelineOptions):
             "--tokenizer_from",
             dest="tokenizer_from",
             default=None,
-            help="a Hugging Face tokenizer directory (a checkpoint's): tokenizer.json, or vocab.txt + "
-            "tokenizer_config.json, read as transformers.AutoTokenizer reads it",
+            help="a Hugging Face tokenizer directory (a checkpoint's): tokenizer.json, vocab.txt + "
+            "tokenizer_config.json (BERT), or vocab.json + merges.txt (RoBERTa), read as transformers.AutoTokenizer reads it",
         )
         g.add_argument(
             "--train-tokenizer",
