@@ -9,7 +9,6 @@ monitor in ``RUN_DIR/monitor/*.csv`` (train_loss.csv, train_lr.csv, eval_mlm_acc
 from __future__ import annotations
 
 import contextlib
-import datetime
 import logging
 import os
 import shutil
@@ -21,18 +20,16 @@ import torch
 
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, WarmupLinearDecay, dumps, to_jsonable
 from trainer.engine.checkpoints import (
-    CONVERSION_TIMEOUT_HOURS,
     TAG_PREFIX,
     checkpoint_dir,
     checkpoint_tags,
-    convert_to_universal,
     latest_tag,
     remove_universal_checkpoints,
     repair_universal_load,
-    universal_dir,
 )
 from trainer.engine.distributed import Dist, environment_ninja, finish_distributed, init_distributed
 from trainer.engine.ds_config import parameter_groups
+from trainer.engine.elastic import universal_checkpoint
 from trainer.engine.evaluate import MODEL_INPUTS, SourceCounts, eval_metrics, eval_sums, to_device
 from trainer.engine.resume_check import checkpoint_record
 from trainer.engine.resume_point import write_latest
@@ -157,7 +154,8 @@ class Trainer:
             raise RuntimeError(f"{self.ckpt_dir}: resuming {tag}, but the elastic resume was planned for {elastic.tag}")
         groups = None
         if elastic is not None and elastic.universal:
-            load_tag = self._universal_checkpoint(tag)
+            stage = self.s.deepspeed.get("zero_optimization", {}).get("stage", 0)
+            load_tag = universal_checkpoint(self.ckpt_dir, tag, self.s.elastic, stage, self.dist.is_main, self._print)
             groups = [{k: v for k, v in g.items() if k not in ("params", "lr")} for g in self.optimizer.param_groups]
         path, client = self.engine.load_checkpoint(self.ckpt_dir, tag=load_tag)
         if path is None:
@@ -170,39 +168,6 @@ class Trainer:
         self.source_counts.load(client.get("source_counts"))
         self._apply_schedule()
         return True
-
-    def _universal_checkpoint(self, tag: str) -> str:
-        """Rank 0 converts ``tag`` to a universal checkpoint while the other ranks wait; all learn the outcome."""
-        e = self.s.elastic
-        if e is None:
-            raise RuntimeError(f"{tag}: a universal checkpoint is made only for an elastic resume")
-        src, dst = os.path.join(self.ckpt_dir, tag), universal_dir(self.ckpt_dir, tag)
-        self._print(
-            f"elastic resume: {src} was saved by {e.saved_world_size} ranks, this run has {e.world_size}; "
-            f"ZeRO stage {self.s.deepspeed.get('zero_optimization', {}).get('stage', 0)} partitions the "
-            f"optimizer state by rank, so rank 0 converts the checkpoint with DeepSpeed's ds_to_universal "
-            f"into {dst} (the other ranks wait) and every rank loads its new partition from there"
-        )
-        error = ""
-        if self.dist.is_main:
-            start = time.perf_counter()
-            try:
-                _, converted = convert_to_universal(self.ckpt_dir, tag)
-                self._print(
-                    f"elastic resume: {'converted' if converted else 'reusing the complete conversion'} "
-                    f"{dst}" + (f" in {time.perf_counter() - start:.1f} s" if converted else "")
-                )
-            except Exception as exc:  # reported on every rank below
-                error = str(exc)
-        # A collective rather than a barrier: the other ranks must learn that rank 0 failed. On a group of its own
-        # (gloo, CPU tensors) with a long timeout: converting a large checkpoint can outlast DEEPSPEED_TIMEOUT.
-        wait = torch.distributed.new_group(backend="gloo", timeout=datetime.timedelta(hours=CONVERSION_TIMEOUT_HOURS))
-        failed = torch.tensor([1.0 if error else 0.0])
-        torch.distributed.all_reduce(failed, group=wait)
-        torch.distributed.destroy_process_group(wait)
-        if failed.item():
-            raise RuntimeError(error or f"rank 0 could not convert {src} to a universal checkpoint (see its error)")
-        return os.path.basename(dst)
 
     def _apply_schedule(self) -> None:
         """Make the restored scheduler follow this run's --lr, --warmup-steps and --max-steps from the resumed step.
