@@ -31,7 +31,7 @@ demo: $(STAMP)
 test: lint
 	$(PY) -m pytest -q tests
 
-# The quick loop while editing: everything but the end-to-end tests marked slow (a few minutes on 2 cores).
+# The quick loop while editing: everything but the end-to-end tests marked slow.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
 
