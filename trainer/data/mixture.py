@@ -42,9 +42,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
-from schemas import format as fmt
 from schemas.artifact import Artifact
 from trainer.data.blocks import open_artifact
 from trainer.data.config import DataConfig
@@ -52,7 +51,7 @@ from trainer.data.loader import StreamLoader, check_tokenizer
 from trainer.data.mixture_order import MixtureOrder
 from trainer.data.segments import add_pair_fields
 from trainer.data.sources import Source, check_sources, source_stream
-from trainer.data.stream import MAX_CHUNK_ROWS, ArtifactStream, WorkerDataError
+from trainer.data.stream import MAX_CHUNK_ROWS, ArtifactStream, this_workers_chunks
 from trainer.masking import Collator, Masked, MaskingConfig
 
 STATE_FORMAT = "spanprep-mixture-state"
@@ -295,18 +294,7 @@ class MixtureStream(IterableDataset):
         return batches
 
     def __iter__(self) -> Iterator[Any]:
-        info = get_worker_info()
-        wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
-        for m, firsts in enumerate(self._chunks()):
-            if m % nw == wid:
-                try:
-                    chunk = self.make_chunk(firsts)
-                except fmt.FormatError as e:
-                    if info is None:
-                        raise
-                    yield WorkerDataError(e)
-                    return
-                yield chunk
+        return this_workers_chunks(self._chunks(), self.make_chunk)
 
 
 def build_mixture_loaders(

@@ -36,8 +36,8 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -51,6 +51,8 @@ from trainer.data.order import EpochOrder
 from trainer.data.segments import add_pair_fields, build_pairs, other_positions, pair_draws
 from trainer.data.shard_cache import ShardCache
 from trainer.masking import Masked, Masker, MaskingConfig, Rows
+
+T = TypeVar("T")
 
 STATE_FORMAT = "spanprep-loader-state"
 STATE_VERSION = 1
@@ -66,6 +68,23 @@ class WorkerDataError:
 
     def __init__(self, error: fmt.FormatError):
         self.error = error
+
+
+def this_workers_chunks(jobs: Iterable[T], make: Callable[[T], Any]) -> Iterator[Any]:
+    """``make(job)`` for this DataLoader worker's share of ``jobs`` (every ``num_workers``-th, from its id; all of
+    them in the main process). In a worker a data error ends its share as one :class:`WorkerDataError`."""
+    info = get_worker_info()
+    wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+    for m, job in enumerate(jobs):
+        if m % nw == wid:
+            try:
+                chunk = make(job)
+            except fmt.FormatError as e:
+                if info is None:
+                    raise
+                yield WorkerDataError(e)
+                return
+            yield chunk
 
 
 class ArtifactStream(IterableDataset):
@@ -361,15 +380,4 @@ class ArtifactStream(IterableDataset):
         )
 
     def __iter__(self) -> Iterator[list[dict[str, torch.Tensor]] | WorkerDataError]:
-        info = get_worker_info()
-        wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
-        for m, (epoch, firsts) in enumerate(self._chunks()):
-            if m % nw == wid:
-                try:
-                    chunk = self.make_chunk(epoch, firsts)
-                except fmt.FormatError as e:
-                    if info is None:
-                        raise
-                    yield WorkerDataError(e)
-                    return
-                yield chunk
+        return this_workers_chunks(self._chunks(), lambda job: self.make_chunk(*job))
