@@ -324,3 +324,18 @@ def test_an_artifact_built_with_the_checkpoints_tokenizer_json_is_accepted(uncas
           str(uncased["safetensors"] / "tokenizer.json"), "--max-seq-len", str(MAX_SEQ_LEN), "--num-shards", "2")  # fmt: skip
     setup = prepare(*argv(artifact, uncased["safetensors"], tmp_path / "run"))
     assert setup.init is not None and setup.artifact.manifest["tokenizer"]["lowercase"] is True
+
+
+@pytest.mark.parametrize("case", ["cased", "uncased"])
+def test_an_artifact_built_with_tokenizer_from_the_checkpoint_directory_is_accepted(case, request, tmp_path):
+    """The documented way to build an artifact for a checkpoint, `build_shards --tokenizer-from HF_DIR` (the directory
+    read as transformers' AutoTokenizer reads it), gives an artifact whose tokenizer --init accepts."""
+    from conftest import build
+
+    hf = request.getfixturevalue(case)
+    artifact = tmp_path / "artifact"
+    build(hf["text"], artifact, "--input-format", "wikitext", "--tokenizer-from", str(hf["safetensors"]),
+          "--max-seq-len", str(MAX_SEQ_LEN), "--num-shards", "2")  # fmt: skip
+    setup = prepare(*argv(artifact, hf["safetensors"], tmp_path / "run"))
+    assert setup.init is not None
+    assert setup.artifact.manifest["tokenizer"]["lowercase"] is (case == "uncased")

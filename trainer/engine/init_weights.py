@@ -101,7 +101,7 @@ def check_init_fits_artifact(init: Pretrained, artifact, max_seq_len: int) -> No
     if diff is not None:
         raise ConfigError(
             f"--init {init.path}: the artifact's tokenizer is not the checkpoint's: {diff}; build the artifact with "
-            f"the checkpoint's vocabulary (build_shards --vocab vocab.txt [--lowercase], or --tokenizer tokenizer.json)"
+            f"the checkpoint's tokenizer (build_shards --tokenizer-from HF_DIR, or --tokenizer with its tokenizer.json)"
         )
     rows = init.fixed["vocab_size"]
     if rows != artifact.vocab_size:
