@@ -259,6 +259,11 @@ def verify(uri: str, quick: bool = False) -> Report:
             report.fail(
                 f"counts: shards hold {totals['documents']:,} documents, manifest says documents_written {c['documents_written']:,}"
             )
+        if "continuation_rows" in c and totals.get("continuation_rows", 0) != c["continuation_rows"]:
+            report.fail(
+                f"counts: shards hold {totals.get('continuation_rows', 0):,} continuation rows, manifest says "
+                f"continuation_rows {c['continuation_rows']:,}"
+            )
         if totals["histogram"].tolist() != list(m["row_length_histogram"]["counts"]):
             report.fail("row_length_histogram differs from the row lengths in the shards")
     if unigram_ok:

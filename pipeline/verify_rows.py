@@ -87,6 +87,49 @@ def _check_spans(batch: pa.RecordBatch, where: str, offsets: np.ndarray, finding
             findings.fail(f"{where}: {int((~(ok_start & ok_end)).sum())} {kind} span(s) not on word boundaries")
 
 
+def _check_continuations(
+    flags: dict[str, np.ndarray],
+    offsets: np.ndarray,
+    doc_ids: list[str],
+    seqs: np.ndarray,
+    previous: tuple[str | None, int, int, int],
+    limit: int,
+    allowed: bool,
+    where: str,
+    findings: Findings,
+    totals: dict[str, Any],
+) -> tuple[str | None, int, int, int]:
+    """Every row of the batch that starts inside a word is a continuation row (``invariants.continuation_problems``);
+    ``previous`` describes the row before the batch (doc_id, seq_index, length, word starts after its first token)
+    and the same of the batch's last row is returned. Continuation rows are added to ``totals``."""
+    word_start, sentence_start = flags["word_start"], flags["sentence_start"]
+    lengths = np.diff(offsets)
+    n = len(lengths)
+    if n == 0:
+        return previous
+    nonempty = lengths > 0
+    heads = np.minimum(offsets[:-1], max(len(word_start) - 1, 0))
+    first_ws = np.where(nonempty, word_start[heads] if len(word_start) else True, True)
+    first_ss = np.where(nonempty, sentence_start[heads] if len(sentence_start) else False, False)
+    cumulative = np.concatenate([[0], np.cumsum(word_start, dtype=np.int64)])
+    inner = cumulative[offsets[1:]] - cumulative[offsets[:-1]] - (first_ws & nonempty)
+    prev_doc, prev_seq, prev_len, prev_inner = previous
+    before_doc = [prev_doc, *doc_ids[:-1]]
+    before_seq = np.concatenate([[prev_seq], seqs[:-1]])
+    same = np.array([a == b for a, b in zip(before_doc, doc_ids)], dtype=bool) & (seqs == before_seq + 1)
+    before_len = np.concatenate([[prev_len], lengths[:-1]])
+    before_inner = np.concatenate([[prev_inner], inner[:-1]])
+    problems = inv.continuation_problems(first_ws, first_ss, same, before_len, before_inner, limit, allowed)
+    for rule, bad in problems.items():
+        if bad.any():
+            findings.fail(f"{where}: {int(bad.sum())} row(s) {inv.CONTINUATION_RULES[rule]}")
+    continuations = int((~first_ws).sum())
+    if continuations:
+        findings.count("continuation rows checked", continuations)
+        totals["continuation_rows"] = totals.get("continuation_rows", 0) + continuations
+    return doc_ids[-1], int(seqs[-1]), int(lengths[-1]), int(inner[-1])
+
+
 def check_shard_rows(
     art: Artifact,
     index: int,
@@ -111,6 +154,8 @@ def check_shard_rows(
         findings.fail(str(e))
         return False
     rows = tokens = 0
+    allowed = fmt.continuation_rows_allowed(m["format_version"])
+    previous: tuple[str | None, int, int, int] = (None, -1, 0, 0)  # the row before: doc_id, seq_index, length, inner
     prev_doc: str | None = None
     prev_seq = -1
     doc_sentences = m["pack"] == "doc-sentences"
@@ -149,20 +194,20 @@ def check_shard_rows(
                 f"{where}: {int(smuggled.sum())} special token id(s) {found} inside rows (rows hold text only; FORMAT.md)"
             )
         unigram += np.bincount(ids.astype(np.int64), minlength=vocab)[:vocab]
-        aligned = True
+        flags: dict[str, np.ndarray] = {}
         for col in ("word_start", "sentence_start"):
-            o2, flags = _list_parts(batch, col)
+            o2, values = _list_parts(batch, col)
             if not inv.flags_align(offsets, o2):
                 findings.fail(f"{where}: {col} lengths differ from input_ids lengths")
-                aligned = False
                 continue
-            firsts = flags[offsets[:-1][lengths > 0]]
-            if col == "word_start" and not firsts.all():
-                findings.fail(f"{where}: {int((~firsts).sum())} row(s) do not start at a word start")
-        if aligned:
-            _check_spans(batch, where, offsets, findings)
+            flags[col] = values
         doc_ids = batch.column("doc_id").to_pylist()
         seqs = batch.column("seq_index").to_numpy()
+        if len(flags) == 2:
+            _check_spans(batch, where, offsets, findings)
+            previous = _check_continuations(
+                flags, offsets, doc_ids, seqs, previous, limit, allowed, where, findings, totals
+            )
         for doc_id, seq in zip(doc_ids, seqs.tolist()):
             if fmt.shard_of(doc_id, num_shards) != index:
                 findings.fail(f"{where}: document {doc_id!r} does not belong in shard {index}")
