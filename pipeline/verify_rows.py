@@ -98,10 +98,13 @@ def _check_continuations(
     where: str,
     findings: Findings,
     totals: dict[str, Any],
+    first_ids: np.ndarray,
+    continuing: np.ndarray | None,
 ) -> tuple[str | None, int, int, int]:
     """Every row of the batch that starts inside a word is a continuation row (``invariants.continuation_problems``);
     ``previous`` describes the row before the batch (doc_id, seq_index, length, word starts after its first token)
-    and the same of the batch's last row is returned. Continuation rows are added to ``totals``."""
+    and the same of the batch's last row is returned. Continuation rows are added to ``totals``. ``first_ids``: each
+    row's first token id; ``continuing``: per vocabulary id, whether the token can only continue a word (or None)."""
     word_start, sentence_start = flags["word_start"], flags["sentence_start"]
     lengths = np.diff(offsets)
     n = len(lengths)
@@ -119,7 +122,10 @@ def _check_continuations(
     same = np.array([a == b for a, b in zip(before_doc, doc_ids)], dtype=bool) & (seqs == before_seq + 1)
     before_len = np.concatenate([[prev_len], lengths[:-1]])
     before_inner = np.concatenate([[prev_inner], inner[:-1]])
-    problems = inv.continuation_problems(first_ws, first_ss, same, before_len, before_inner, limit, allowed)
+    continues = None
+    if continuing is not None and len(continuing):
+        continues = nonempty & continuing[np.clip(first_ids, 0, len(continuing) - 1)]
+    problems = inv.continuation_problems(first_ws, first_ss, same, before_len, before_inner, limit, allowed, continues)
     for rule, bad in problems.items():
         if bad.any():
             findings.fail(f"{where}: {int(bad.sum())} row(s) {inv.CONTINUATION_RULES[rule]}")
@@ -137,10 +143,12 @@ def check_shard_rows(
     findings: Findings,
     totals: dict[str, Any],
     unigram: np.ndarray,
+    continuing: np.ndarray | None = None,
 ) -> bool:
     """Check every row of shard ``index`` of the manifest; add its rows, tokens, documents, row lengths and token
     counts to ``totals`` and ``unigram``. ``forbidden``: the special ids no row may hold
-    (``invariants.forbidden_special_ids``). False when the shard could not be read to its end (then the totals
+    (``invariants.forbidden_special_ids``); ``continuing``: per token id, whether it can only continue a word
+    (``pipeline.verify.word_continuing_ids``). False when the shard could not be read to its end (then the totals
     miss its rest)."""
     m = art.manifest
     entry = m["shards"][index]
@@ -176,6 +184,7 @@ def check_shard_rows(
             )
         offsets, ids = _list_parts(batch, "input_ids")
         lengths = np.diff(offsets)
+        first_ids = ids[np.minimum(offsets[:-1], len(ids) - 1)].astype(np.int64) if len(ids) else offsets[:-1] * 0
         rows += batch.num_rows
         tokens += int(lengths.sum())
         findings.count("rows checked", batch.num_rows)
@@ -206,7 +215,7 @@ def check_shard_rows(
         if len(flags) == 2:
             _check_spans(batch, where, offsets, findings)
             previous = _check_continuations(
-                flags, offsets, doc_ids, seqs, previous, limit, allowed, where, findings, totals
+                flags, offsets, doc_ids, seqs, previous, limit, allowed, where, findings, totals, first_ids, continuing
             )
         for doc_id, seq in zip(doc_ids, seqs.tolist()):
             if fmt.shard_of(doc_id, num_shards) != index:
