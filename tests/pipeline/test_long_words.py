@@ -175,3 +175,15 @@ def test_continuation_rows_are_byte_identical_on_any_worker_count_and_split(long
     if pack == "doc-sentences":
         seen = [check_continuations(rows, 6) for rows in rows_by_doc(tmp_path / "one").values()]
         assert tuple(np.sum(seen, axis=0)) == (first["counts"]["continuation_rows"], first["counts"]["long_words"])
+
+
+def test_the_report_page_shows_the_long_words_and_the_counts_add_up(long_word_corpus, tmp_path):
+    out = tmp_path / "a"
+    m = build(long_word_corpus, out, *LONG_WORD_BUILD, "--num-shards", "2", "--report")
+    c = m["counts"]
+    assert c["documents_read"] == c["documents_written"] + c["documents_dead_lettered"] == 41
+    assert c["documents_dead_lettered"] == 0 and c["long_words"] > 0
+    page = (out / "report" / "index.html").read_text(encoding="utf-8")
+    for label, key in (("words longer than a row", "long_words"), ("their continuation rows", "continuation_rows")):
+        assert f'<td>{label}</td><td class="n">{c[key]:,}</td>' in page
+    assert verify.verify(str(out)).ok
