@@ -168,3 +168,19 @@ def test_an_artifact_with_continuation_rows_trains(long_word_artifact, tmp_path,
     assert "done: 3 steps" in proc.stdout
     loss = metric(out, "train_loss")
     assert sorted(loss) == [1, 2, 3] and all(np.isfinite(v) for v in loss.values())
+
+
+def test_the_loader_reads_1x_artifacts_and_refuses_a_continuation_row_in_one(tmp_path):
+    from schemas import format as fmt
+    from tests.trainer.test_trainer_data import MASK, cfg, synthetic_rows, take, write_artifact
+    from trainer.data import build_train_loader
+
+    rows = synthetic_rows(40)
+    plain = write_artifact(tmp_path / "plain-1.0", [rows[:20], rows[20:]], version="1.0")
+    assert len(take(build_train_loader(cfg(plain), MASK)[0], 5)) == 5  # 1.x artifacts stay readable
+    rows[5]["word_start"][0] = False  # a continuation row (format 2.0) in the training shard
+    ok = write_artifact(tmp_path / "2.0", [rows[:20], rows[20:]])
+    assert len(take(build_train_loader(cfg(ok), MASK)[0], 5)) == 5
+    old = write_artifact(tmp_path / "1.0", [rows[:20], rows[20:]], version="1.0")
+    with pytest.raises(fmt.FormatError, match=r"starts inside a word \(word_start\[0\] false\), which a format 1.0"):
+        take(build_train_loader(cfg(old), MASK)[0], 5)
