@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from pipeline.elements import Document
 from pipeline.read.records import ReaderOptions, read_file
 from schemas import format as fmt
 from schemas.artifact import Artifact
-from tests.conftest import DEMO_CORPUS, WIKITEXT2_BUILD, build, wikitext2
+from tests.conftest import DEMO_CORPUS, WIKIPEDIA_SAMPLE, WIKITEXT2_BUILD, build, wikitext2
 
 # Real words of more WordPieces than the 6 tokens a row of --max-seq-len 8 holds, in the demo corpus's prose.
 LONG_WORDS_TEXT = (
@@ -186,4 +187,62 @@ def test_the_report_page_shows_the_long_words_and_the_counts_add_up(long_word_co
     page = (out / "report" / "index.html").read_text(encoding="utf-8")
     for label, key in (("words longer than a row", "long_words"), ("their continuation rows", "continuation_rows")):
         assert f'<td>{label}</td><td class="n">{c[key]:,}</td>' in page
+        assert f"| `{key}` | {c[key]:,} |" in (out / fmt.CARD_FILE).read_text(encoding="utf-8")
     assert verify.verify(str(out)).ok
+
+
+def _wikipedia_articles_with_long_words(tok: Tokenizer, limit: int) -> list[dict]:
+    """The Wikipedia sample's articles holding a word of more than ``limit`` tokens. Only articles with a run of at
+    least 128 non-space or whitespace characters are encoded: a byte-level BPE word is such a run (plus at most one
+    space before it) and each token covers at least one UTF-8 byte, at most 4 per character, so a word of more than
+    510 tokens needs at least 128 characters in a run; the others cannot hold one."""
+    import io
+
+    import zstandard
+
+    run = re.compile(r"\S{128,}|\s{128,}")
+    found = []
+    with open(WIKIPEDIA_SAMPLE, "rb") as f:
+        reader = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f), encoding="utf-8")
+        for line in reader:
+            record = json.loads(line)
+            if not run.search(record["text"]):
+                continue
+            _, per_word = np.unique(tok.encode(record["text"], add_special_tokens=False).word_ids, return_counts=True)
+            if per_word.max() > limit:
+                found.append(record)
+    return found
+
+
+@pytest.mark.slow
+def test_wikipedia_articles_with_500_token_words_are_kept_with_byte_level_bpe(tmp_path):
+    """RoBERTa's tokenizer family on real web text: markdown table borders are single byte-level BPE words of 524 to
+    971 tokens. Format 1.x dead-lettered these 17 of the sample's 4,576 articles; now they are written, exactly."""
+    from tests.pipeline.test_byte_level_bpe import ROBERTA, roberta_tokenizer
+
+    if not WIKIPEDIA_SAMPLE.exists():
+        pytest.skip(f"real data not available: {WIKIPEDIA_SAMPLE}")
+    tok = Tokenizer.from_str(roberta_tokenizer())
+    articles = _wikipedia_articles_with_long_words(tok, fmt.max_row_tokens(512))
+    assert len(articles) == 17
+    corpus = tmp_path / "long.jsonl"
+    corpus.write_text("".join(json.dumps(a) + "\n" for a in articles), encoding="utf-8")
+    (tmp_path / "tokenizer.json").write_text(tok.to_str(), encoding="utf-8")
+    common = ["--input-format", "jsonl", "--tokenizer", str(tmp_path / "tokenizer.json"), "--num-shards", "2"]
+    old = build(corpus, tmp_path / "old", *common, "--long-words", "dead-letter")["counts"]
+    assert old["dead_lettered_by_reason"] == {"word_too_long": 17} and old["documents_written"] == 0
+    m = build(corpus, tmp_path / "new", *common)
+    assert m["tokenizer"]["special_tokens"] == ROBERTA
+    c = m["counts"]
+    assert c["documents_written"] == 17 and c["documents_dead_lettered"] == 0
+    assert c["long_words"] >= 17 and c["continuation_rows"] >= c["long_words"]
+    report = verify.verify(str(tmp_path / "new"))
+    assert report.ok, report.problems
+    assert report.checked["continuation rows checked"] == c["continuation_rows"]
+    by_doc = rows_by_doc(tmp_path / "new")
+    continuations = 0
+    for doc in (d for d in read_file(str(corpus), ReaderOptions()) if isinstance(d, Document)):
+        rows = by_doc[doc.doc_id]
+        assert [t for r in rows for t in r["input_ids"]] == tok.encode(doc.text, add_special_tokens=False).ids
+        continuations += check_continuations(rows, fmt.max_row_tokens(512))[0]
+    assert continuations == c["continuation_rows"]
