@@ -246,3 +246,36 @@ def test_wikipedia_articles_with_500_token_words_are_kept_with_byte_level_bpe(tm
         assert [t for r in rows for t in r["input_ids"]] == tok.encode(doc.text, add_special_tokens=False).ids
         continuations += check_continuations(rows, fmt.max_row_tokens(512))[0]
     assert continuations == c["continuation_rows"]
+
+
+def test_candidate_spans_across_continuation_rows_are_dropped_and_counted(tmp_path):
+    """N-gram candidates on WikiText-2 at --max-seq-len 8: every document is written, and the spans found are the same
+    as at 512 (they do not depend on the rows): kept + dropped at a row boundary add up to the same total, and every
+    kept span lies on word boundaries of its row (verify), also in continuation rows."""
+    from pipeline import build_ngram_dictionary
+
+    dictionary = tmp_path / "dict"
+    build_ngram_dictionary.run(["--input", str(wikitext2("valid")), "--output", str(dictionary)])
+    totals = {}
+    for seq in ("8", "512"):
+        out = tmp_path / seq
+        m = build(
+            wikitext2("valid"),
+            out,
+            *WIKITEXT2_BUILD,
+            "--max-seq-len",
+            seq,
+            "--mask-candidates",
+            "ngrams",
+            "--ngram-dictionary",
+            str(dictionary),
+        )
+        assert m["counts"]["documents_written"] == 60
+        report = verify.verify(str(out))
+        assert report.ok, report.problems
+        cand = m["candidates"]
+        totals[seq] = (cand["spans"]["ngrams"], cand["dropped_at_row_boundary"]["ngrams"], m["counts"])
+    kept8, dropped8, counts8 = totals["8"]
+    kept512, dropped512, _ = totals["512"]
+    assert counts8["continuation_rows"] > 0 and dropped8 > dropped512 and kept8 > 1000
+    assert kept8 + dropped8 == kept512 + dropped512

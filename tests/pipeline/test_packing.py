@@ -135,3 +135,15 @@ def test_a_word_longer_than_a_row_starts_its_own_row_and_its_continuation_rows_a
     rows, stats = pack_full_sentences([other, d], limit=4, separator_id=99)
     assert [r.word_start[0] for r in rows].count(False) == stats["continuation_rows"] == 2 and stats["long_words"] == 1
     assert np.array_equal(np.concatenate([r.ids for r in rows if r.doc_id == "d"]), d.ids)
+
+
+def test_a_candidate_over_a_long_word_is_dropped_and_the_ones_beside_it_stay_in_their_rows():
+    ws = np.zeros(14, bool)
+    ws[[0, 2, 11, 12]] = True  # words of 2, 9, 1 and 2 tokens in one sentence: rows [0,2) [2,6) [6,10) [10,14)
+    spans = {"ngrams": np.array([[0, 2], [2, 12], [11, 14]], np.int32)}
+    d = TokenizedDocument(
+        "d", "f", 1, 0, np.arange(14, dtype=np.uint16) + 5, ws, ws & (np.arange(14) == 0), spans=spans
+    )
+    rows, stats = pack_doc_sentences(d, limit=4)
+    assert [r.spans["ngrams"].tolist() for r in rows] == [[[0, 2]], [], [], [[1, 4]]]  # in the continuation row
+    assert stats["dropped"] == {"ngrams": 1} and stats["continuation_rows"] == 2
