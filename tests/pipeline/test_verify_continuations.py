@@ -135,7 +135,8 @@ def test_a_row_starting_inside_a_word_against_the_rule_is_one_line(art: Path, ca
 
 
 def as_format_1(root: Path) -> None:
-    """The artifact stamped 1.0 everywhere (manifest, each shard's and unigram.arrow's schema metadata), resealed."""
+    """The artifact as a 1.x writer left it: stamped 1.0 everywhere (manifest, each shard's and unigram.arrow's schema
+    metadata; resealed), without the manifest keys 2.0 added."""
     stamp = b"\x03\x00\x00\x00" + fmt.FORMAT_VERSION.encode()  # the flatbuffer string: length 3, then the bytes
     for relative in [*(s["path"] for s in manifest(root)["shards"]), fmt.UNIGRAM_FILE]:
         data = (root / relative).read_bytes()
@@ -144,6 +145,7 @@ def as_format_1(root: Path) -> None:
         reseal(root, relative)
     m = manifest(root)
     m["format_version"] = "1.0"
+    del m["counts"]["continuation_rows"], m["counts"]["long_words"], m["options"]["long_words"]
     write_manifest(root, m)
 
 
@@ -155,12 +157,17 @@ def test_a_format_1_artifact_with_continuation_rows_is_rejected(art: Path) -> No
 
 
 def test_a_format_1_artifact_without_continuation_rows_still_verifies(built: Path, tmp_path: Path) -> None:
-    """Readers keep reading 1.x: the same corpus built with the old rule (--long-words dead-letter), stamped 1.0."""
+    """Readers keep reading 1.x: the same corpus built with the old rule (--long-words dead-letter), stamped 1.0, verifies
+    and gets its report (pipeline.report); the trainer's loader: tests/trainer/test_long_word_rows.py."""
+    from pipeline.report import write_report
+
     corpus = built.parent / "corpus.jsonl"
     out = tmp_path / "old"
     m = build(corpus, out, *LONG_WORD_BUILD, "--num-shards", str(NUM_SHARDS), "--long-words", "dead-letter")
     assert m["counts"]["dead_lettered_by_reason"]["word_too_long"] > 0 and m["counts"]["continuation_rows"] == 0
     as_format_1(out)
+    write_report(str(out))
+    assert "words longer than a row" not in (out / fmt.REPORT_DIR / "index.html").read_text(encoding="utf-8")
     code, output = run_verify(out)
     assert code == 0, output
 
