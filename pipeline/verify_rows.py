@@ -111,9 +111,9 @@ def _check_continuations(
     if n == 0:
         return previous
     nonempty = lengths > 0
-    heads = np.minimum(offsets[:-1], max(len(word_start) - 1, 0))
-    first_ws = np.where(nonempty, word_start[heads] if len(word_start) else True, True)
-    first_ss = np.where(nonempty, sentence_start[heads] if len(sentence_start) else False, False)
+    first_ws = ~inv.rows_starting_inside_a_word(word_start, offsets)
+    heads = np.minimum(offsets[:-1], max(len(sentence_start) - 1, 0))
+    first_ss = nonempty & sentence_start[heads] if len(sentence_start) else np.zeros(n, dtype=bool)
     cumulative = np.concatenate([[0], np.cumsum(word_start, dtype=np.int64)])
     inner = cumulative[offsets[1:]] - cumulative[offsets[:-1]] - (first_ws & nonempty)
     prev_doc, prev_seq, prev_len, prev_inner = previous

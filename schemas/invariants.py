@@ -92,6 +92,15 @@ def first_forbidden_id(ids: np.ndarray, forbidden: np.ndarray) -> int | None:
     return int(np.argmax(hit)) if hit.any() else None
 
 
+def rows_starting_inside_a_word(word_start: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per row: ``word_start[0]`` is false, i.e. the row starts inside a word (a continuation row, format 2.0 on).
+    ``word_start``: the flat values of a batch's ``word_start`` column; empty rows start no word and count as not."""
+    lengths = np.diff(offsets)
+    if not len(word_start):
+        return np.zeros(len(lengths), dtype=bool)
+    return (lengths > 0) & ~np.asarray(word_start, dtype=bool)[np.minimum(offsets[:-1], len(word_start) - 1)]
+
+
 # Why a row that starts inside a word is not a valid continuation row (FORMAT.md, "Words longer than a row"), in the
 # order :func:`continuation_problems` reports them.
 CONTINUATION_RULES = {

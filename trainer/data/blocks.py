@@ -227,8 +227,8 @@ class BlockReader:
                 f"rows hold text only (FORMAT.md): rebuild the artifact (pipeline.verify lists every such row)"
             )
         ws = ws_vals.to_numpy(zero_copy_only=False)
-        if not self.continuation_rows_allowed and len(ws):
-            inside = np.flatnonzero(~ws[np.minimum(offs[:-1], len(ws) - 1)] & (lengths > 0))
+        if not self.continuation_rows_allowed:
+            inside = np.flatnonzero(inv.rows_starting_inside_a_word(ws, offs))
             if len(inside):
                 bad(
                     f"row {int(inside[0])} starts inside a word (word_start[0] false), which a format "
