@@ -128,9 +128,10 @@ def write_tokenizer_files(tokenizer_json: str, tokenizer_meta: dict, max_seq_len
     with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
         f.write(tokenizer_json)
     vocab = json.loads(tokenizer_json)["model"]["vocab"]
-    if isinstance(vocab, list):  # Unigram: [piece, score] in id order
-        vocab = {entry[0]: i for i, entry in enumerate(vocab)}
-    by_id = sorted(vocab.items(), key=lambda kv: kv[1])
+    if isinstance(vocab, list):  # Unigram: [piece, score] in id order (a piece may repeat: the trainer's <unk>)
+        by_id = [(entry[0], i) for i, entry in enumerate(vocab)]
+    else:
+        by_id = sorted(vocab.items(), key=lambda kv: kv[1])
     if [i for _, i in by_id] != list(range(len(by_id))):
         raise ExportError("the tokenizer's vocabulary ids are not 0..N-1 without gaps; cannot write vocab.txt")
     with open(os.path.join(out, "vocab.txt"), "w", encoding="utf-8") as f:

@@ -277,7 +277,9 @@ def test_unigram_rows_are_exact_with_the_pre_tokenizers_word_starts(tmp_path, co
         checked += len(encoding.ids)
         sentences += sum(got["sentence_start"])
     assert checked > 500_000 and sentences > 10_000
-    assert max(len(d.text) for d in docs) > ENCODE_PIECE_CHARS  # the long document went through pieces
+    long_text = max((d.text for d in docs), key=len)  # went through pieces, cut by the Unigram rule
+    added = tuple(t["content"] for t in json.loads(unigram_json)["added_tokens"])
+    assert len(text_pieces(long_text, ENCODE_PIECE_CHARS, added=added, metaspace=True)) == 2
     off = tmp_path / "b"
     build(corpus, off, "--tokenizer", str(tmp_path / "tokenizer.json"), "--num-shards", "3", "--encode-cache-mb", "0")
     shards = sorted(p.name for p in (out / "shards").glob("*.arrow"))
