@@ -251,7 +251,8 @@ def corpus(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_unigram_rows_are_exact_with_the_pre_tokenizers_word_starts(tmp_path, corpus, unigram_json):
     """Rows, concatenated per document, are the user's tokenizer's ids of the text with its Metaspace word starts
-    (the long document too, encoded in pieces); verify passes; the artifact without the chunk cache is byte-identical."""
+    (the long document too, encoded in pieces); verify passes; the artifact without the chunk cache is
+    byte-identical."""
     (tmp_path / "tokenizer.json").write_text(unigram_json, encoding="utf-8")
     out = tmp_path / "a"
     manifest = build(corpus, out, "--tokenizer", str(tmp_path / "tokenizer.json"), "--num-shards", "3")
