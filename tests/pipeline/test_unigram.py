@@ -167,7 +167,7 @@ def test_unigram_pieces_start_only_where_a_cut_keeps_the_tokens(variant, unigram
         cuts = [i for i, c in enumerate(text) if c in " \n\t" and 0 < i]
         good = [i for i in cuts if _allowed(text, i, added)]
         bad = [i for i in cuts if not _allowed(text, i, added)]
-        for cut in good[::23] + bad[::5]:
+        for cut in good[::11] + bad[::5]:
             a, b = max(0, cut - 150), min(len(text), cut + 150)
             window, k = text[a:b], cut - a
             whole = encode(window)
