@@ -365,3 +365,31 @@ def test_span_masking_on_a_unigram_artifact_masks_whole_words(tmp_path, unigram_
             runs += 1
         masked += int((np.array(ids) == mask_id).sum())
     assert runs > 100 and masked > 100
+
+
+def test_a_unigram_whose_added_tokens_strip_whitespace_encodes_long_texts_whole(unigram_json):
+    """The piece rule's proof needs the added tokens matched in text to hold no whitespace and strip none: with an
+    unk token that strips the space after it, a text over the piece limit is encoded whole, and its rows are still
+    the tokenizer's ids; with the trainer's own unk token it is cut in two pieces."""
+    from pipeline.tokenize.tokenized_documents import _TokenizeFn
+
+    config = json.loads(unigram_json)
+    for added in config["added_tokens"]:
+        if added["content"] == "<unk>":
+            added["rstrip"] = True
+    opts = ReaderOptions(input_format="wikitext", wikitext_unk="<unk>")
+    docs = [d for d in read_file(str(wikitext2("test")), opts) if isinstance(d, Document)]
+    long_doc = Document("long", "\n".join(d.text for d in docs), docs[0].source)
+    assert len(long_doc.text) > ENCODE_PIECE_CHARS
+    limits = []
+    for tokenizer_json in (json.dumps(config), unigram_json):
+        spec = tokenizer.make_spec(Tokenizer.from_str(tokenizer_json), "file")
+        fn = _TokenizeFn(spec, "int32")
+        fn.setup()
+        limits.append(fn._piece_limit)
+        out = list(fn.process([long_doc]))
+        [got] = out + [o.value for o in fn.finish_bundle()]
+        fn.teardown()
+        expected = spec.load().encode(long_doc.text, add_special_tokens=False).ids
+        assert len(expected) > 300_000 and got.ids.tolist() == expected
+    assert limits == [None, ENCODE_PIECE_CHARS]
