@@ -279,3 +279,35 @@ def test_candidate_spans_across_continuation_rows_are_dropped_and_counted(tmp_pa
     kept512, dropped512, _ = totals["512"]
     assert counts8["continuation_rows"] > 0 and dropped8 > dropped512 and kept8 > 1000
     assert kept8 + dropped8 == kept512 + dropped512
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["byte_level_bpe", "unigram"])
+def test_every_family_keeps_words_longer_than_a_row_in_exact_rows(tmp_path, family):
+    """RoBERTa's byte-level BPE and a SentencePiece-style Unigram (Metaspace), trained here on WikiText-2, at rows of 6
+    tokens: the 1.x rule dead-letters documents, the 2.0 rule writes them all in exact rows that verify."""
+    from tests.pipeline.test_byte_level_bpe import roberta_tokenizer
+    from tests.pipeline.test_unigram import ROBERTA
+    from tests.pipeline.test_unigram import _train as unigram_tokenizer
+
+    config = roberta_tokenizer() if family == "byte_level_bpe" else unigram_tokenizer(ROBERTA)
+    (tmp_path / "tokenizer.json").write_text(config, encoding="utf-8")
+    common = ["--input-format", "wikitext", "--tokenizer", str(tmp_path / "tokenizer.json"), "--max-seq-len", "8"]
+    old = build(wikitext2("valid"), tmp_path / "old", *common, "--long-words", "dead-letter")["counts"]
+    assert old["dead_lettered_by_reason"]["word_too_long"] > 0
+    c = build(wikitext2("valid"), tmp_path / "new", *common)["counts"]
+    assert c["documents_written"] == 60 and c["documents_dead_lettered"] == 0 and c["long_words"] > 0
+    report = verify.verify(str(tmp_path / "new"))
+    assert report.ok, report.problems
+    tok = Tokenizer.from_str(Artifact.open(str(tmp_path / "new")).tokenizer_json())
+    by_doc = rows_by_doc(tmp_path / "new")
+    opts = ReaderOptions(input_format="wikitext", wikitext_unk="<unk>")
+    seen = np.zeros(2, np.int64)
+    for doc in (d for d in read_file(str(wikitext2("valid")), opts) if isinstance(d, Document)):
+        rows = by_doc[doc.doc_id]
+        assert [t for r in rows for t in r["input_ids"]] == tok.encode(doc.text, add_special_tokens=False).ids
+        seen += check_continuations(rows, 6)
+    assert tuple(seen) == (c["continuation_rows"], c["long_words"])
+    print(
+        f"{family}: 1.x rule {old['documents_dead_lettered']} dead letters; 2.0: {c['long_words']} long words, {c['continuation_rows']} continuation rows"
+    )
