@@ -288,7 +288,7 @@ def build_pipeline(
         segmenter_path=segmenter,
         encoder_threads=o.encoder_threads,
         cache_bytes=o.encode_cache_mb << 20,
-        max_word_tokens=shard_spec.max_row_tokens,
+        max_word_tokens=shard_spec.max_row_tokens if o.long_words == "dead-letter" else None,
     )
     shards = tokenized["documents"] | "WriteShards" >> WriteShards(shard_spec, buffer_bytes=o.spill_buffer_mb << 20)
     dead_letters = (
@@ -373,6 +373,11 @@ def _summary(manifest: dict, output: str) -> str:
             else ""
         ),
         f"  rows: {c['rows']:,} of at most {manifest['max_row_tokens']} tokens; tokens: {c['tokens']:,}; sentences: {c['sentences']:,}",
+        *(
+            [f"  words longer than a row: {c['long_words']:,}, continued in {c['continuation_rows']:,} rows"]
+            if c.get("long_words")
+            else []
+        ),
         f"  shards: {len(manifest['shards'])} in {output}/{fmt.SHARDS_DIR}/ ({sum(s['bytes'] for s in manifest['shards']):,} bytes)",
         f"  tokenizer: {manifest['tokenizer']['source']}, vocabulary {manifest['tokenizer']['vocab_size']:,}",
         f"  check it: python -m pipeline.verify {output}",

@@ -147,6 +147,15 @@ class BuildShardsOptions(PipelineOptions):
             choices=["doc-sentences", "full-sentences"],
             help="doc-sentences: never cross documents (SpanBERT); full-sentences: RoBERTa's, across documents",
         )
+        g.add_argument(
+            "--long-words",
+            "--long_words",
+            dest="long_words",
+            default="split",
+            choices=["split", "dead-letter"],
+            help="a word of more tokens than a row holds: split (it starts its own row and goes on in continuation "
+            "rows, format 2.0) or dead-letter its document (word_too_long; the rule before format 2.0)",
+        )
         g.add_argument("--language", default="english", help="Punkt sentence-splitting model")
         g = parser.add_argument_group("mask candidates (schemas/FORMAT.md span columns)")
         g.add_argument(

@@ -87,6 +87,23 @@ def forbidden_special_ids(manifest: dict[str, Any], tokenizer: Tokenizer | None 
     return inv.forbidden_special_ids(manifest, [i for i, t in added if t.special])
 
 
+def word_continuing_ids(tokenizer: Tokenizer) -> np.ndarray | None:
+    """Per token id, whether the token can only continue a word (a row starting with it starts inside a word):
+    WordPiece's ``##`` tokens behind ``BertPreTokenizer``, which never begin one of its words. None for other
+    tokenizers (their word starts are not a property of the token)."""
+    config = json.loads(tokenizer.to_str())
+    model, pre = config.get("model") or {}, config.get("pre_tokenizer") or {}
+    prefix = model.get("continuing_subword_prefix")
+    if model.get("type") != "WordPiece" or pre.get("type") != "BertPreTokenizer" or not prefix:
+        return None
+    continuing = np.zeros(tokenizer.get_vocab_size(with_added_tokens=True), dtype=bool)
+    for token, i in tokenizer.get_vocab(with_added_tokens=False).items():
+        if token.startswith(prefix) and 0 <= i < len(continuing):
+            continuing[i] = True
+    continuing[[i for i in tokenizer.get_added_tokens_decoder() if 0 <= i < len(continuing)]] = False
+    return continuing
+
+
 def _check_tokenizer(art: Artifact, listing: Listing, report: Report) -> Tokenizer | None:
     """tokenizer.json against the manifest; the loaded tokenizer when it loads and has the manifest's vocabulary."""
     tok = art.manifest["tokenizer"]
@@ -252,12 +269,18 @@ def verify(uri: str, quick: bool = False) -> Report:
     totals: dict[str, Any] = {"rows": 0, "tokens": 0, "documents": 0, "histogram": np.zeros(bins, np.int64)}
     unigram = np.zeros(art.vocab_size, dtype=np.int64)
     forbidden = forbidden_special_ids(m, tokenizer)
-    complete = [check_shard_rows(art, i, forbidden, report, totals, unigram) for i in good_shards]
+    continuing = word_continuing_ids(tokenizer)
+    complete = [check_shard_rows(art, i, forbidden, report, totals, unigram, continuing) for i in good_shards]
     c = m["counts"]
     if all(complete):  # else the shard's line says why its rows are not all counted
         if m["pack"] == "doc-sentences" and totals["documents"] != c["documents_written"]:
             report.fail(
                 f"counts: shards hold {totals['documents']:,} documents, manifest says documents_written {c['documents_written']:,}"
+            )
+        if "continuation_rows" in c and totals.get("continuation_rows", 0) != c["continuation_rows"]:
+            report.fail(
+                f"counts: shards hold {totals.get('continuation_rows', 0):,} continuation rows, manifest says "
+                f"continuation_rows {c['continuation_rows']:,}"
             )
         if totals["histogram"].tolist() != list(m["row_length_histogram"]["counts"]):
             report.fail("row_length_histogram differs from the row lengths in the shards")

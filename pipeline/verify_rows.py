@@ -87,6 +87,55 @@ def _check_spans(batch: pa.RecordBatch, where: str, offsets: np.ndarray, finding
             findings.fail(f"{where}: {int((~(ok_start & ok_end)).sum())} {kind} span(s) not on word boundaries")
 
 
+def _check_continuations(
+    flags: dict[str, np.ndarray],
+    offsets: np.ndarray,
+    doc_ids: list[str],
+    seqs: np.ndarray,
+    previous: tuple[str | None, int, int, int],
+    limit: int,
+    allowed: bool,
+    where: str,
+    findings: Findings,
+    totals: dict[str, Any],
+    first_ids: np.ndarray,
+    continuing: np.ndarray | None,
+) -> tuple[str | None, int, int, int]:
+    """Every row of the batch that starts inside a word is a continuation row (``invariants.continuation_problems``);
+    ``previous`` describes the row before the batch (doc_id, seq_index, length, word starts after its first token)
+    and the same of the batch's last row is returned. Continuation rows are added to ``totals``. ``first_ids``: each
+    row's first token id; ``continuing``: per vocabulary id, whether the token can only continue a word (or None)."""
+    word_start, sentence_start = flags["word_start"], flags["sentence_start"]
+    lengths = np.diff(offsets)
+    n = len(lengths)
+    if n == 0:
+        return previous
+    nonempty = lengths > 0
+    first_ws = ~inv.rows_starting_inside_a_word(word_start, offsets)
+    heads = np.minimum(offsets[:-1], max(len(sentence_start) - 1, 0))
+    first_ss = nonempty & sentence_start[heads] if len(sentence_start) else np.zeros(n, dtype=bool)
+    cumulative = np.concatenate([[0], np.cumsum(word_start, dtype=np.int64)])
+    inner = cumulative[offsets[1:]] - cumulative[offsets[:-1]] - (first_ws & nonempty)
+    prev_doc, prev_seq, prev_len, prev_inner = previous
+    before_doc = [prev_doc, *doc_ids[:-1]]
+    before_seq = np.concatenate([[prev_seq], seqs[:-1]])
+    same = np.array([a == b for a, b in zip(before_doc, doc_ids)], dtype=bool) & (seqs == before_seq + 1)
+    before_len = np.concatenate([[prev_len], lengths[:-1]])
+    before_inner = np.concatenate([[prev_inner], inner[:-1]])
+    continues = None
+    if continuing is not None and len(continuing):
+        continues = nonempty & continuing[np.clip(first_ids, 0, len(continuing) - 1)]
+    problems = inv.continuation_problems(first_ws, first_ss, same, before_len, before_inner, limit, allowed, continues)
+    for rule, bad in problems.items():
+        if bad.any():
+            findings.fail(f"{where}: {int(bad.sum())} row(s) {inv.CONTINUATION_RULES[rule]}")
+    continuations = int((~first_ws).sum())
+    if continuations:
+        findings.count("continuation rows checked", continuations)
+        totals["continuation_rows"] = totals.get("continuation_rows", 0) + continuations
+    return doc_ids[-1], int(seqs[-1]), int(lengths[-1]), int(inner[-1])
+
+
 def check_shard_rows(
     art: Artifact,
     index: int,
@@ -94,10 +143,12 @@ def check_shard_rows(
     findings: Findings,
     totals: dict[str, Any],
     unigram: np.ndarray,
+    continuing: np.ndarray | None = None,
 ) -> bool:
     """Check every row of shard ``index`` of the manifest; add its rows, tokens, documents, row lengths and token
     counts to ``totals`` and ``unigram``. ``forbidden``: the special ids no row may hold
-    (``invariants.forbidden_special_ids``). False when the shard could not be read to its end (then the totals
+    (``invariants.forbidden_special_ids``); ``continuing``: per token id, whether it can only continue a word
+    (``pipeline.verify.word_continuing_ids``). False when the shard could not be read to its end (then the totals
     miss its rest)."""
     m = art.manifest
     entry = m["shards"][index]
@@ -111,6 +162,8 @@ def check_shard_rows(
         findings.fail(str(e))
         return False
     rows = tokens = 0
+    allowed = fmt.continuation_rows_allowed(m["format_version"])
+    previous: tuple[str | None, int, int, int] = (None, -1, 0, 0)  # the row before: doc_id, seq_index, length, inner
     prev_doc: str | None = None
     prev_seq = -1
     doc_sentences = m["pack"] == "doc-sentences"
@@ -131,6 +184,7 @@ def check_shard_rows(
             )
         offsets, ids = _list_parts(batch, "input_ids")
         lengths = np.diff(offsets)
+        first_ids = ids[np.minimum(offsets[:-1], len(ids) - 1)].astype(np.int64) if len(ids) else offsets[:-1] * 0
         rows += batch.num_rows
         tokens += int(lengths.sum())
         findings.count("rows checked", batch.num_rows)
@@ -149,20 +203,20 @@ def check_shard_rows(
                 f"{where}: {int(smuggled.sum())} special token id(s) {found} inside rows (rows hold text only; FORMAT.md)"
             )
         unigram += np.bincount(ids.astype(np.int64), minlength=vocab)[:vocab]
-        aligned = True
+        flags: dict[str, np.ndarray] = {}
         for col in ("word_start", "sentence_start"):
-            o2, flags = _list_parts(batch, col)
+            o2, values = _list_parts(batch, col)
             if not inv.flags_align(offsets, o2):
                 findings.fail(f"{where}: {col} lengths differ from input_ids lengths")
-                aligned = False
                 continue
-            firsts = flags[offsets[:-1][lengths > 0]]
-            if col == "word_start" and not firsts.all():
-                findings.fail(f"{where}: {int((~firsts).sum())} row(s) do not start at a word start")
-        if aligned:
-            _check_spans(batch, where, offsets, findings)
+            flags[col] = values
         doc_ids = batch.column("doc_id").to_pylist()
         seqs = batch.column("seq_index").to_numpy()
+        if len(flags) == 2:
+            _check_spans(batch, where, offsets, findings)
+            previous = _check_continuations(
+                flags, offsets, doc_ids, seqs, previous, limit, allowed, where, findings, totals, first_ids, continuing
+            )
         for doc_id, seq in zip(doc_ids, seqs.tolist()):
             if fmt.shard_of(doc_id, num_shards) != index:
                 findings.fail(f"{where}: document {doc_id!r} does not belong in shard {index}")

@@ -22,8 +22,11 @@ import pyarrow.fs as pafs
 FORMAT_NAME = "spanprep-preprocessed-corpus"
 # MAJOR.MINOR. A reader accepts any MINOR of a MAJOR it knows (minor versions only add
 # optional metadata or files); a new MAJOR means a column changed meaning or type.
-FORMAT_VERSION = "1.0"
-SUPPORTED_MAJOR_VERSIONS = (1,)
+# 2.0: a row may start inside a word longer than a row (a continuation row, word_start[0] false; FORMAT.md).
+FORMAT_VERSION = "2.0"
+SUPPORTED_MAJOR_VERSIONS = (1, 2)
+# The first major version whose rows may be continuation rows; a 1.x artifact never holds one.
+CONTINUATION_ROWS_SINCE = 2
 
 MANIFEST_FILE = "manifest.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -48,6 +51,11 @@ SHARD_COMPRESSION = "zstd"
 SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 # A model sequence is [CLS] row [SEP]: a row holds at most max_seq_len - SPECIAL_POSITIONS tokens.
 SPECIAL_POSITIONS = 2
+
+
+def continuation_rows_allowed(version: str) -> bool:
+    """Whether an artifact of format ``version`` (a supported ``MAJOR.MINOR``) may hold continuation rows."""
+    return parse_version(version)[0] >= CONTINUATION_ROWS_SINCE
 
 
 def max_row_tokens(max_seq_len: int) -> int:

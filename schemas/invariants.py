@@ -90,3 +90,57 @@ def first_forbidden_id(ids: np.ndarray, forbidden: np.ndarray) -> int | None:
     """The position in ``ids`` of the first of the ``forbidden`` special ids, else None."""
     hit = special_ids_in_rows(ids, forbidden)
     return int(np.argmax(hit)) if hit.any() else None
+
+
+def rows_starting_inside_a_word(word_start: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per row: ``word_start[0]`` is false, i.e. the row starts inside a word (a continuation row, format 2.0 on).
+    ``word_start``: the flat values of a batch's ``word_start`` column; empty rows start no word and count as not."""
+    lengths = np.diff(offsets)
+    if not len(word_start):
+        return np.zeros(len(lengths), dtype=bool)
+    return (lengths > 0) & ~np.asarray(word_start, dtype=bool)[np.minimum(offsets[:-1], len(word_start) - 1)]
+
+
+# Why a row that starts inside a word is not a valid continuation row (FORMAT.md, "Words longer than a row"), in the
+# order :func:`continuation_problems` reports them.
+CONTINUATION_RULES = {
+    "unmarked": "start inside a word (with a token that continues a word, e.g. WordPiece's ##) but are not marked as "
+    "continuation rows (word_start[0] is true)",
+    "version": "start inside a word in a format 1.x artifact (continuation rows exist since format 2.0)",
+    "sentence": "start inside a word but are marked as a sentence start",
+    "document": "start inside a word but follow no row of their document (a document's first row starts at a word)",
+    "full": "start inside a word but the row before is not full (a word is cut only into rows of max_row_tokens)",
+    "one_word": "start inside a word but the row before has a word start after its first token (a word longer than "
+    "a row starts its own row)",
+}
+
+
+def continuation_problems(
+    first_word_start: np.ndarray,
+    first_sentence_start: np.ndarray,
+    previous_same_document: np.ndarray,
+    previous_length: np.ndarray,
+    previous_inner_word_starts: np.ndarray,
+    max_row_tokens: int,
+    allowed: bool,
+    first_token_continues: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """Per rule of :data:`CONTINUATION_RULES`, which rows break it. A row whose ``word_start[0]`` is false starts
+    inside a word: it must be a continuation row, i.e. (format 2.0 on, ``allowed``) its ``sentence_start[0]`` is
+    false, the row before it is the previous row of the same document (``previous_same_document``), holds
+    ``max_row_tokens`` tokens (``previous_length``) and lies inside that one word: no word starts in it after its
+    first token (``previous_inner_word_starts``), so the word started at that row's start or that row is itself a
+    continuation. All arguments are per row of one shard, in shard order; ``previous_*`` describe the row before.
+    ``first_token_continues`` (when the tokenizer tells it, e.g. WordPiece's ``##`` tokens): the row's first token
+    can only continue a word, so a row starting with it and not marked starts inside a word unmarked."""
+    inside = ~np.asarray(first_word_start, dtype=bool)
+    unmarked = {} if first_token_continues is None else {"unmarked": ~inside & first_token_continues}
+    if not allowed:
+        return {**unmarked, "version": inside}
+    return {
+        **unmarked,
+        "sentence": inside & np.asarray(first_sentence_start, dtype=bool),
+        "document": inside & ~np.asarray(previous_same_document, dtype=bool),
+        "full": inside & np.asarray(previous_same_document, dtype=bool) & (previous_length != max_row_tokens),
+        "one_word": inside & np.asarray(previous_same_document, dtype=bool) & (previous_inner_word_starts > 0),
+    }

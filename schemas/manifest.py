@@ -123,6 +123,8 @@ VERIFY_SPEC: dict[str, Any] = {
         "dead_lettered_by_reason": MapOf(COUNT),
         "rows": COUNT,
         "tokens": COUNT,
+        "continuation_rows": Optional(COUNT),  # format 2.0 on (FORMAT.md, "Words longer than a row")
+        "long_words": Optional(COUNT),
     },
     "inputs": [{"documents_read": COUNT}],
     "shards": [{"path": relative_path_problem, "rows": COUNT, "tokens": COUNT, "bytes": COUNT, "sha256": _string}],

@@ -194,6 +194,8 @@ def build_card(
                 "tokens",
                 "sentences",
                 "sentences_cut",
+                "long_words",
+                "continuation_rows",
             )
             if k in c
         ],
@@ -236,7 +238,14 @@ def build_card(
         f"- Text is lossy where the tokenizer is: {'it lowercases, and ' if tok.get('lowercase') else ''}characters outside the "
         "vocabulary become `[UNK]`; the original text is not stored, only token ids.",
         "- Rows hold whole sentences; a sentence longer than a row is cut at a word boundary "
-        f"({c['sentences_cut']:,} here). Rows never contain `[CLS]`/`[SEP]`"
+        f"({c['sentences_cut']:,} here)"
+        + (
+            f"; a word longer than a row goes on in continuation rows that start inside it ({c['long_words']:,} such "
+            f"words, {c['continuation_rows']:,} rows)"
+            if c.get("long_words")
+            else ""
+        )
+        + ". Rows never contain `[CLS]`/`[SEP]`"
         + (" except the document separators of full-sentences packing." if m["pack"] != "doc-sentences" else "."),
         f"- {c['documents_dead_lettered']:,} input records were rejected and are not in the shards (see `dead_letter/`).",
     ]

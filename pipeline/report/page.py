@@ -230,6 +230,11 @@ def build_html(
         ["tokens", c["tokens"]],
         ["sentences", c["sentences"]],
         ["sentences longer than a row (cut)", c["sentences_cut"]],
+        *(
+            [["words longer than a row", c["long_words"]], ["their continuation rows", c["continuation_rows"]]]
+            if "long_words" in c  # format 2.0 on
+            else []
+        ),
         [f"max tokens per row (max_seq_len − {fmt.SPECIAL_POSITIONS})", m["max_row_tokens"]],
         ["mean tokens per row", round(c["tokens"] / c["rows"], 1) if c["rows"] else "n/a"],
         ["packing", m["pack"]],

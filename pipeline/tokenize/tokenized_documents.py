@@ -341,7 +341,8 @@ class TokenizeDocuments(beam.PTransform):
 
     Returns a dict: ``documents`` (:class:`TokenizedDocument`) and ``dead_letters`` (documents
     that produced no token at all, e.g. only characters the normalizer removes, that the tokenizer
-    failed on, or with a word of more than ``max_word_tokens`` tokens: more than a row holds).
+    failed on, or, given ``max_word_tokens`` (``--long-words dead-letter``), with a word of more than that many
+    tokens: more than a row holds; without it such a word goes on in continuation rows, FORMAT.md).
     """
 
     def __init__(

@@ -86,6 +86,8 @@ def build_manifest(
         "tokens": sum(s["tokens"] for s in shards),
         "sentences": sum(s["sentences"] for s in shards),
         "sentences_cut": sum(s["sentences_cut"] for s in shards),
+        "continuation_rows": sum(s["continuation_rows"] for s in shards),
+        "long_words": sum(s["long_words"] for s in shards),
     }
     manifest = {
         "format": fmt.FORMAT_NAME,

@@ -25,8 +25,10 @@ NO_SPANS.flags.writeable = False
 def _cut_long(start: int, end: int, word_start: np.ndarray, limit: int) -> list[tuple[int, int]]:
     """Cut ``[start, end)`` into pieces of at most ``limit`` tokens, at word starts where possible.
 
-    A word longer than ``limit`` is cut between its tokens here; the job never gets that far with one (such a
-    document is dead-lettered as ``word_too_long`` when it is tokenized), since a row must start at a word start."""
+    A word longer than ``limit`` starts a piece (the piece before it ends at its start, its last word start in
+    reach) and is cut into pieces of exactly ``limit`` tokens; the piece holding its rest goes on with the words
+    after it. The pieces after the first that start inside the word are continuation rows (``word_start[0]`` false;
+    FORMAT.md, format 2.0). With ``--long-words dead-letter`` such a document never gets here (``word_too_long``)."""
     pieces = []
     pos = start
     while end - pos > limit:
@@ -116,7 +118,17 @@ def pack_doc_sentences(doc: TokenizedDocument, limit: int) -> tuple[list[Row], d
     return _rows_from_ranges([doc], np.array([0, n]), ranges, doc_sequence=True), {
         "sentences_cut": cut,
         **_dropped(doc, ranges),
+        **long_word_counts(doc.word_start, ranges),
     }
+
+
+def long_word_counts(word_start: np.ndarray, ranges: list[tuple[int, int]]) -> dict[str, int]:
+    """``continuation_rows``: rows that start inside a word; ``long_words``: the words longer than a row, each the
+    start of a run of continuation rows."""
+    if not ranges:
+        return {"continuation_rows": 0, "long_words": 0}
+    inside = ~word_start[np.fromiter((s for s, _ in ranges), dtype=np.int64, count=len(ranges))]
+    return {"continuation_rows": int(inside.sum()), "long_words": int(inside[0] + (inside[1:] & ~inside[:-1]).sum())}
 
 
 def _dropped(doc: TokenizedDocument, ranges) -> dict:
@@ -173,7 +185,7 @@ def pack_full_sentences(docs: list[TokenizedDocument], limit: int, separator_id:
     or ends with it (it is dropped there, since [CLS]/[SEP] already mark the row's edges).
     """
     if not docs:
-        return [], {"sentences_cut": 0, "dropped": {}}
+        return [], {"sentences_cut": 0, "dropped": {}, "continuation_rows": 0, "long_words": 0}
     dtype = docs[0].ids.dtype
     sep = np.array([separator_id], dtype=dtype)
     parts_ids, parts_ws, parts_ss, offsets = [], [], [], []
@@ -218,4 +230,4 @@ def pack_full_sentences(docs: list[TokenizedDocument], limit: int, separator_id:
         docs, np.array(offsets), trimmed, doc_sequence=False, stream=(ids, ws, ss, spans_all, labels_all)
     )
     dropped = {kind: _spans_in_rows(sp, trimmed)[1] for kind, sp in spans_all.items()}
-    return rows, {"sentences_cut": cut, "dropped": dropped}
+    return rows, {"sentences_cut": cut, "dropped": dropped, **long_word_counts(ws, trimmed)}

@@ -306,7 +306,7 @@ class _ShardStats:
     def __init__(self, spec: ShardSpec):
         self.spec = spec
         self.documents = self.rows = self.tokens = self.cleaned = self.duplicates = 0
-        self.sentences = self.sentences_cut = 0
+        self.sentences = self.sentences_cut = self.continuation_rows = self.long_words = 0
         self.last_doc_id: str | None = None
         self.bins = -(-spec.max_row_tokens // HISTOGRAM_BIN_WIDTH)
         self.histogram = np.zeros(self.bins, np.int64)
@@ -323,6 +323,8 @@ class _ShardStats:
 
     def add_info(self, info: dict) -> None:
         self.sentences_cut += info["sentences_cut"]
+        self.continuation_rows += info["continuation_rows"]
+        self.long_words += info["long_words"]
         for kind, n in info["dropped"].items():
             self.dropped[kind] += n
 
@@ -349,6 +351,8 @@ class _ShardStats:
             "duplicate_doc_ids": self.duplicates,
             "sentences": self.sentences,
             "sentences_cut": self.sentences_cut,
+            "continuation_rows": self.continuation_rows,
+            "long_words": self.long_words,
             "spans": self.spans,
             "dropped": self.dropped,
             "histogram": self.histogram.tolist(),

@@ -433,6 +433,8 @@ def test_write_manifest_refuses_when_another_build_holds_the_lock(tmp_path, spec
         "duplicate_doc_ids": 0,
         "sentences": 1,
         "sentences_cut": 0,
+        "continuation_rows": 0,
+        "long_words": 0,
         "spans": dict.fromkeys(fmt.CANDIDATE_KINDS, 0),
         "dropped": dict.fromkeys(fmt.CANDIDATE_KINDS, 0),
         "histogram": [1],

@@ -459,6 +459,8 @@ def test_write_manifest_writes_tokenizer_unigram_and_manifest_last_and_checks_ac
         "duplicate_doc_ids": 0,
         "sentences": 2,
         "sentences_cut": 0,
+        "continuation_rows": 0,
+        "long_words": 0,
         "spans": dict.fromkeys(fmt.CANDIDATE_KINDS, 0),
         "dropped": dict.fromkeys(fmt.CANDIDATE_KINDS, 0),
         "histogram": [1],

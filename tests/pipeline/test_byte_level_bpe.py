@@ -31,7 +31,11 @@ def _wikitext_texts(split: str = "valid") -> list[str]:
 
 @pytest.fixture(scope="module")
 def roberta_json() -> str:
-    """A RoBERTa-style byte-level BPE trained here on WikiText-2 (specials in RoBERTa's order)."""
+    return roberta_tokenizer()
+
+
+def roberta_tokenizer() -> str:
+    """A RoBERTa-style byte-level BPE trained here on WikiText-2 (specials in RoBERTa's order), as JSON."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

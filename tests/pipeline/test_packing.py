@@ -115,3 +115,35 @@ def test_pack_ranges_equals_the_sentence_by_sentence_rule_on_random_documents():
         compared += 1
         long_cases += expected[1] > 0
     assert compared == 3000 and long_cases > 500
+
+
+def test_a_word_longer_than_a_row_starts_its_own_row_and_its_continuation_rows_are_counted():
+    """Format 2.0: the row before the long word ends at its start; the word fills whole rows; the row holding its
+    rest goes on with the words after it. Rows starting inside the word are counted (manifest counts)."""
+    ws = np.zeros(14, bool)
+    ws[[0, 2, 11, 12]] = True  # words of 2, 9, 1 and 2 tokens in one sentence
+    d = TokenizedDocument("d", "f", 1, 0, np.arange(14, dtype=np.uint16) + 5, ws, ws & (np.arange(14) == 0))
+    rows, stats = pack_doc_sentences(d, limit=4)
+    assert [(r.ids[0] - 5, len(r.ids)) for r in rows] == [(0, 2), (2, 4), (6, 4), (10, 4)]
+    assert [bool(r.word_start[0]) for r in rows] == [True, True, False, False]
+    assert not any(r.sentence_start[0] for r in rows[2:])
+    assert (stats["continuation_rows"], stats["long_words"]) == (2, 1)
+    # FULL-SENTENCES: the same word after another document; the separator never starts or ends a row
+    other = TokenizedDocument(
+        "c", "f", 0, 0, np.array([1, 2, 3], np.uint16), np.ones(3, bool), np.eye(1, 3, dtype=bool)[0]
+    )
+    rows, stats = pack_full_sentences([other, d], limit=4, separator_id=99)
+    assert [r.word_start[0] for r in rows].count(False) == stats["continuation_rows"] == 2 and stats["long_words"] == 1
+    assert np.array_equal(np.concatenate([r.ids for r in rows if r.doc_id == "d"]), d.ids)
+
+
+def test_a_candidate_over_a_long_word_is_dropped_and_the_ones_beside_it_stay_in_their_rows():
+    ws = np.zeros(14, bool)
+    ws[[0, 2, 11, 12]] = True  # words of 2, 9, 1 and 2 tokens in one sentence: rows [0,2) [2,6) [6,10) [10,14)
+    spans = {"ngrams": np.array([[0, 2], [2, 12], [11, 14]], np.int32)}
+    d = TokenizedDocument(
+        "d", "f", 1, 0, np.arange(14, dtype=np.uint16) + 5, ws, ws & (np.arange(14) == 0), spans=spans
+    )
+    rows, stats = pack_doc_sentences(d, limit=4)
+    assert [r.spans["ngrams"].tolist() for r in rows] == [[[0, 2]], [], [], [[1, 4]]]  # in the continuation row
+    assert stats["dropped"] == {"ngrams": 1} and stats["continuation_rows"] == 2

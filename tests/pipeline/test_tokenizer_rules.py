@@ -21,8 +21,12 @@ from tests.conftest import WIKITEXT2_BUILD, build, wikitext2
 
 @pytest.mark.parametrize("pack", ["doc-sentences", "full-sentences"])
 def test_a_word_longer_than_a_row_dead_letters_its_document_and_the_artifact_verifies(tmp_path, pack):
+    """The rule of format 1.x, kept behind --long-words dead-letter (the default splits such a word into
+    continuation rows: tests/pipeline/test_long_words.py)."""
     out = tmp_path / "a"
-    manifest = build(wikitext2("valid"), out, *WIKITEXT2_BUILD, "--max-seq-len", "8", "--pack", pack)
+    manifest = build(
+        wikitext2("valid"), out, *WIKITEXT2_BUILD, "--max-seq-len", "8", "--pack", pack, "--long-words", "dead-letter"
+    )
     c = manifest["counts"]
     # WikiText-2's 'cephalothorax' alone is 7 WordPieces of this vocabulary: more than the 6 a row holds
     assert c["dead_lettered_by_reason"].get("word_too_long", 0) > 0

@@ -263,8 +263,8 @@ SHARD_DAMAGE = {
     "a column name not UTF-8 in the footer's schema": lambda p: _replace_last(
         p, b"sentence_start", b"sentence_star\xff"
     ),
-    "the format version in the footer's schema": lambda p: _replace_last(p, b"1.0", b"9.0"),
-    "the format version not UTF-8": lambda p: _replace_last(p, b"1.0", b"\xff.0"),
+    "the format version in the footer's schema": lambda p: _replace_last(p, fmt.FORMAT_VERSION.encode(), b"9.0"),
+    "the format version not UTF-8": lambda p: _replace_last(p, fmt.FORMAT_VERSION.encode(), b"\xff.0"),
     "body byte": lambda p: flip(p, p.stat().st_size // 2, 0xFF),
 }
 
@@ -364,7 +364,9 @@ UNIGRAM_DAMAGE: dict[str, Callable[[Path], None]] = {
     "no metadata": lambda r: _rewrite_unigram(r, lambda t: t.replace_schema_metadata(None)),
     "metadata not UTF-8": lambda r: _rewrite_unigram(
         r,
-        lambda t: t.replace_schema_metadata({**t.schema.metadata, fmt.META_FORMAT_VERSION: b"\xff1.0"}),
+        lambda t: t.replace_schema_metadata(
+            {**t.schema.metadata, fmt.META_FORMAT_VERSION: b"\xff" + fmt.FORMAT_VERSION.encode()}
+        ),
     ),
     "truncated": lambda r: _truncate(r / fmt.UNIGRAM_FILE, 200),
     "flipped footer": lambda r: flip(r / fmt.UNIGRAM_FILE, (r / fmt.UNIGRAM_FILE).stat().st_size - 30, 0xFF),

@@ -30,11 +30,11 @@ ngram_spans: list<item: struct<start: int32 not null, end: int32 not null> not n
       child 1, end: int32 not null
 -- schema metadata --
 spanprep.format: 'spanprep-preprocessed-corpus'
-spanprep.format_version: '1.0'"""
+spanprep.format_version: '{version}'""".replace("{version}", fmt.FORMAT_VERSION)
 
 
 def test_shard_schema_is_pinned():
-    assert fmt.FORMAT_VERSION == "1.0"
+    assert fmt.FORMAT_VERSION == "2.0"  # 2.0: continuation rows (FORMAT.md, "Changes in 2.0")
     assert str(fmt.shard_schema(28996)) == PINNED_UINT16
 
 
@@ -52,7 +52,7 @@ def test_unigram_schema_is_pinned():
         ("token", "string", False),
         ("count", "int64", False),
     ]
-    assert s.metadata[b"spanprep.format_version"] == b"1.0"
+    assert s.metadata[b"spanprep.format_version"] == fmt.FORMAT_VERSION.encode()
 
 
 def test_candidate_columns_follow_the_kinds():
@@ -63,12 +63,14 @@ def test_candidate_columns_follow_the_kinds():
     }
 
 
-@pytest.mark.parametrize("version", ["1.0", "1.7"])
+@pytest.mark.parametrize("version", ["1.0", "1.7", "2.0", "2.3"])
 def test_known_major_versions_are_accepted(version):
-    assert fmt.check_format_version(version, "x")[0] == 1
+    """Readers keep reading 1.x artifacts after 2.0 (the same columns; only what word_start[0] may be changed)."""
+    assert fmt.check_format_version(version, "x")[0] == int(version[0])
+    assert fmt.continuation_rows_allowed(version) == (version >= "2")
 
 
-@pytest.mark.parametrize("version", ["2.0", "0.9"])
+@pytest.mark.parametrize("version", ["3.0", "0.9"])
 def test_unknown_major_versions_are_refused_naming_the_file(version):
     with pytest.raises(fmt.FormatError, match=rf"ARTIFACT/manifest.json: format version {version} is not supported"):
         fmt.check_format_version(version, "ARTIFACT/manifest.json")

@@ -357,9 +357,10 @@ def test_incomplete_or_unknown_version_artifacts_are_refused(artifact, tmp_path)
     future = tmp_path / "future"
     shutil.copytree(artifact, future)
     manifest = json.loads((future / fmt.MANIFEST_FILE).read_text())
-    manifest["format_version"] = "2.0"
+    unknown = f"{max(fmt.SUPPORTED_MAJOR_VERSIONS) + 1}.0"  # a major version no reader knows yet
+    manifest["format_version"] = unknown
     (future / fmt.MANIFEST_FILE).write_text(json.dumps(manifest))
-    with pytest.raises(fmt.FormatError, match="format version 2.0 is not supported"):
+    with pytest.raises(fmt.FormatError, match=f"format version {unknown} is not supported"):
         build_train_loader(cfg(future), MASK)
     with pytest.raises(fmt.FormatError, match="does not exist"):
         build_train_loader(cfg(tmp_path / "nowhere"), MASK)

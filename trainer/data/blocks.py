@@ -139,6 +139,10 @@ class BlockReader:
             **{int(i): f"[{n.upper()}]" for n, i in artifact.special_token_ids.items() if i is not None},
         }
         self.rows_per_batch = int(artifact.manifest.get("rows_per_batch", fmt.ROWS_PER_BATCH))
+        # Rows starting inside a word (continuation rows, word_start[0] false) exist since format 2.0; they mask as
+        # any row (the masker takes element 0 as a word start). A 1.x artifact holding one was written wrong.
+        self.format_version = str(artifact.manifest["format_version"])
+        self.continuation_rows_allowed = fmt.continuation_rows_allowed(self.format_version)
         self.capacity = capacity
         self._readers: OrderedDict[str, Any] = OrderedDict()
         self._cache: OrderedDict[tuple[str, int], dict] = OrderedDict()
@@ -222,7 +226,15 @@ class BlockReader:
                 f"special token id {token} ({self._special_names.get(token, '?')}) at token {pos - offs[r]}; "
                 f"rows hold text only (FORMAT.md): rebuild the artifact (pipeline.verify lists every such row)"
             )
-        out = {"ids": ids, "offs": offs, "ws": ws_vals.to_numpy(zero_copy_only=False)}
+        ws = ws_vals.to_numpy(zero_copy_only=False)
+        if not self.continuation_rows_allowed:
+            inside = np.flatnonzero(inv.rows_starting_inside_a_word(ws, offs))
+            if len(inside):
+                bad(
+                    f"row {int(inside[0])} starts inside a word (word_start[0] false), which a format "
+                    f"{self.format_version} artifact never holds (continuation rows exist since format 2.0)"
+                )
+        out = {"ids": ids, "offs": offs, "ws": ws}
         if self.segments:
             ss_offs, ss_vals = self._list(rb.column("sentence_start"))
             if not inv.flags_align(offs, ss_offs):
