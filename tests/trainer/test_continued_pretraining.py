@@ -296,13 +296,11 @@ def test_fine_tuning_reads_the_same_checkpoints_with_the_same_loader(cased, weig
     """finetune.py --init goes through trainer.pretrained as pretrain.py does: also pytorch_model.bin with vocab.txt,
     the encoder's hidden states are transformers' BertModel's, and the tokenizer is the checkpoint's vocabulary."""
     transformers = pytest.importorskip("transformers")
-    from tokenizers import Tokenizer
-
     from trainer.finetuning.checkpoint import load_pretrained
 
-    encoder, tokenizer_json, info = load_pretrained(str(cased[weights]))
+    encoder, tokenizer, info = load_pretrained(str(cased[weights]))
     assert info["kind"] == "huggingface" and info["max_seq_len"] == MAX_SEQ_LEN
-    tok = Tokenizer.from_str(tokenizer_json)
+    tok = tokenizer.tokenizer
     vocab = cased["vocab"].read_text(encoding="utf-8").splitlines()
     assert tok.get_vocab_size(with_added_tokens=True) == len(vocab) and tok.token_to_id(vocab[1500]) == 1500
     line = next(x for x in cased["text"].read_text(encoding="utf-8").splitlines() if len(x) > 300)

@@ -1,19 +1,80 @@
-"""Text -> WordPiece ids with the artifact's tokenizer, and BERT's input assembly for one or two segments.
+"""Text -> token ids with the checkpoint's tokenizer, and BERT's input assembly for one or two segments.
 
 ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` (token types 0 for [CLS] A [SEP], 1 for B [SEP]), built here
 rather than by the tokenizer's post-processor so that heads can append text (SpEx-BERT's choices) and
 truncate only what may be cut. Truncation is BERT's longest-first: the longer segment loses its last token
 until the pair fits.
+
+Special tokens are read by role, never by name: [CLS], [SEP] and [PAD] here mean the tokens that play those
+roles (BERT's ``[CLS] [SEP] [PAD]``, RoBERTa's ``<s> </s> <pad>``; :class:`ModelTokenizer`). Words and answer
+characters come from the tokenizer's offsets and word ids, never from a token's spelling (``##``, ``Ġ``, ``▁``):
+a token's characters are its offsets less the whitespace at either end (a byte-level BPE or Metaspace token
+carries the space before its word; a token of whitespace only covers no characters), and a word is the
+pre-tokenizer's word (``Encoding.word_ids``) with its tokens' characters.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from tokenizers import Encoding, Tokenizer
+
+from pipeline.tokenize.families import TokenizerError, special_roles
+
+
+@dataclass(frozen=True)
+class ModelTokenizer:
+    """The tokenizer a model carries and the id of each special role (pad, unk, cls, sep, mask)."""
+
+    tokenizer: Tokenizer
+    ids: Mapping[str, int]  # role -> id
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer, named: Mapping[str, str] | None = None) -> ModelTokenizer:
+        """Roles as ``named`` (role -> token) says, the others from the known sets of names
+        (``pipeline.tokenize.families.special_roles``); a ValueError in one line when a role has no token."""
+        try:
+            roles = special_roles(tokenizer, named)
+        except TokenizerError as e:
+            raise ValueError(str(e)) from None
+        ids = {role: tokenizer.token_to_id(token) for role, token in roles.items()}
+        return cls(tokenizer, {role: i for role, i in ids.items() if i is not None})
+
+    @property
+    def cls_id(self) -> int:
+        return self.ids["cls"]
+
+    @property
+    def sep_id(self) -> int:
+        return self.ids["sep"]
+
+    @property
+    def pad_id(self) -> int:
+        return self.ids["pad"]
+
+    def encode(self, text: str) -> Encoding:
+        """The tokens of ``text`` without special tokens added."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+
+def token_chars(text: str, offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each token's characters in ``text``: its offsets less whitespace at either end; (s, s) for a token of
+    whitespace only (it covers no character)."""
+    out = []
+    for s, e in offsets:
+        while s < e and text[s].isspace():
+            s += 1
+        while e > s and text[e - 1].isspace():
+            e -= 1
+        out.append((s, e))
+    return out
 
 
 @dataclass
 class Piece:
-    """Tokens of one text: ids, character offsets into the text, and the word (pre-tokenizer unit) of each."""
+    """Tokens of one text: ids, characters in the text (:func:`token_chars`), and the word (pre-tokenizer unit,
+    -1 for none) of each."""
 
     text: str
     ids: list[int]
@@ -27,21 +88,27 @@ class Piece:
         return Piece(self.text, self.ids[:n], self.offsets[:n], self.word_ids[:n])
 
     def words(self) -> list[tuple[str, int, int]]:
-        """(word, first token, last token + 1) for every word that has tokens, in order."""
-        out: list[tuple[str, int, int]] = []
+        """(word, first token, last token + 1) for every word that has characters, in order: the word's text is
+        from its first token's first character to its last token's last one (no leading space, whatever the
+        family); a word of whitespace only (a byte-level BPE ``Ċ`` or ``Ġ`` alone) is left out."""
+        groups: list[tuple[int, int]] = []
         for i, w in enumerate(self.word_ids):
-            if out and self.word_ids[out[-1][1]] == w:
-                word, first, _ = out[-1]
-                out[-1] = (self.text[self.offsets[first][0] : self.offsets[i][1]], first, i + 1)
+            if groups and w != -1 and self.word_ids[groups[-1][0]] == w:
+                groups[-1] = (groups[-1][0], i + 1)
             else:
-                out.append((self.text[self.offsets[i][0] : self.offsets[i][1]], i, i + 1))
+                groups.append((i, i + 1))
+        out: list[tuple[str, int, int]] = []
+        for first, end in groups:
+            chars = [(s, e) for s, e in self.offsets[first:end] if e > s]
+            if chars:
+                out.append((self.text[chars[0][0] : chars[-1][1]], first, end))
         return out
 
 
-def encode(tokenizer, text: str) -> Piece:
-    enc = tokenizer.encode(text, add_special_tokens=False)
+def encode(tokenizer: ModelTokenizer, text: str) -> Piece:
+    enc = tokenizer.encode(text)
     words = [w if w is not None else -1 for w in enc.word_ids]
-    return Piece(text, list(enc.ids), [tuple(o) for o in enc.offsets], words)
+    return Piece(text, list(enc.ids), token_chars(text, [(s, e) for s, e in enc.offsets]), words)
 
 
 def truncate_pair(a: Piece, b: Piece | None, budget: int) -> tuple[Piece, Piece | None]:
@@ -57,16 +124,10 @@ def truncate_pair(a: Piece, b: Piece | None, budget: int) -> tuple[Piece, Piece 
     return a.cut(la), (b.cut(lb) if b is not None else None)
 
 
-def special_ids(tokenizer) -> tuple[int, int]:
-    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    if cls_id is None or sep_id is None:
-        raise ValueError("the tokenizer has no [CLS] or [SEP] token")
-    return cls_id, sep_id
-
-
-def assemble(tokenizer, a_ids: list[int], b_ids: list[int] | None) -> dict:
-    """input_ids and token_type_ids of ``[CLS] A [SEP] (B [SEP])``; A starts at position 1."""
-    cls_id, sep_id = special_ids(tokenizer)
+def assemble(tokenizer: ModelTokenizer, a_ids: list[int], b_ids: list[int] | None) -> dict:
+    """input_ids and token_type_ids of ``[CLS] A [SEP] (B [SEP])`` (the cls and sep roles' ids); A starts at
+    position 1."""
+    cls_id, sep_id = tokenizer.cls_id, tokenizer.sep_id
     ids = [cls_id] + a_ids + [sep_id]
     types = [0] * len(ids)
     if b_ids is not None:
