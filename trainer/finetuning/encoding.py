@@ -9,12 +9,13 @@ Special tokens are read by role, never by name: [CLS], [SEP] and [PAD] here mean
 roles (BERT's ``[CLS] [SEP] [PAD]``, RoBERTa's ``<s> </s> <pad>``; :class:`ModelTokenizer`). Words and answer
 characters come from the tokenizer's offsets and word ids, never from a token's spelling (``##``, ``Ġ``, ``▁``):
 a token's characters are its offsets less the whitespace at either end (a byte-level BPE or Metaspace token
-carries the space before its word; a token of whitespace only covers no characters), and a word is the
-pre-tokenizer's word (``Encoding.word_ids``) with its tokens' characters.
+carries the space before its word; a token of whitespace only covers no characters), and a word is a run of
+tokens of one pre-tokenizer word (``Encoding.word_ids``) whose characters join (:func:`word_units`).
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -71,10 +72,41 @@ def token_chars(text: str, offsets: list[tuple[int, int]]) -> list[tuple[int, in
     return out
 
 
+def _joins(c: str) -> bool:
+    """A letter, number, mark or symbol (not punctuation, space or a control character): two such characters
+    side by side in one pre-tokenizer word are one word's (BERT's ``£30m`` is one word)."""
+    return unicodedata.category(c)[0] in "LNMS"
+
+
+def word_units(text: str, chars: list[tuple[int, int]], pre_words: list[int | None]) -> list[int]:
+    """Per token, its word (numbered from 0; -1 for a token without characters): consecutive tokens of one
+    pre-tokenizer word whose characters join, i.e. the next starts inside the previous (one character split into
+    bytes), or after it with no whitespace between and :func:`_joins` characters on both sides. So a word is what
+    BERT's pre-tokenizer gives (each punctuation mark alone; WordPiece's words are unchanged) for every family: a
+    byte-level BPE word's leading space is not in it, and a Metaspace word (split at spaces only) ``Coleman,`` is
+    ``Coleman`` and ``,``."""
+    units: list[int] = []
+    n, prev = -1, -1  # the last word number, the last token with characters
+    for i, (s, e) in enumerate(chars):
+        if e <= s:
+            units.append(-1)
+            continue
+        same_word = prev >= 0 and pre_words[i] is not None and pre_words[i] == pre_words[prev]
+        p_end = chars[prev][1] if prev >= 0 else 0
+        joined = s < p_end or (
+            _joins(text[p_end - 1]) and _joins(text[s]) and not any(c.isspace() for c in text[p_end:s])
+        )
+        if not (same_word and joined):
+            n += 1
+        units.append(n)
+        prev = i
+    return units
+
+
 @dataclass
 class Piece:
-    """Tokens of one text: ids, characters in the text (:func:`token_chars`), and the word (pre-tokenizer unit,
-    -1 for none) of each."""
+    """Tokens of one text: ids, characters in the text (:func:`token_chars`), and the word of each
+    (:func:`word_units`; -1 for a token without characters)."""
 
     text: str
     ids: list[int]
@@ -88,27 +120,33 @@ class Piece:
         return Piece(self.text, self.ids[:n], self.offsets[:n], self.word_ids[:n])
 
     def words(self) -> list[tuple[str, int, int]]:
-        """(word, first token, last token + 1) for every word that has characters, in order: the word's text is
-        from its first token's first character to its last token's last one (no leading space, whatever the
-        family); a word of whitespace only (a byte-level BPE ``Ċ`` or ``Ġ`` alone) is left out."""
-        groups: list[tuple[int, int]] = []
-        for i, w in enumerate(self.word_ids):
-            if groups and w != -1 and self.word_ids[groups[-1][0]] == w:
-                groups[-1] = (groups[-1][0], i + 1)
-            else:
-                groups.append((i, i + 1))
+        """(word, first token, last token + 1) for every word, in order: the word's text is from its first
+        token's first character to its last token's last one; tokens without characters (a byte-level BPE ``Ċ``
+        or ``Ġ`` alone) are in no word."""
         out: list[tuple[str, int, int]] = []
-        for first, end in groups:
-            chars = [(s, e) for s, e in self.offsets[first:end] if e > s]
-            if chars:
-                out.append((self.text[chars[0][0] : chars[-1][1]], first, end))
+        for i, w in enumerate(self.word_ids):
+            if w == -1:
+                continue
+            if out and self.word_ids[out[-1][1]] == w:
+                _, first, _ = out[-1]
+                out[-1] = (self.text[self.offsets[first][0] : self.offsets[i][1]], first, i + 1)
+            else:
+                out.append((self.text[self.offsets[i][0] : self.offsets[i][1]], i, i + 1))
         return out
+
+    def word_chars(self) -> list[tuple[int, int] | None]:
+        """Per token, the characters of its word; None for a token without characters."""
+        spans: dict[int, tuple[int, int]] = {}
+        for w, (s, e) in zip(self.word_ids, self.offsets):
+            if w != -1:
+                spans[w] = (spans[w][0], e) if w in spans else (s, e)
+        return [spans[w] if w != -1 else None for w in self.word_ids]
 
 
 def encode(tokenizer: ModelTokenizer, text: str) -> Piece:
     enc = tokenizer.encode(text)
-    words = [w if w is not None else -1 for w in enc.word_ids]
-    return Piece(text, list(enc.ids), token_chars(text, [(s, e) for s, e in enc.offsets]), words)
+    chars = token_chars(text, [(s, e) for s, e in enc.offsets])
+    return Piece(text, list(enc.ids), chars, word_units(text, chars, list(enc.word_ids)))
 
 
 def truncate_pair(a: Piece, b: Piece | None, budget: int) -> tuple[Piece, Piece | None]:

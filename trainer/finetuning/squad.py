@@ -29,7 +29,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from trainer.finetuning.encoding import ModelTokenizer, Piece, encode
+from trainer.finetuning.encoding import ModelTokenizer, encode
 from trainer.finetuning.glue import BadRows, DataError
 
 VERSIONS = {"squad1": ("1.1",), "squad2": ("v2.0", "2.0", "1.1")}
@@ -175,20 +175,6 @@ def char_span_to_tokens(offsets: list[tuple[int, int]], start: int, end: int) ->
     return covering[0], covering[-1]
 
 
-def passage_word_chars(ctx: Piece) -> list[tuple[int, int] | None]:
-    """Per passage token, the characters of its word (answers are whole words: from the first character of the
-    word's first token to the last of its last one), or None for a token that covers no character (whitespace
-    only: never an answer's start or end)."""
-    words: dict[int, tuple[int, int]] = {}
-    for w_id, (s, e) in zip(ctx.word_ids, ctx.offsets):
-        if e > s and w_id != -1:
-            lo, hi = words.get(w_id, (s, e))
-            words[w_id] = (min(lo, s), max(hi, e))
-    return [
-        None if e <= s else words[w_id] if w_id != -1 else (s, e) for w_id, (s, e) in zip(ctx.word_ids, ctx.offsets)
-    ]
-
-
 def window_starts(n_tokens: int, window: int, stride: int) -> list[int]:
     """Starts of the windows of ``window`` tokens, ``stride`` apart, that together cover ``n_tokens``."""
     starts, start = [], 0
@@ -235,7 +221,7 @@ def qa_features(
                     bad.add("", ex.qid, "answer_covers_no_token", text)
                     bad.used -= 1
                 continue
-        word_offsets = passage_word_chars(ctx)
+        word_offsets = ctx.word_chars()
         starts = window_starts(len(ctx), window, doc_stride)
         owner = max_context_windows(starts, len(ctx), window)
         for w, start in enumerate(starts):
