@@ -136,7 +136,7 @@ def test_pairs_start_with_cls_separate_with_sep_and_pad_with_pad(model_tokenizer
     task, tok = get_task("rte"), model_tokenizer
     examples = read_tsv(task, str(RTE_TRAIN), "train")[0][:24]
     specials = set(tok.ids.values())
-    checked = padded = multi_word = 0
+    checked = padded = multi_word = whole_sources = 0
     for head in ("cls", "spex", "span-ft"):
         feats = [glue_feature(task, head, tok, ex, max_seq_len=96, segmenter=dictionary) for ex in examples]
         for ex, f in zip(examples, feats):
@@ -148,6 +148,9 @@ def test_pairs_start_with_cls_separate_with_sep_and_pad_with_pad(model_tokenizer
             if head == "spex":  # the gold span is the label's word (its token holds the space before it)
                 text = tok.tokenizer.decode(ids[f["start_positions"] : f["end_positions"] + 1])
                 assert text.strip() == task.label_words[ex.label]
+                if len(ids) < 96:  # not truncated: the source is sentence 1, a space, the choices, as one text
+                    assert ids[1 : seps[0]] == tok.encode(ex.text_a + " " + task.choices).ids
+                    whole_sources += 1
             if head == "span-ft":
                 words = [w for w, _, _ in encode(tok, ex.text_a).words()]
                 assert words and all(w and w == w.strip() for w in words)
@@ -157,7 +160,9 @@ def test_pairs_start_with_cls_separate_with_sep_and_pad_with_pad(model_tokenizer
         pad = batch["attention_mask"] == 0
         assert (batch["input_ids"][pad] == tok.pad_id).all() and (batch["input_ids"][~pad] != tok.pad_id).all()
         padded += int(pad.sum())
-    assert checked == 3 * 24 and padded > 0 and multi_word > 0  # dictionary n-grams match words (no leading space)
+    assert (
+        checked == 3 * 24 and padded > 0 and multi_word > 0 and whole_sources > 0
+    )  # dictionary n-grams match words (no leading space)
 
 
 def _edge(context: str, inside: int, outside: int) -> bool:
