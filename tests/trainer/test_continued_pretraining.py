@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from schemas.artifact import Artifact
+from schemas.format import SPECIAL_TOKENS
 from tests.support.hf_checkpoints import MAX_SEQ_LEN, hf_case, save_bert
 from trainer import engine, pretrain
 from trainer.masking import IGNORE_INDEX, Masker, MaskingConfig, Rows
@@ -301,6 +302,9 @@ def test_fine_tuning_reads_the_same_checkpoints_with_the_same_loader(cased, weig
     encoder, tokenizer, info = load_pretrained(str(cased[weights]))
     assert info["kind"] == "huggingface" and info["max_seq_len"] == MAX_SEQ_LEN
     tok = tokenizer.tokenizer
+    # roles: transformers' tokenizer_config.json names BERT's tokens; a vocab.txt alone has BERT's names
+    assert info["special_tokens"] == SPECIAL_TOKENS
+    assert dict(tokenizer.ids) == {role: tok.token_to_id(token) for role, token in SPECIAL_TOKENS.items()}
     vocab = cased["vocab"].read_text(encoding="utf-8").splitlines()
     assert tok.get_vocab_size(with_added_tokens=True) == len(vocab) and tok.token_to_id(vocab[1500]) == 1500
     line = next(x for x in cased["text"].read_text(encoding="utf-8").splitlines() if len(x) > 300)
