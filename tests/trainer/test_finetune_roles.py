@@ -26,7 +26,7 @@ from trainer.finetuning import squad
 from trainer.finetuning.checkpoint import CheckpointError, load_pretrained
 from trainer.finetuning.encoding import ModelTokenizer, encode
 from trainer.finetuning.features import collate, glue_feature
-from trainer.finetuning.glue import read_tsv
+from trainer.finetuning.glue import Example, read_tsv
 from trainer.finetuning.tasks import get_task
 
 pytestmark = pytest.mark.slow
@@ -86,13 +86,18 @@ def _wikitext_texts() -> list[str]:
     return [d.text for d in read_file(str(wikitext2("valid")), opts) if isinstance(d, Document)]
 
 
-@pytest.fixture(scope="module", params=["byte_level_bpe", "unigram"])
+@pytest.fixture(scope="module", params=["byte_level_bpe", "unigram", "wordpiece"])
 def model_tokenizer(request) -> ModelTokenizer:
-    """The byte-level BPE checkpoint's tokenizer as fine-tuning loads it, or a SentencePiece-style Unigram behind
-    Metaspace (words split at spaces only; tokens start with ``▁``) trained here: fine-tuning reads words and
-    answers from offsets and word ids, whatever the family (the pipeline does not build Unigram artifacts yet)."""
+    """The byte-level BPE checkpoint's tokenizer as fine-tuning loads it, a SentencePiece-style Unigram behind
+    Metaspace (words split at spaces only; tokens start with ``▁``) trained here, or the demo artifact's cased
+    WordPiece: fine-tuning reads words and answers from offsets and word ids, whatever the family (the pipeline does
+    not build Unigram artifacts yet)."""
     if request.param == "byte_level_bpe":
         return load_pretrained(str(request.getfixturevalue("bpe")["run"]))[1]
+    if request.param == "wordpiece":
+        if not XQUAD.exists():
+            pytest.skip(f"real data not available: {DATA}")
+        return ModelTokenizer.of(Tokenizer.from_file(str(request.getfixturevalue("demo_artifact") / "tokenizer.json")))
     if not XQUAD.exists():
         pytest.skip(f"real data not available: {DATA}")
     tok = Tokenizer(models.Unigram())
@@ -135,7 +140,7 @@ def dictionary(tmp_path_factory) -> Segmenter:
 def test_pairs_start_with_cls_separate_with_sep_and_pad_with_pad(model_tokenizer, dictionary):
     task, tok = get_task("rte"), model_tokenizer
     examples = read_tsv(task, str(RTE_TRAIN), "train")[0][:24]
-    specials = set(tok.ids.values())
+    specials = {tok.ids[role] for role in ("cls", "sep", "pad", "mask")}  # unk is an ordinary token of text
     checked = padded = multi_word = whole_sources = 0
     for head in ("cls", "spex", "span-ft"):
         feats = [glue_feature(task, head, tok, ex, max_seq_len=96, segmenter=dictionary) for ex in examples]
@@ -163,6 +168,29 @@ def test_pairs_start_with_cls_separate_with_sep_and_pad_with_pad(model_tokenizer
     assert (
         checked == 3 * 24 and padded > 0 and multi_word > 0 and whole_sources > 0
     )  # dictionary n-grams match words (no leading space)
+
+
+def test_special_tokens_written_in_the_text_stay_text(model_tokenizer, request):
+    """As in pre-training's rows: ``</s>`` or ``[SEP]`` in a sentence is text, never the sep role's id."""
+    if request.node.callspec.params["model_tokenizer"] == "unigram":
+        pytest.skip(
+            "a Unigram model's special tokens are pieces of its vocabulary: its own model encodes '</s>' as one"
+        )
+    tok = model_tokenizer
+    literal = "Literal <s> , </s> , <pad> , <mask> , [CLS] , [SEP] , [PAD] and [MASK] in text ."
+    roles = {tok.ids[r] for r in ("cls", "sep", "pad", "mask")}
+    ex = Example("x", literal, "The hypothesis says </s> [SEP] too .", 0)
+    checked = 0
+    for head in ("cls", "spex"):
+        ids = glue_feature(get_task("rte"), head, tok, ex, max_seq_len=128)["input_ids"]
+        assert [i for i, t in enumerate(ids) if t in roles] == [0, ids.index(tok.sep_id), len(ids) - 1]
+        checked += 1
+    qa = squad.QAExample("q", "Where is </s> ?", literal, [("</s>", literal.index("</s>"))])
+    (f,) = squad.qa_features([qa], tok, max_seq_len=128, doc_stride=64, max_query_len=32, training=True)
+    seps = [f["token_type_ids"].index(1) - 1, len(f["input_ids"]) - 1]
+    assert [i for i, t in enumerate(f["input_ids"]) if t in roles] == [0, *seps]
+    assert literal[f["token_offsets"][f["start_positions"]][0] : f["token_offsets"][f["end_positions"]][1]] == "</s>"
+    assert checked == 2
 
 
 def _edge(context: str, inside: int, outside: int) -> bool:

@@ -15,6 +15,7 @@ tokens of one pre-tokenizer word (``Encoding.word_ids``) whose characters join (
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,9 +27,9 @@ from pipeline.tokenize.families import TokenizerError, special_roles
 
 @dataclass(frozen=True)
 class ModelTokenizer:
-    """The tokenizer a model carries and the id of each special role (pad, unk, cls, sep, mask)."""
+    """The tokenizer a model carries, for text, and the id of each special role (pad, unk, cls, sep, mask)."""
 
-    tokenizer: Tokenizer
+    tokenizer: Tokenizer  # special tokens written in the text are text (:func:`text_tokenizer`)
     ids: Mapping[str, int]  # role -> id
 
     @classmethod
@@ -40,7 +41,7 @@ class ModelTokenizer:
         except TokenizerError as e:
             raise ValueError(str(e)) from None
         ids = {role: tokenizer.token_to_id(token) for role, token in roles.items()}
-        return cls(tokenizer, {role: i for role, i in ids.items() if i is not None})
+        return cls(text_tokenizer(tokenizer, roles), {role: i for role, i in ids.items() if i is not None})
 
     @property
     def cls_id(self) -> int:
@@ -57,6 +58,21 @@ class ModelTokenizer:
     def encode(self, text: str) -> Encoding:
         """The tokens of ``text`` without special tokens added."""
         return self.tokenizer.encode(text, add_special_tokens=False)
+
+
+def text_tokenizer(tokenizer: Tokenizer, roles: Mapping[str, str]) -> Tokenizer:
+    """``tokenizer`` with the special tokens written in a text read as text (``<s>``, ``</s>``, ``[SEP]``, ``[MASK]``
+    in a sentence are split like other text), as pre-training's rows were made: the rule of
+    ``pipeline.tokenize.tokenizer.TokenizerSpec.load_for_text``, here without importing Beam. Only the unk role's
+    token is still matched. Same ids: a tokenizer whose special tokens are not in its model's vocabulary (they would
+    lose their ids) is kept as it is."""
+    config = json.loads(tokenizer.to_str())
+    added = config.get("added_tokens") or []
+    config["added_tokens"] = [t for t in added if not t.get("special") or t.get("content") == roles["unk"]]
+    text = Tokenizer.from_str(json.dumps(config))
+    if any(text.token_to_id(token) != tokenizer.token_to_id(token) for token in roles.values()):
+        return tokenizer
+    return text
 
 
 def token_chars(text: str, offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
