@@ -12,7 +12,9 @@ PATH is
 
 :func:`open_pretrained` reads only the small files; :meth:`Pretrained.state` reads the weights for a given model
 configuration and says which of the model's parameters the checkpoint lacks (initialised fresh) and which of its
-tensors the model has no place for. :func:`vocabulary_difference` compares a tokenizer with the checkpoint's.
+tensors the model has no place for. :meth:`CheckpointTokenizer.roles` gives the token of each special role (the
+checkpoint's artifact manifest, or the directory's ``special_tokens_map.json`` / ``tokenizer_config.json``, else
+a known set of names). :func:`vocabulary_difference` compares a tokenizer with the checkpoint's.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ Hugging Face names in ``trainer.hf_bert``):
 - a Hugging Face BERT directory (``config.json`` + ``model.safetensors`` or ``pytorch_model.bin``), such as
   ``python -m trainer.export`` writes: the tokenizer is its ``tokenizer.json``, or, for a model without one, a
   WordPiece tokenizer from its ``vocab.txt`` (lower-casing as its ``tokenizer_config.json`` says).
+
+The special tokens are read by role (``CheckpointTokenizer.roles``): the checkpoint's artifact manifest names them,
+or the directory's ``special_tokens_map.json`` / ``tokenizer_config.json``, or BERT's names for a ``vocab.txt``; a
+role without a token is a one-line :class:`CheckpointError`.
 """
 
 from __future__ import annotations

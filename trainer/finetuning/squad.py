@@ -197,8 +197,8 @@ def qa_features(
 ) -> list[dict]:
     """One feature per window. Model inputs: input_ids, token_type_ids, span_mask, start/end_positions;
     decoding needs: example_index, window_start (its first passage token), token_offsets (per position, the
-    characters of the word its token belongs to; None off the passage: an answer never starts or ends inside a
-    word), max_context."""
+    characters of the word its token belongs to, ``encoding.Piece.word_chars``; None off the passage and for a
+    token of whitespace only: an answer never starts or ends inside a word or on a space), max_context."""
     cls_id, sep_id = tokenizer.cls_id, tokenizer.sep_id
     features = []
     for index, ex in enumerate(examples):
