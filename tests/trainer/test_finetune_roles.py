@@ -130,6 +130,17 @@ def test_a_role_without_a_token_is_refused_in_one_line(bpe, tmp_path):
     assert load_pretrained(str(hf))[1].cls_id == bpe["ids"]["sep"]
 
 
+def test_a_config_without_pad_token_id_pads_with_the_pad_role(bpe, tmp_path):
+    """The embedding's padding index is the tokenizer's pad (RoBERTa's <pad> is 1), not BERT's default 0 (<s>)."""
+    hf = tmp_path / "hf"
+    shutil.copytree(bpe["hf"], hf)
+    config = json.loads((hf / "config.json").read_text())
+    assert config.pop("pad_token_id") == bpe["ids"]["pad"]
+    (hf / "config.json").write_text(json.dumps(config))
+    encoder, tokenizer, _ = load_pretrained(str(hf))
+    assert encoder.config.pad_token_id == tokenizer.pad_id == 1
+
+
 @pytest.fixture(scope="module")
 def dictionary(tmp_path_factory) -> Segmenter:
     out = tmp_path_factory.mktemp("ngramdict") / "dict"
