@@ -144,6 +144,17 @@ def _bpe(texts: list[str]):
     return tok
 
 
+def _unigram(texts: list[str]):
+    """What ``tokenizers``' SentencePieceUnigramTokenizer builds (Nmt, NFKC, spaces collapsed; Metaspace), trained on
+    ``texts`` with RoBERTa's special token names."""
+    from tokenizers import SentencePieceUnigramTokenizer
+
+    sp = SentencePieceUnigramTokenizer()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    sp.train_from_iterator(texts, vocab_size=28996, special_tokens=specials, unk_token="<unk>", show_progress=False)
+    return sp._tokenizer
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=None, help="use the first N articles (default: all 4,576)")
@@ -164,9 +175,9 @@ def main() -> None:
     ap.add_argument(
         "--family",
         default="wordpiece",
-        choices=["wordpiece", "byte_level_bpe"],
-        help="the tokenizer trained for the run: cased WordPiece (sentence path and chunk cache) or a RoBERTa-style "
-        "byte-level BPE (whole-document encoding), both 28,996 entries",
+        choices=["wordpiece", "byte_level_bpe", "unigram"],
+        help="the tokenizer trained for the run: cased WordPiece (sentence path and chunk cache), a RoBERTa-style "
+        "byte-level BPE or a SentencePiece-style Unigram (whole-document encoding), all 28,996 entries",
     )
     args = ap.parse_args()
     if not SAMPLE.exists():
@@ -184,7 +195,8 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        tok = tokenizer.train(texts[:2000], vocab_size=28996) if args.family == "wordpiece" else _bpe(texts[:2000])
+        train = {"wordpiece": lambda t: tokenizer.train(t, vocab_size=28996), "byte_level_bpe": _bpe}
+        tok = train.get(args.family, _unigram)(texts[:2000])
         spec = tokenizer.make_spec(tok, "trained")
         (tmp / "tokenizer.json").write_text(spec.json)
 

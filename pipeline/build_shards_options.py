@@ -99,7 +99,8 @@ class BuildShardsOptions(PipelineOptions):
         g.add_argument(
             "--tokenizer",
             default=None,
-            help="Hugging Face tokenizer.json: WordPiece (BertPreTokenizer; BertNormalizer or none) or byte-level BPE",
+            help="Hugging Face tokenizer.json: WordPiece (BertPreTokenizer; BertNormalizer or none), byte-level BPE "
+            "or Unigram (Metaspace)",
         )
         g.add_argument("--vocab", default=None, help="BERT vocab.txt (WordPiece, one token per line)")
         g.add_argument(

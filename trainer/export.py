@@ -12,7 +12,7 @@ DIR receives what ``transformers.BertForMaskedLM.from_pretrained(DIR)`` and
     model.safetensors       encoder + MLM head in Hugging Face's names (the decoder is tied, as HF saves it)
     tokenizer.json          the artifact's tokenizer, byte for byte
     tokenizer_config.json   BertTokenizer, lower-casing and accents as the artifact's tokenizer, model_max_length
-    vocab.txt               the WordPiece vocabulary in id order
+    vocab.txt               the vocabulary (WordPieces, BPE tokens, Unigram pieces) in id order
     special_tokens_map.json
 
 The SBO head is a pre-training device and is not exported (BertForMaskedLM has no place for it). A model
@@ -128,7 +128,10 @@ def write_tokenizer_files(tokenizer_json: str, tokenizer_meta: dict, max_seq_len
     with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
         f.write(tokenizer_json)
     vocab = json.loads(tokenizer_json)["model"]["vocab"]
-    by_id = sorted(vocab.items(), key=lambda kv: kv[1])
+    if isinstance(vocab, list):  # Unigram: [piece, score] in id order (a piece may repeat: the trainer's <unk>)
+        by_id = [(entry[0], i) for i, entry in enumerate(vocab)]
+    else:
+        by_id = sorted(vocab.items(), key=lambda kv: kv[1])
     if [i for _, i in by_id] != list(range(len(by_id))):
         raise ExportError("the tokenizer's vocabulary ids are not 0..N-1 without gaps; cannot write vocab.txt")
     with open(os.path.join(out, "vocab.txt"), "w", encoding="utf-8") as f:

@@ -43,19 +43,28 @@ def char_spans_to_tokens(
 # Byte-level BPE's regex keeps a run of whitespace together (and a space before a word joins the word), so there
 # a piece starts only at a line feed followed by a non-space character, not an added token (``strict``): the regex makes such a line
 # feed a word of its own, and the whitespace before it ends the same way at the end of a piece (``families.py``).
+# Unigram behind Metaspace (``metaspace``): only at a space between two printable ASCII characters (``families.py``).
 ENCODE_PIECE_CHARS = 1 << 20
 
 
-def text_pieces(text: str, limit: int, strict: bool = False, added: tuple[str, ...] = ()) -> list[tuple[int, int]]:
+def text_pieces(
+    text: str, limit: int, strict: bool = False, added: tuple[str, ...] = (), metaspace: bool = False
+) -> list[tuple[int, int]]:
     """``[start, end)`` character ranges of at most ``limit`` characters, each (but the first) starting at a
     line break or, failing that, a space; a run of ``limit`` characters without either stays whole. ``strict``:
     only at a line feed followed by a non-space character that does not start one of the ``added`` tokens (the
     tokenizer matches those first, so the regex would see the line feed at the end of a stretch of text; a text
-    without such a line feed within the limit stays whole)."""
+    without such a line feed within the limit stays whole). ``metaspace``: only at a space (U+0020) between two
+    printable non-space ASCII characters, with none of the ``added`` tokens ending before it or starting after it."""
     pieces, start, n = [], 0, len(text)
     while n - start > limit:
-        cut = _strict_cut(text, start, limit, added) if strict else text.rfind("\n", start + 1, start + limit)
-        if cut < 0 and not strict:
+        if metaspace:
+            cut = _metaspace_cut(text, start, limit, added)
+        elif strict:
+            cut = _strict_cut(text, start, limit, added)
+        else:
+            cut = text.rfind("\n", start + 1, start + limit)
+        if cut < 0 and not strict and not metaspace:
             cut = text.rfind(" ", start + 1, start + limit)
         if cut < 0:
             break
@@ -72,6 +81,23 @@ def _strict_cut(text: str, start: int, limit: int, added: tuple[str, ...]) -> in
     while True:
         cut = text.rfind("\n", start + 1, end)
         if cut < 0 or (cut + 1 < len(text) and not text[cut + 1].isspace() and not text.startswith(added, cut + 1)):
+            return cut
+        end = cut
+
+
+def _metaspace_cut(text: str, start: int, limit: int, added: tuple[str, ...]) -> int:
+    """The last space in ``text[start + 1 : start + limit]`` between two printable non-space ASCII characters and
+    next to none of the ``added`` tokens, or -1."""
+    end = start + limit
+    while True:
+        cut = text.rfind(" ", start + 1, end)
+        if cut < 0 or (
+            cut + 1 < len(text)
+            and "!" <= text[cut - 1] <= "~"
+            and "!" <= text[cut + 1] <= "~"
+            and not text.startswith(added, cut + 1)
+            and not text.endswith(added, 0, cut)
+        ):
             return cut
         end = cut
 

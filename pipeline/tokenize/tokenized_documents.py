@@ -33,7 +33,7 @@ from pipeline.elements import (
 )
 from pipeline.segmenter import Segmenter
 from pipeline.tokenize.encodings import ENCODE_PIECE_CHARS, Encoded, char_spans_to_tokens, text_pieces
-from pipeline.tokenize.families import WORDPIECE
+from pipeline.tokenize.families import UNIGRAM, WORDPIECE, metaspace_cuts_allowed
 from pipeline.tokenize.sentence_encoding import DEFAULT_CACHE_BYTES, SentenceEncoder
 from pipeline.tokenize.sentences import sentence_spans
 from pipeline.tokenize.tokenizer import TokenizerSpec
@@ -66,7 +66,13 @@ class _TokenizeFn(beam.DoFn):
 
     def setup(self):
         self._tok = self._spec.load_for_text()
-        self._added = tuple(t["content"] for t in json.loads(self._tok.to_str()).get("added_tokens") or [])
+        added = json.loads(self._tok.to_str()).get("added_tokens") or []
+        self._added = tuple(t["content"] for t in added)
+        # where a long text may be cut (families.py): WordPiece anywhere at a line break or space, byte-level BPE at
+        # a line feed before a non-space, Unigram at a space between ASCII characters (or nowhere: encoded whole)
+        family = self._spec.family
+        self._metaspace = family == UNIGRAM
+        self._piece_limit = ENCODE_PIECE_CHARS if family != UNIGRAM or metaspace_cuts_allowed(added) else None
         self._dtype = np.dtype(self._ids_dtype)
         sentence_spans("Warm up. Punkt.", self._language)
         self._segmenter = None
@@ -180,7 +186,11 @@ class _TokenizeFn(beam.DoFn):
             parts = [
                 Encoded.of(self._tok.encode(doc.text[a:b], add_special_tokens=False), a)
                 for a, b in text_pieces(
-                    doc.text, ENCODE_PIECE_CHARS, strict=self._spec.family != WORDPIECE, added=self._added
+                    doc.text,
+                    self._piece_limit or len(doc.text),
+                    strict=self._spec.family != WORDPIECE,
+                    added=self._added,
+                    metaspace=self._metaspace,
                 )
             ]
         except Exception as e:

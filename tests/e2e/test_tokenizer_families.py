@@ -1,5 +1,5 @@
-"""A byte-level BPE artifact (RoBERTa's special tokens, by role) trains on 2 ranks, exports, and the export's
-tokenizer is the artifact's under ``transformers.AutoTokenizer``."""
+"""A byte-level BPE artifact (RoBERTa's special tokens, by role) and a Unigram artifact (BERT's) train on 2 ranks,
+export, and the export's tokenizer is the artifact's under ``transformers.AutoTokenizer``."""
 
 from __future__ import annotations
 
@@ -58,5 +58,53 @@ def test_byte_level_bpe_artifact_trains_on_two_ranks_and_exports_for_autotokeniz
     )
     sentence = "The European lobster is a species of clawed lobster from the eastern Atlantic Ocean."
     assert auto(sentence, add_special_tokens=False)["input_ids"] == tok.encode(sentence, add_special_tokens=False).ids
+    model = transformers.AutoModelForMaskedLM.from_pretrained(str(exported))
+    assert model.config.vocab_size == tok.get_vocab_size()
+
+
+def test_unigram_artifact_trains_on_two_ranks_and_exports_for_autotokenizer(tmp_path):
+    """A SentencePiece-style Unigram (Metaspace, BERT's special names, which the trainer holds as score-0 pieces)
+    trains on 2 ranks, exports, and AutoTokenizer loads the export with those roles and the artifact's ids."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import SentencePieceUnigramTokenizer
+
+    texts = [
+        d.text
+        for d in read_file(str(wikitext2("valid")), ReaderOptions(input_format="wikitext", wikitext_unk="[UNK]"))
+        if isinstance(d, Document)
+    ]
+    sp = SentencePieceUnigramTokenizer()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    sp.train_from_iterator(texts, vocab_size=3000, special_tokens=specials, unk_token="[UNK]", show_progress=False)
+    tok = sp._tokenizer
+    tok.save(str(tmp_path / "tokenizer.json"))
+    artifact = tmp_path / "artifact"
+    manifest = build(
+        wikitext2("valid"), artifact, "--input-format", "wikitext", "--tokenizer", str(tmp_path / "tokenizer.json")
+    )
+    assert manifest["tokenizer"]["special_tokens"]["mask"] == "[MASK]"
+
+    out = tmp_path / "run"
+    launcher = [str(DEEPSPEED), "--num_gpus", "2", "--master_port", str(free_port()), str(PRETRAIN)]
+    args = ["--deepspeed_config", str(ds_config(tmp_path, 2)), "--data", str(artifact), "--preset", "tiny"]
+    args += ["--lr", "5e-3", "--warmup-steps", "2", "--max-steps", "8", "--log-every", "1", "--no-progress"]
+    args += ["--num-workers", "1", "--seed", "7", "--output-dir", str(out), "--save-every", "8"]
+    run([*launcher, *args])
+    loss = metric(out, "train_loss")
+    assert sorted(loss) == list(range(1, 9)) and loss[8] < loss[1]
+
+    exported = tmp_path / "export"
+    run([sys.executable, "-m", "trainer.export", str(out / "checkpoints"), "--out", str(exported)])
+    auto = transformers.AutoTokenizer.from_pretrained(str(exported))
+    assert (auto.cls_token, auto.sep_token, auto.pad_token, auto.mask_token, auto.unk_token) == (
+        "[CLS]",
+        "[SEP]",
+        "[PAD]",
+        "[MASK]",
+        "[UNK]",
+    )
+    sentence = "The European lobster is a species of clawed lobster from the eastern Atlantic Ocean."
+    ids = tok.encode(sentence, add_special_tokens=False).ids
+    assert len(ids) > 10 and auto(sentence, add_special_tokens=False)["input_ids"] == ids
     model = transformers.AutoModelForMaskedLM.from_pretrained(str(exported))
     assert model.config.vocab_size == tok.get_vocab_size()

@@ -103,7 +103,7 @@ def _other_families(docs: list[Document]) -> dict[str, Tokenizer]:
     )
     unigram = Tokenizer(models.Unigram())
     unigram.normalizer = normalizers.NFKC()
-    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace(split=False)  # one word per text: refused
     unigram.train_from_iterator(
         texts,
         trainers.UnigramTrainer(vocab_size=2000, special_tokens=specials, unk_token="[UNK]", show_progress=False),
@@ -115,7 +115,7 @@ def _other_families(docs: list[Document]) -> dict[str, Tokenizer]:
     )
     return {
         "BPE, pre-tokenizer ByteLevel with add_prefix_space": bpe,
-        "Unigram, pre-tokenizer Metaspace": unigram,
+        "Unigram, pre-tokenizer Metaspace without split": unigram,
         "WordPiece, pre-tokenizer WhitespaceSplit": whitespace,
     }
 
