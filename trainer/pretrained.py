@@ -214,16 +214,20 @@ def tokenizer_from_json(text: str, source: str) -> CheckpointTokenizer:
     from tokenizers import Tokenizer
 
     try:
-        vocab = Tokenizer.from_str(text).get_vocab(with_added_tokens=True)
+        tok = Tokenizer.from_str(text)
         normalizer = json.loads(text).get("normalizer")
     except Exception as e:  # tokenizers raises a bare Exception subclass from Rust
         raise PretrainedError(f"{source}: not a Hugging Face tokenizers JSON file ({str(e).splitlines()[0]})") from None
-    tokens = [""] * len(vocab)
-    for token, i in vocab.items():
-        if not 0 <= i < len(vocab):
-            raise PretrainedError(f"{source}: token ids are not 0..{len(vocab) - 1} ({token!r} has id {i})")
-        tokens[i] = token
-    return CheckpointTokenizer(source, tokens, _normalization(normalizer), text=text)
+    # By id, not from get_vocab(): a Unigram's piece list may hold a piece twice (its trainer's <unk>), so the
+    # token -> id map has fewer entries than the ids.
+    size = tok.get_vocab_size(with_added_tokens=True)
+    tokens = [tok.id_to_token(i) for i in range(size)]
+    missing = next((i for i, t in enumerate(tokens) if t is None), None)
+    beyond = [(t, i) for t, i in tok.get_vocab(with_added_tokens=True).items() if not 0 <= i < size]
+    if missing is not None or beyond:
+        detail = f"{beyond[0][0]!r} has id {beyond[0][1]}" if beyond else f"no token has id {missing}"
+        raise PretrainedError(f"{source}: token ids are not 0..{size - 1} ({detail})")
+    return CheckpointTokenizer(source, [str(t) for t in tokens], _normalization(normalizer), text=text)
 
 
 def _with_normalization(text: str, normalization: dict) -> str:

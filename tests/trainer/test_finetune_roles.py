@@ -2,8 +2,9 @@
 <pad> <mask> <unk>``, so cls 0, pad 1, sep 2) pre-trained a few steps, then fine-tuned on real RTE and XQuAD from the
 DeepSpeed checkpoint and from its Hugging Face export (``python -m trainer.export``). Inputs start with the cls role's
 id and are separated by the sep role's, padding is the pad role's id, words and answers carry no leading space (a
-byte-level BPE token holds the space before its word), and the runs write their metrics. The feature checks run on
-a SentencePiece-style Unigram tokenizer too. Skips without ../shared."""
+byte-level BPE token holds the space before its word), and the runs write their metrics. The same for a
+SentencePiece-style Unigram (Metaspace) artifact with RoBERTa's names, and the feature checks on BERT's WordPiece
+too. Skips without ../shared."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import SHARED_DATA, build, free_port, wikitext2, wikitext2_articles
@@ -46,23 +48,8 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     return proc
 
 
-@pytest.fixture(scope="module")
-def bpe(tmp_path_factory) -> dict:
-    """A byte-level BPE trained on WikiText-2, an artifact of 8 articles, 3 pre-training steps and the export."""
-    if not (RTE_TRAIN.exists() and XQUAD.exists()):
-        pytest.skip(f"real data not available: {DATA}")
-    tmp = tmp_path_factory.mktemp("ft_roles")
-    texts = _wikitext_texts()
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=3000,
-        special_tokens=ORDER,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer)
+def _pretrained(tmp: Path, tok: Tokenizer) -> dict:
+    """An artifact of 8 WikiText-2 articles with ``tok``, 3 pre-training steps on it and the Hugging Face export."""
     tok.save(str(tmp / "tokenizer.json"))
     artifact = tmp / "artifact"
     corpus = wikitext2_articles(8, tmp)
@@ -81,6 +68,41 @@ def bpe(tmp_path_factory) -> dict:
     return {"run": run, "hf": tmp / "hf", "ids": ids, "tmp": tmp}
 
 
+def _real_data() -> None:
+    if not (RTE_TRAIN.exists() and XQUAD.exists()):
+        pytest.skip(f"real data not available: {DATA}")
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory) -> dict:
+    """A byte-level BPE (RoBERTa's) trained on WikiText-2, pre-trained on and exported (:func:`_pretrained`)."""
+    _real_data()
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=3000,
+        special_tokens=ORDER,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_wikitext_texts(), trainer)
+    return _pretrained(tmp_path_factory.mktemp("ft_roles_bpe"), tok)
+
+
+@pytest.fixture(scope="module")
+def unigram(tmp_path_factory) -> dict:
+    """A SentencePiece-style Unigram behind Metaspace (words split at spaces only, tokens start with ``▁``; its
+    special tokens are pieces of its model too) with RoBERTa's names, pre-trained on and exported."""
+    _real_data()
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=3000, special_tokens=ORDER, unk_token="<unk>", show_progress=False)
+    tok.train_from_iterator(_wikitext_texts(), trainer)
+    return _pretrained(tmp_path_factory.mktemp("ft_roles_unigram"), tok)
+
+
 def _wikitext_texts() -> list[str]:
     opts = ReaderOptions(input_format="wikitext", wikitext_unk="<unk>")
     return [d.text for d in read_file(str(wikitext2("valid")), opts) if isinstance(d, Document)]
@@ -88,30 +110,22 @@ def _wikitext_texts() -> list[str]:
 
 @pytest.fixture(scope="module", params=["byte_level_bpe", "unigram", "wordpiece"])
 def model_tokenizer(request) -> ModelTokenizer:
-    """The byte-level BPE checkpoint's tokenizer as fine-tuning loads it, a SentencePiece-style Unigram behind
-    Metaspace (words split at spaces only; tokens start with ``▁``) trained here, or the demo artifact's cased
-    WordPiece: fine-tuning reads words and answers from offsets and word ids, whatever the family (the pipeline does
-    not build Unigram artifacts yet)."""
-    if request.param == "byte_level_bpe":
-        return load_pretrained(str(request.getfixturevalue("bpe")["run"]))[1]
+    """The tokenizer of the byte-level BPE or the Unigram checkpoint as fine-tuning loads it, or the demo artifact's
+    cased WordPiece: fine-tuning reads words and answers from offsets and word ids, whatever the family."""
     if request.param == "wordpiece":
-        if not XQUAD.exists():
-            pytest.skip(f"real data not available: {DATA}")
+        _real_data()
         return ModelTokenizer.of(Tokenizer.from_file(str(request.getfixturevalue("demo_artifact") / "tokenizer.json")))
-    if not XQUAD.exists():
-        pytest.skip(f"real data not available: {DATA}")
-    tok = Tokenizer(models.Unigram())
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(vocab_size=3000, special_tokens=ORDER, unk_token="<unk>", show_progress=False)
-    tok.train_from_iterator(_wikitext_texts(), trainer)
-    return ModelTokenizer.of(tok)
+    return load_pretrained(
+        str(request.getfixturevalue("bpe" if request.param == "byte_level_bpe" else "unigram")["run"])
+    )[1]
 
 
+@pytest.mark.parametrize("family", ["bpe", "unigram"])
 @pytest.mark.parametrize("init", ["run", "hf"])
-def test_roles_come_from_the_checkpoint_and_from_the_export(bpe, init):
-    _, tokenizer, info = load_pretrained(str(bpe[init]))
-    assert dict(tokenizer.ids) == bpe["ids"] and info["special_tokens"] == ROBERTA
+def test_roles_come_from_the_checkpoint_and_from_the_export(request, family, init):
+    source = request.getfixturevalue(family)
+    _, tokenizer, info = load_pretrained(str(source[init]))
+    assert dict(tokenizer.ids) == source["ids"] and info["special_tokens"] == ROBERTA
     assert (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id) == (0, 2, 1)
 
 
@@ -256,18 +270,20 @@ def test_squad_gold_spans_map_back_to_the_answer_text(model_tokenizer):
 
 
 @pytest.mark.parametrize(
-    "init,task",
-    [("run", "rte"), ("run", "squad1"), ("hf", "rte"), ("hf", "squad1")],
+    "family,init,task",
+    [("bpe", "run", "rte"), ("bpe", "run", "squad1"), ("bpe", "hf", "rte"), ("bpe", "hf", "squad1")]
+    + [("unigram", "run", "squad1"), ("unigram", "hf", "rte")],
 )
-def test_fine_tuning_runs_and_writes_metrics(bpe, tmp_path, init, task):
+def test_fine_tuning_runs_and_writes_metrics(request, tmp_path, family, init, task):
+    source = request.getfixturevalue(family)
     out = tmp_path / "out"
     head = "span" if task == "squad1" else "spex" if init == "hf" else "cls"
     extra = ["--train-file", str(XQUAD), "--max-seq-len", "192", "--doc-stride", "64"] if task == "squad1" else []
     _run(
-        [sys.executable, str(REPO / "trainer" / "finetune.py"), "--init", str(bpe[init]), "--task", task]
+        [sys.executable, str(REPO / "trainer" / "finetune.py"), "--init", str(source[init]), "--task", task]
         + ["--head", head, "--data-dir", str(DATA), *extra, "--max-train-examples", "24", "--max-eval-examples", "16"]
         + ["--epochs", "1", "--lr", "1e-3", "--log-every", "1", "--no-progress", "--output-dir", str(out)]
-        + ["--deepspeed_config", str(ds_config(bpe["tmp"], 1))]
+        + ["--deepspeed_config", str(ds_config(source["tmp"], 1))]
     )
     m = json.loads((out / "metrics.json").read_text())
     assert m["init"]["special_tokens"] == ROBERTA and m["head"] == head and m["data"]["train"]["examples"] == 24
