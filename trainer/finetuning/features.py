@@ -2,8 +2,8 @@
 
 (QA features come from ``trainer.finetuning.squad.qa_features``, SpEx ones from ``spex.spex_feature``.)
 Every feature is a dict of Python lists and ints; :func:`collate` pads ``input_ids`` with the pad role's id
-(``ModelTokenizer.pad_id``: [PAD], RoBERTa's <pad>) to the longest feature of the batch and builds ``attention_mask``; keys that are not model inputs (decoding
-metadata) stay out of the batch.
+(``ModelTokenizer.pad_id``: [PAD], RoBERTa's <pad>) to the longest feature of the batch and builds
+``attention_mask``; keys that are not model inputs (decoding metadata) stay out of the batch.
 """
 
 from __future__ import annotations

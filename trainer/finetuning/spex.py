@@ -10,8 +10,8 @@ Input (the paper's section 3 and Table 1): the *source text*, from which the spa
 
 The gold span is the label's words in the choices (their tokens, found through character offsets, never by
 searching the text or by a token's spelling). In a pair the choices are encoded as they stand in the source,
-after a space (what a byte-level BPE or Metaspace token carries). Only the sentences are truncated (longest-first), never the choices. The head is the QA
-start/end head, its softmax restricted to the source text.
+after a space (what a byte-level BPE or Metaspace token carries). Only the sentences are truncated
+(longest-first), never the choices. The head is the QA start/end head, its softmax restricted to the source text.
 
 Decoding: the predicted label is the choice whose span scores best (start logit of its first token + end
 logit of its last); ``free_span`` (the paper's a = argmax p_start, b = argmax p_end over the source) is
