@@ -158,6 +158,15 @@ def test_another_lower_casing_is_refused(cased, tmp_path, capsys):
     assert f"{flipped}/vocab.txt with tokenizer_config.json" in line
 
 
+def test_a_checkpoint_naming_other_special_tokens_is_refused(cased, tmp_path, capsys):
+    swapped = tmp_path / "swapped"
+    shutil.copytree(cased["bin"], swapped)
+    # same vocabulary and casing, but the directory says [SEP] plays cls: its [CLS] vector was trained as another role
+    (swapped / "tokenizer_config.json").write_text('{"do_lower_case": false, "cls_token": "[SEP]"}')
+    line = refusal(argv(cased["artifact"], swapped, tmp_path / "run"), capsys)
+    assert "names other special tokens than the artifact: cls '[SEP]' (the artifact's: '[CLS]')" in line
+
+
 def test_a_vocab_txt_without_do_lower_case_is_refused(cased, tmp_path, capsys):
     unsure = tmp_path / "unsure"
     shutil.copytree(cased["bin"], unsure)
