@@ -32,8 +32,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tokenizers import Tokenizer
-
 from trainer.config import OptimConfig, add_dataclass_arguments, dataclass_from_args, given_fields
 from trainer.engine import default_single_process_env, env_rank
 from trainer.finetuning import loop
@@ -67,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = dataclass_from_args(FinetuneConfig, args, deepspeed_config=args.deepspeed_config or "auto")
         optim_flags = given_fields(args, OptimConfig, dest_prefix="optim.")
         OptimConfig(**optim_flags)  # a bad optimizer option is reported before any work
-        encoder, tokenizer_json, source = load_pretrained(cfg.init)
-        setup = loop.prepare(cfg, optim_flags, encoder, Tokenizer.from_str(tokenizer_json), source)
+        encoder, tokenizer, source = load_pretrained(cfg.init)
+        setup = loop.prepare(cfg, optim_flags, encoder, tokenizer, source)
     except (ValueError, OSError) as e:  # ConfigError, DataError, CheckpointError, unreadable files
         if env_rank()[1] == 0:  # every rank of a node fails the same way: say it once per node
             print(f"finetune: error: {e}", file=sys.stderr)

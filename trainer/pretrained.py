@@ -12,7 +12,9 @@ PATH is
 
 :func:`open_pretrained` reads only the small files; :meth:`Pretrained.state` reads the weights for a given model
 configuration and says which of the model's parameters the checkpoint lacks (initialised fresh) and which of its
-tensors the model has no place for. :func:`vocabulary_difference` compares a tokenizer with the checkpoint's.
+tensors the model has no place for. :meth:`CheckpointTokenizer.roles` gives the token of each special role (the
+checkpoint's artifact manifest, or the directory's ``special_tokens_map.json`` / ``tokenizer_config.json``, else
+a known set of names). :func:`vocabulary_difference` compares a tokenizer with the checkpoint's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from schemas.format import SPECIAL_TOKENS
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ModelConfig
 from trainer.hf_bert import HFCheckpointError, from_hf_state_dict, model_fields, read_config, read_weights, weights_file
 
@@ -53,6 +56,21 @@ class CheckpointTokenizer:
     normalization: dict  # lowercase, strip_accents, tokenize_chinese_chars (or the normalizer's JSON)
     text: str | None = None  # its tokenizers JSON; None: a WordPiece tokenizer of vocab_path, built when needed
     vocab_path: str | None = None
+    named_roles: dict[str, str] = field(default_factory=dict)  # role -> token, as the checkpoint's files name them
+
+    def roles(self) -> dict[str, str]:
+        """The token of each special role (pad, unk, cls, sep, mask): the ones the checkpoint names (its artifact's
+        manifest, or the Hugging Face directory's special_tokens_map.json / tokenizer_config.json), the others from
+        the first known set of names the tokenizer has (``pipeline.tokenize.families.special_roles``, the one rule).
+        :class:`PretrainedError` in one line when a role has no token in the vocabulary."""
+        from tokenizers import Tokenizer
+
+        from pipeline.tokenize.families import TokenizerError, special_roles
+
+        try:
+            return special_roles(Tokenizer.from_str(self.json()), self.named_roles)
+        except TokenizerError as e:
+            raise PretrainedError(f"{self.source}: {e}") from None
 
     def json(self) -> str:
         """The ``tokenizers`` JSON (from ``vocab.txt``: the pipeline's WordPiece tokenizer with this normalization)."""
@@ -136,7 +154,8 @@ def _open_hf(path: str) -> Pretrained:
     except HFCheckpointError as e:
         raise PretrainedError(str(e)) from None
     fixed, defaults = model_fields(hf)
-    defaults["pad_token_id"] = hf.get("pad_token_id") or 0
+    if isinstance(hf.get("pad_token_id"), int):  # else the tokenizer's pad role decides (fine-tuning) or the artifact's
+        defaults["pad_token_id"] = hf["pad_token_id"]
     info = {"kind": "huggingface", "path": path, "weights": os.path.basename(weights_file(path) or "")}
     info["max_seq_len"] = fixed["max_position_embeddings"]
     return Pretrained(path, "huggingface", fixed, defaults, hf_tokenizer(path), info)
@@ -160,6 +179,8 @@ def _open_spanprep(ckpt_dir: str, tag: str | None) -> Pretrained:
         raise PretrainedError(f"{tok_path}: missing; the checkpoint does not carry its tokenizer")
     with open(tok_path, encoding="utf-8") as f:
         tokenizer = tokenizer_from_json(f.read(), tok_path)
+    named = (meta.get("tokenizer") or {}).get("special_tokens")  # the artifact's manifest: role -> token
+    tokenizer.named_roles = {str(k): str(v) for k, v in named.items()} if isinstance(named, dict) else {}
     info = {
         "kind": "spanprep",
         "path": where,
@@ -193,16 +214,20 @@ def tokenizer_from_json(text: str, source: str) -> CheckpointTokenizer:
     from tokenizers import Tokenizer
 
     try:
-        vocab = Tokenizer.from_str(text).get_vocab(with_added_tokens=True)
+        tok = Tokenizer.from_str(text)
         normalizer = json.loads(text).get("normalizer")
     except Exception as e:  # tokenizers raises a bare Exception subclass from Rust
         raise PretrainedError(f"{source}: not a Hugging Face tokenizers JSON file ({str(e).splitlines()[0]})") from None
-    tokens = [""] * len(vocab)
-    for token, i in vocab.items():
-        if not 0 <= i < len(vocab):
-            raise PretrainedError(f"{source}: token ids are not 0..{len(vocab) - 1} ({token!r} has id {i})")
-        tokens[i] = token
-    return CheckpointTokenizer(source, tokens, _normalization(normalizer), text=text)
+    # By id, not from get_vocab(): a Unigram's piece list may hold a piece twice (its trainer's <unk>), so the
+    # token -> id map has fewer entries than the ids.
+    size = tok.get_vocab_size(with_added_tokens=True)
+    tokens = [tok.id_to_token(i) for i in range(size)]
+    missing = next((i for i, t in enumerate(tokens) if t is None), None)
+    beyond = [(t, i) for t, i in tok.get_vocab(with_added_tokens=True).items() if not 0 <= i < size]
+    if missing is not None or beyond:
+        detail = f"{beyond[0][0]!r} has id {beyond[0][1]}" if beyond else f"no token has id {missing}"
+        raise PretrainedError(f"{source}: token ids are not 0..{size - 1} ({detail})")
+    return CheckpointTokenizer(source, [str(t) for t in tokens], _normalization(normalizer), text=text)
 
 
 def _with_normalization(text: str, normalization: dict) -> str:
@@ -219,6 +244,37 @@ def _with_normalization(text: str, normalization: dict) -> str:
     return json.dumps(config, ensure_ascii=False)
 
 
+def _token(value: object) -> str | None:
+    """A special token as transformers writes it: a string, or an AddedToken object with ``content``."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+def hf_named_roles(path: str, tokenizer_config: dict) -> dict[str, str]:
+    """Role -> token as a Hugging Face directory names them: ``special_tokens_map.json``'s ``cls_token`` ...
+    ``mask_token``, then tokenizer_config.json's own (which win, as in transformers; the rule of
+    ``pipeline.tokenize.hf_directory``, read here without Beam). Roles neither names are left out."""
+    sources: list[dict] = []
+    map_path = os.path.join(path, "special_tokens_map.json")
+    if os.path.isfile(map_path):
+        try:
+            with open(map_path, encoding="utf-8") as f:
+                loaded = json.load(f)
+        except (OSError, ValueError) as e:
+            raise PretrainedError(f"{map_path}: cannot read it ({str(e).splitlines()[0]})") from None
+        if not isinstance(loaded, dict):
+            raise PretrainedError(f"{map_path}: not a JSON object")
+        sources.append(loaded)
+    named: dict[str, str] = {}
+    for source in [*sources, tokenizer_config]:
+        for role in SPECIAL_TOKENS:
+            token = _token(source.get(f"{role}_token"))
+            if token is not None:
+                named[role] = token
+    return named
+
+
 def hf_tokenizer(path: str) -> CheckpointTokenizer:
     """The tokenizer of a Hugging Face directory: ``tokenizer.json``, or a WordPiece tokenizer from ``vocab.txt``;
     ``tokenizer_config.json``'s do_lower_case, strip_accents and tokenize_chinese_chars override the normalizer."""
@@ -230,11 +286,15 @@ def hf_tokenizer(path: str) -> CheckpointTokenizer:
                 tc = json.load(f)
         except (OSError, ValueError) as e:
             raise PretrainedError(f"{tc_path}: cannot read it ({str(e).splitlines()[0]})") from None
+        if not isinstance(tc, dict):
+            raise PretrainedError(f"{tc_path}: not a JSON object")
     overrides = {k: tc[k] for k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars") if k in tc}
+    named = hf_named_roles(path, tc)
     tok_path, vocab_path = os.path.join(path, "tokenizer.json"), os.path.join(path, "vocab.txt")
     if os.path.isfile(tok_path):
         with open(tok_path, encoding="utf-8") as f:
             tok = tokenizer_from_json(f.read(), tok_path)
+        tok.named_roles = named
         if not overrides or "lowercase" not in tok.normalization:
             return tok
         settings = {
@@ -252,7 +312,7 @@ def hf_tokenizer(path: str) -> CheckpointTokenizer:
             )
         with open(vocab_path, encoding="utf-8") as f:  # as transformers reads it: one token a line
             tokens = [line.rstrip("\n") for line in f]
-        tok = CheckpointTokenizer(vocab_path, tokens, {}, vocab_path=vocab_path)
+        tok = CheckpointTokenizer(vocab_path, tokens, {}, vocab_path=vocab_path, named_roles=named)
         settings, source = overrides, f"{vocab_path} with {os.path.basename(tc_path)}"
     else:
         raise PretrainedError(f"{path}: neither tokenizer.json nor vocab.txt; cannot tokenize like the model")

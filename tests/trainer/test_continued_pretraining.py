@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from schemas.artifact import Artifact
+from schemas.format import SPECIAL_TOKENS
 from tests.support.hf_checkpoints import MAX_SEQ_LEN, hf_case, save_bert
 from trainer import engine, pretrain
 from trainer.masking import IGNORE_INDEX, Masker, MaskingConfig, Rows
@@ -155,6 +156,15 @@ def test_another_lower_casing_is_refused(cased, tmp_path, capsys):
     line = refusal(argv(cased["artifact"], flipped, tmp_path / "run"), capsys)
     assert "lower-casing (do_lower_case) is False in " in line and "but True in " in line
     assert f"{flipped}/vocab.txt with tokenizer_config.json" in line
+
+
+def test_a_checkpoint_naming_other_special_tokens_is_refused(cased, tmp_path, capsys):
+    swapped = tmp_path / "swapped"
+    shutil.copytree(cased["bin"], swapped)
+    # same vocabulary and casing, but the directory says [SEP] plays cls: its [CLS] vector was trained as another role
+    (swapped / "tokenizer_config.json").write_text('{"do_lower_case": false, "cls_token": "[SEP]"}')
+    line = refusal(argv(cased["artifact"], swapped, tmp_path / "run"), capsys)
+    assert "names other special tokens than the artifact: cls '[SEP]' (the artifact's: '[CLS]')" in line
 
 
 def test_a_vocab_txt_without_do_lower_case_is_refused(cased, tmp_path, capsys):
@@ -296,13 +306,14 @@ def test_fine_tuning_reads_the_same_checkpoints_with_the_same_loader(cased, weig
     """finetune.py --init goes through trainer.pretrained as pretrain.py does: also pytorch_model.bin with vocab.txt,
     the encoder's hidden states are transformers' BertModel's, and the tokenizer is the checkpoint's vocabulary."""
     transformers = pytest.importorskip("transformers")
-    from tokenizers import Tokenizer
-
     from trainer.finetuning.checkpoint import load_pretrained
 
-    encoder, tokenizer_json, info = load_pretrained(str(cased[weights]))
+    encoder, tokenizer, info = load_pretrained(str(cased[weights]))
     assert info["kind"] == "huggingface" and info["max_seq_len"] == MAX_SEQ_LEN
-    tok = Tokenizer.from_str(tokenizer_json)
+    tok = tokenizer.tokenizer
+    # roles: transformers' tokenizer_config.json names BERT's tokens; a vocab.txt alone has BERT's names
+    assert info["special_tokens"] == SPECIAL_TOKENS
+    assert dict(tokenizer.ids) == {role: tok.token_to_id(token) for role, token in SPECIAL_TOKENS.items()}
     vocab = cased["vocab"].read_text(encoding="utf-8").splitlines()
     assert tok.get_vocab_size(with_added_tokens=True) == len(vocab) and tok.token_to_id(vocab[1500]) == 1500
     line = next(x for x in cased["text"].read_text(encoding="utf-8").splitlines() if len(x) > 300)

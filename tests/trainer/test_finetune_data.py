@@ -10,6 +10,7 @@ from conftest import SHARED_DATA
 from tokenizers import Tokenizer
 
 from trainer.finetuning import squad, squad_metric
+from trainer.finetuning.encoding import ModelTokenizer
 from trainer.finetuning.glue import DataError, read_tsv
 from trainer.finetuning.tasks import TASKS, get_task
 
@@ -25,7 +26,7 @@ def real(path):
 
 @pytest.fixture(scope="module")
 def tokenizer(demo_artifact):
-    return Tokenizer.from_file(str(demo_artifact / "tokenizer.json"))
+    return ModelTokenizer.of(Tokenizer.from_file(str(demo_artifact / "tokenizer.json")))
 
 
 def test_real_glue_files_read_with_declared_layouts():
@@ -165,7 +166,7 @@ def test_decoding_respects_max_context_and_max_answer_length(tokenizer):
                 token = f["window_start"] + pos - 1
                 assert token not in owners
                 owners[token] = w
-    n_tokens = len(tokenizer.encode(ex.context, add_special_tokens=False).ids)
+    n_tokens = len(tokenizer.encode(ex.context).ids)
     assert sorted(owners) == list(range(n_tokens))
     assert set(owners.values()) == set(range(len(feats)))
     s_log = [[0.0] * len(f["input_ids"]) for f in feats]
@@ -355,7 +356,7 @@ def test_qa_features_are_those_of_the_old_algorithm_on_xquad(tokenizer):
     for max_seq_len, stride, training in ((384, 128, True), (96, 32, False), (64, 16, True), (40, 50, False)):
         opts = dict(max_seq_len=max_seq_len, doc_stride=stride, max_query_len=24, training=training)
         chunk = examples[:: 7 if max_seq_len == 384 else 23] + examples[-1:]
-        new, old = squad.qa_features(chunk, tokenizer, **opts), old_qa_features(chunk, tokenizer, **opts)
+        new, old = squad.qa_features(chunk, tokenizer, **opts), old_qa_features(chunk, tokenizer.tokenizer, **opts)
         assert new == old
         compared += len(new)
         assert sum(f["example_index"] == len(chunk) - 1 for f in new) >= 3  # the long passage: several windows

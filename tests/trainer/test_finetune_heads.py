@@ -12,7 +12,7 @@ from pipeline import build_ngram_dictionary
 from pipeline.segmenter import Segmenter
 from trainer.config import ModelConfig
 from trainer.finetuning import span_ft, spex
-from trainer.finetuning.encoding import encode
+from trainer.finetuning.encoding import ModelTokenizer, encode
 from trainer.finetuning.features import collate, glue_feature
 from trainer.finetuning.glue import Example, read_tsv
 from trainer.finetuning.heads import FineTuneModel
@@ -25,7 +25,7 @@ RTE_DEV = SHARED_DATA / "finetune" / "glue_rte" / "dev.tsv"
 
 @pytest.fixture(scope="module")
 def tokenizer(demo_artifact):
-    return Tokenizer.from_file(str(demo_artifact / "tokenizer.json"))
+    return ModelTokenizer.of(Tokenizer.from_file(str(demo_artifact / "tokenizer.json")))
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +63,14 @@ def test_spex_gold_span_is_the_labels_words_and_decodes_back(task, tokenizer):
         assert len(f["input_ids"]) == 128  # truncated to fit, the choices kept whole
         s, e = f["start_positions"], f["end_positions"]
         words = task.label_words[choice] if task.kind == "classification" else task.choices.split()[choice]
-        assert tokenizer.decode(f["input_ids"][s : e + 1]).replace(" ", "") == words.replace(" ", "")
+        assert tokenizer.tokenizer.decode(f["input_ids"][s : e + 1]).replace(" ", "") == words.replace(" ", "")
         assert all(f["span_mask"][i] for i in range(s, e + 1)) and f["span_mask"][0] == 0
-        sep = f["input_ids"].index(tokenizer.token_to_id("[SEP]"))
+        sep = f["input_ids"].index(tokenizer.sep_id)
         assert sum(f["span_mask"]) == sep - 1  # the source text is everything between [CLS] and the first [SEP]
         if not task.is_pair:
-            assert tokenizer.decode(f["input_ids"][1:sep]) == tokenizer.decode(encode(tokenizer, task.choices).ids)
+            assert tokenizer.tokenizer.decode(f["input_ids"][1:sep]) == tokenizer.tokenizer.decode(
+                encode(tokenizer, task.choices).ids
+            )
         n = len(f["input_ids"])
         start, end = [0.0] * n, [0.0] * n
         start[s], end[e] = 3.0, 3.0
@@ -96,7 +98,7 @@ def test_real_sentences_segmented_by_the_wikitext2_dictionary(tokenizer, wikitex
     b_start = f["token_type_ids"].index(1)
     assert [s for s in spans[16:] if s][0][0] == b_start  # B's spans start at B: the hypothesis is seen
     real = a_spans
-    texts = [tokenizer.decode([f["input_ids"][p] for p in s]) for s in real]
+    texts = [tokenizer.tokenizer.decode([f["input_ids"][p] for p in s]) for s in real]
     assert texts[:6] == ["Dana", "Reeve", ", the", "widow", "of the", "actor"]
     checked = 0
     for ex in rte_dev()[:40]:
@@ -110,7 +112,7 @@ def test_real_sentences_segmented_by_the_wikitext2_dictionary(tokenizer, wikitex
             max_spans=256,
             max_span_len=64,
         )
-        sep = [i for i, t in enumerate(f["input_ids"]) if t == tokenizer.token_to_id("[SEP]")]
+        sep = [i for i, t in enumerate(f["input_ids"]) if t == tokenizer.sep_id]
         flat = [p for idx, mask in zip(f["span_index"], f["span_token_mask"]) for p, m in zip(idx, mask) if m]
         assert flat == [p for p in range(1, len(f["input_ids"])) if p not in sep]  # both texts, all tokens
         checked += 1
@@ -184,7 +186,9 @@ def test_cnn_shapes_and_padding_never_wins_the_max_pool():
 
 
 def test_model_heads_outputs_and_extra_parameters(tokenizer, wikitext2_dictionary):
-    cfg = ModelConfig.preset("tiny", vocab_size=tokenizer.get_vocab_size(), hidden_dropout=0.0, attention_dropout=0.0)
+    cfg = ModelConfig.preset(
+        "tiny", vocab_size=tokenizer.tokenizer.get_vocab_size(), hidden_dropout=0.0, attention_dropout=0.0
+    )
     ex = [
         Example("a", "The widow of the actor has died.", "He had an accident.", 1),
         Example("b", "It rains in the city.", "It is dry.", 0),
@@ -208,7 +212,9 @@ def test_model_heads_outputs_and_extra_parameters(tokenizer, wikitext2_dictionar
 
 
 def test_regression_and_single_sentence_inputs(tokenizer):
-    cfg = ModelConfig.preset("tiny", vocab_size=tokenizer.get_vocab_size(), hidden_dropout=0.0, attention_dropout=0.0)
+    cfg = ModelConfig.preset(
+        "tiny", vocab_size=tokenizer.tokenizer.get_vocab_size(), hidden_dropout=0.0, attention_dropout=0.0
+    )
     stsb = get_task("stsb")
     ex = [
         Example("a", "A woman is riding a horse.", "A man is playing a guitar.", 0.5),
@@ -223,7 +229,10 @@ def test_regression_and_single_sentence_inputs(tokenizer):
         assert out["logits"].shape == (2, 1)
         assert out["loss"].item() == pytest.approx(((out["logits"].squeeze(-1) - batch["labels"]) ** 2).mean().item())
     f = spex.spex_feature(stsb, tokenizer, ex[1].text_a, ex[1].text_b, 4.6, max_seq_len=128)
-    assert tokenizer.decode(f["input_ids"][f["start_positions"] : f["end_positions"] + 1]).replace(" ", "") == "4.5"
+    assert (
+        tokenizer.tokenizer.decode(f["input_ids"][f["start_positions"] : f["end_positions"] + 1]).replace(" ", "")
+        == "4.5"
+    )
     n = len(f["input_ids"])
     start, end = [0.0] * n, [0.0] * n
     start[1], end[2] = 5.0, 5.0  # the paper's free decoding: "0 ." is no choice's span

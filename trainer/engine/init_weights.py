@@ -94,14 +94,26 @@ def init_model_config(init: Pretrained, model_given: dict, fixed_by_artifact: di
 
 
 def check_init_fits_artifact(init: Pretrained, artifact, max_seq_len: int) -> None:
-    """The artifact's tokenizer must be the checkpoint's, its vocabulary the embedding matrix's rows, and its rows no
-    longer than the position embeddings; otherwise a :class:`ConfigError` naming the first difference."""
+    """The artifact's tokenizer must be the checkpoint's (the same tokens, and the same token in each special role the
+    checkpoint names), its vocabulary the embedding matrix's rows, and its rows no longer than the position
+    embeddings; otherwise a :class:`ConfigError` naming the first difference."""
     ours = tokenizer_from_json(artifact.tokenizer_json(), artifact.display(artifact.manifest["tokenizer"]["file"]))
     diff = vocabulary_difference(ours, init.tokenizer)
     if diff is not None:
         raise ConfigError(
             f"--init {init.path}: the artifact's tokenizer is not the checkpoint's: {diff}; build the artifact with "
             f"the checkpoint's tokenizer (build_shards --tokenizer-from HF_DIR, or --tokenizer with its tokenizer.json)"
+        )
+    roles = artifact.manifest["tokenizer"].get("special_tokens") or {}
+    differ = [
+        f"{r} {t!r} (the artifact's: {roles[r]!r})"
+        for r, t in init.tokenizer.named_roles.items()
+        if roles.get(r, t) != t
+    ]
+    if differ:
+        raise ConfigError(
+            f"--init {init.path}: the checkpoint names other special tokens than the artifact: {', '.join(differ)}; "
+            f"build the artifact with build_shards --tokenizer-from HF_DIR (it reads the roles the directory names)"
         )
     rows = init.fixed["vocab_size"]
     if rows != artifact.vocab_size:

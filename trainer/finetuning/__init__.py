@@ -1,12 +1,13 @@
 """Fine-tuning and evaluation (entry point: ``trainer/finetune.py``; docs/FINETUNING.md).
 
 Modules, in import order (each imports only those above it, and ``trainer.model``/``config``/``engine``/
-``export``, ``pipeline.segmenter``/``tokenization``):
+``export``, ``pipeline.segmenter``/``tokenize.families``):
 
 - ``tasks``: the task registry (column layouts, label sets, SpEx choices, metrics), declared per task.
 - ``metrics``, ``squad_metric``: GLUE metrics; the official SQuAD v1.1 EM/F1 rules (v2.0: empty = no answer).
 - ``glue``, ``squad``: reading TSV / SQuAD JSON with bad-row accounting; QA windows and n-best decoding.
-- ``encoding``: text -> WordPiece ids and BERT's ``[CLS] A [SEP] B [SEP]`` assembly with longest-first truncation.
+- ``encoding``: the model's tokenizer with its special roles (``ModelTokenizer``), text -> token ids, characters and
+  words from offsets (any family), and BERT's ``[CLS] A [SEP] B [SEP]`` assembly with longest-first truncation.
 - ``spex``: SpEx-BERT inputs (choices appended as text) and label decoding.
 - ``span_ft``: Span Fine-tuning segmentation (n-gram dictionary, random, none) and the hierarchical CNN.
 - ``features``: examples -> model inputs per head, collation.

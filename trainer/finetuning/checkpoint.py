@@ -10,14 +10,21 @@ Hugging Face names in ``trainer.hf_bert``):
 - a Hugging Face BERT directory (``config.json`` + ``model.safetensors`` or ``pytorch_model.bin``), such as
   ``python -m trainer.export`` writes: the tokenizer is its ``tokenizer.json``, or, for a model without one, a
   WordPiece tokenizer from its ``vocab.txt`` (lower-casing as its ``tokenizer_config.json`` says).
+
+The special tokens are read by role (``CheckpointTokenizer.roles``): the checkpoint's artifact manifest names them,
+or the directory's ``special_tokens_map.json`` / ``tokenizer_config.json``, or BERT's names for a ``vocab.txt``; a
+role without a token is a one-line :class:`CheckpointError`.
 """
 
 from __future__ import annotations
 
 import os
 
-from trainer.config import CHECKPOINT_TOKENIZER_FILE, ConfigError, ModelConfig
+from tokenizers import Tokenizer
+
+from trainer.config import ConfigError, ModelConfig
 from trainer.export import ExportError, load_model
+from trainer.finetuning.encoding import ModelTokenizer
 from trainer.model import SpanBert
 from trainer.pretrained import Pretrained, PretrainedError, open_pretrained
 
@@ -26,28 +33,26 @@ class CheckpointError(ValueError):
     """``--init`` is not something fine-tuning can start from; the message says why."""
 
 
-def load_pretrained(path: str) -> tuple[SpanBert, str, dict]:
-    """(encoder in train mode, tokenizer JSON, description of the source)."""
+def load_pretrained(path: str) -> tuple[SpanBert, ModelTokenizer, dict]:
+    """(encoder in train mode, its tokenizer with the special roles' ids, description of the source)."""
     try:
         source = open_pretrained(path)
-    except PretrainedError as e:
+        roles = source.tokenizer.roles()
+        tokenizer = ModelTokenizer.of(Tokenizer.from_str(source.tokenizer.json()), roles)
+    except (PretrainedError, ValueError) as e:
         raise CheckpointError(f"--init {e}") from None
     if source.checkpoint is not None:
-        return _from_deepspeed(*source.checkpoint)
-    return _from_hf(source)
+        model, info = _from_deepspeed(*source.checkpoint)
+    else:
+        model, info = _from_hf(source, tokenizer)
+    return model, tokenizer, {**info, "special_tokens": roles}
 
 
-def _from_deepspeed(ckpt_dir: str, tag: str | None) -> tuple[SpanBert, str, dict]:
+def _from_deepspeed(ckpt_dir: str, tag: str) -> tuple[SpanBert, dict]:
     try:
         model, meta = load_model(ckpt_dir, tag)
     except (ExportError, ConfigError) as e:
         raise CheckpointError(f"--init: {e}") from None
-    tag = tag or open(os.path.join(ckpt_dir, "latest")).read().strip()
-    tok_path = os.path.join(ckpt_dir, tag, CHECKPOINT_TOKENIZER_FILE)
-    if not os.path.isfile(tok_path):
-        raise CheckpointError(f"--init: {tok_path} is missing; the checkpoint does not carry its tokenizer")
-    with open(tok_path, encoding="utf-8") as f:
-        tokenizer_json = f.read()
     info = {
         "kind": "deepspeed_checkpoint",
         "path": os.path.join(ckpt_dir, tag),
@@ -56,20 +61,18 @@ def _from_deepspeed(ckpt_dir: str, tag: str | None) -> tuple[SpanBert, str, dict
         "tokenizer_sha256": meta.get("tokenizer", {}).get("sha256"),
         "max_seq_len": meta.get("max_seq_len"),
     }
-    return model.train(), tokenizer_json, info
+    return model.train(), info
 
 
-def _from_hf(source: Pretrained) -> tuple[SpanBert, str, dict]:
+def _from_hf(source: Pretrained, tokenizer: ModelTokenizer) -> tuple[SpanBert, dict]:
+    # A config.json without pad_token_id: the tokenizer's pad role (the embedding's padding index), not 0.
+    pad = {} if "pad_token_id" in source.defaults else {"pad_token_id": tokenizer.pad_id}
     try:
-        cfg = ModelConfig(**{**source.defaults, **source.fixed, "objective": "mlm"})
+        cfg = ModelConfig(**{**source.defaults, **pad, **source.fixed, "objective": "mlm"})
         state, _, _ = source.state(cfg)
     except (ConfigError, PretrainedError, ValueError) as e:
         raise CheckpointError(f"--init {e}") from None
     model = SpanBert(cfg)
     model.load_state_dict(state, strict=False)  # the encoder is complete (checked); a missing MLM head stays fresh
     info = {"kind": "huggingface", "path": source.path, "max_seq_len": source.fixed["max_position_embeddings"]}
-    try:
-        tokenizer_json = source.tokenizer.json()
-    except PretrainedError as e:
-        raise CheckpointError(f"--init {e}") from None
-    return model.train(), tokenizer_json, info
+    return model.train(), info

@@ -1,9 +1,9 @@
 """GLUE examples -> model inputs for each head, and the collation of features into padded batches.
 
 (QA features come from ``trainer.finetuning.squad.qa_features``, SpEx ones from ``spex.spex_feature``.)
-Every feature is a dict of Python lists and ints; :func:`collate` pads ``input_ids`` with [PAD] to the
-longest feature of the batch and builds ``attention_mask``; keys that are not model inputs (decoding
-metadata) stay out of the batch.
+Every feature is a dict of Python lists and ints; :func:`collate` pads ``input_ids`` with the pad role's id
+(``ModelTokenizer.pad_id``: [PAD], RoBERTa's <pad>) to the longest feature of the batch and builds
+``attention_mask``; keys that are not model inputs (decoding metadata) stay out of the batch.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 import torch
 
 from trainer.finetuning import span_ft, spex
-from trainer.finetuning.encoding import assemble, encode, truncate_pair
+from trainer.finetuning.encoding import ModelTokenizer, assemble, encode, truncate_pair
 from trainer.finetuning.glue import Example
 from trainer.finetuning.tasks import Task
 
-PADDED = {"input_ids": None, "token_type_ids": 0, "span_mask": 0, "token_mask": 0}  # None: the [PAD] id
+PADDED = {"input_ids": None, "token_type_ids": 0, "span_mask": 0, "token_mask": 0}  # None: the pad id
 SCALARS = {"labels": None, "start_positions": torch.long, "end_positions": torch.long}
 FIXED = ("span_index", "span_token_mask")
 
@@ -23,7 +23,7 @@ FIXED = ("span_index", "span_token_mask")
 def glue_feature(
     task: Task,
     head: str,
-    tokenizer,
+    tokenizer: ModelTokenizer,
     ex: Example,
     *,
     max_seq_len: int,

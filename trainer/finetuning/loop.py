@@ -43,6 +43,7 @@ from trainer.engine import (
     resolve_deepspeed_config,
 )
 from trainer.finetuning import spex, squad, squad_metric
+from trainer.finetuning.encoding import ModelTokenizer
 from trainer.finetuning.features import collate, glue_feature
 from trainer.finetuning.glue import DataError, read_tsv, write_bad_rows
 from trainer.finetuning.heads import FineTuneModel
@@ -66,7 +67,7 @@ def _path(cfg: FinetuneConfig, task: Task, split: str) -> str:
 class Data:
     """Examples and features of both splits (the same on every rank)."""
 
-    def __init__(self, cfg: FinetuneConfig, task: Task, tokenizer, max_seq_len: int):
+    def __init__(self, cfg: FinetuneConfig, task: Task, tokenizer: ModelTokenizer, max_seq_len: int):
         self.cfg, self.task, self.bad = cfg, task, {}
         self.segmenter = None
         if cfg.head == "span-ft" and cfg.segmentation == "ngram":
@@ -144,6 +145,7 @@ class Setup:
     task: Task
     data: Data
     encoder: SpanBert
+    tokenizer: ModelTokenizer
     source: dict
     optim: OptimConfig
     ds_path: str
@@ -155,7 +157,9 @@ class Setup:
     max_seq_len: int
 
 
-def prepare(cfg: FinetuneConfig, optim_flags: dict, encoder, tokenizer, source: dict) -> Setup:
+def prepare(
+    cfg: FinetuneConfig, optim_flags: dict, encoder: SpanBert, tokenizer: ModelTokenizer, source: dict
+) -> Setup:
     task = get_task(cfg.task)
     max_seq_len = min(cfg.resolved_max_seq_len, encoder.config.max_position_embeddings)
     data = Data(cfg, task, tokenizer, max_seq_len)
@@ -174,6 +178,7 @@ def prepare(cfg: FinetuneConfig, optim_flags: dict, encoder, tokenizer, source: 
         task=task,
         data=data,
         encoder=encoder,
+        tokenizer=tokenizer,
         source=source,
         optim=optim,
         ds_path=ds_path,
@@ -200,7 +205,7 @@ class FineTuner:
                 f"the environment said {s.world_size} ranks, torch.distributed has {self.dist.world_size}"
             )
         self.micro, self.accum = s.ds["train_micro_batch_size_per_gpu"], s.ds["gradient_accumulation_steps"]
-        self.pad_id = s.encoder.config.pad_token_id
+        self.pad_id = s.tokenizer.pad_id  # the pad role's token (RoBERTa's <pad> is 1, not the model's default 0)
         self.regression = s.task.kind == "regression"
         torch.manual_seed(s.cfg.seed)  # the head's initialisation: identical on every rank
         model = FineTuneModel(

@@ -1,11 +1,12 @@
 """Span Fine-tuning (Bao et al. 2021): segment the input into spans, then a hierarchical CNN over them.
 
 Segmentation (section 3.1): each text of the input is segmented by ``pipeline.segmenter.Segmenter`` (greedy
-longest match from the head over an n-gram dictionary; unmatched words stay single) on the tokenizer's words;
-a word span becomes the span of its WordPiece tokens in the sequence. [CLS] and [SEP] belong to no span ([CLS]
-is concatenated separately). Ablations (section 5.1): ``random`` segmentation (word spans of uniformly random
-length 1..5, seeded by (seed, example id), so identical on every run and rank) and ``none``: BERT + CNN, two
-CNN layers over all tokens and one max-pool, without segmentation.
+longest match from the head over an n-gram dictionary; unmatched words stay single) on the tokenizer's words
+(``encoding.Piece.words``: from offsets and word ids, no leading space whatever the family, punctuation apart;
+tokens of whitespace only are in no word); a word span becomes the span of its tokens in the sequence. [CLS] and
+[SEP] belong to no span ([CLS] is concatenated separately). Ablations (section 5.1): ``random`` segmentation (word
+spans of uniformly random length 1..5, seeded by (seed, example id), so identical on every run and rank) and
+``none``: BERT + CNN, two CNN layers over all tokens and one max-pool, without segmentation.
 
 Padding and cutting (section 4.1: "r representing the largest number of spans in a sentence, and l indicating
 the largest number of tokens included in a span"; r = 16, l in {64, 128}): the budget is per sentence, so each

@@ -9,8 +9,9 @@ Input (the paper's section 3 and Table 1): the *source text*, from which the spa
   score rounded to the nearest 0.25.
 
 The gold span is the label's words in the choices (their tokens, found through character offsets, never by
-searching the text). Only the sentences are truncated (longest-first), never the choices. The head is the QA
-start/end head, its softmax restricted to the source text.
+searching the text or by a token's spelling). In a pair the choices are encoded as they stand in the source,
+after a space (what a byte-level BPE or Metaspace token carries). Only the sentences are truncated
+(longest-first), never the choices. The head is the QA start/end head, its softmax restricted to the source text.
 
 Decoding: the predicted label is the choice whose span scores best (start logit of its first token + end
 logit of its last); ``free_span`` (the paper's a = argmax p_start, b = argmax p_end over the source) is
@@ -19,7 +20,7 @@ reported too, with whether it is exactly a choice's span.
 
 from __future__ import annotations
 
-from trainer.finetuning.encoding import assemble, encode, truncate_pair
+from trainer.finetuning.encoding import ModelTokenizer, assemble, encode, truncate_pair
 from trainer.finetuning.tasks import Task, buckets, format_bucket
 
 
@@ -53,14 +54,19 @@ def value_of(task: Task, index: int) -> int | float:
     return index if task.kind == "classification" else buckets(task)[index]
 
 
-def spex_feature(task: Task, tokenizer, text_a: str, text_b: str | None, label: int | float, max_seq_len: int) -> dict:
+def spex_feature(
+    task: Task, tokenizer: ModelTokenizer, text_a: str, text_b: str | None, label: int | float, max_seq_len: int
+) -> dict:
     choices_text, char_spans = choice_char_spans(task)
-    choices = encode(tokenizer, choices_text)
+    # After sentence 1 the choices are encoded with the space that separates them (a byte-level BPE or Metaspace
+    # token carries it: " entailment" is not "entailment"); WordPiece gives the same ids either way.
+    lead = " " if task.is_pair else ""
+    choices = encode(tokenizer, lead + choices_text)
     token_spans = []
-    for start, end in char_spans:
-        covered = [i for i, (s, e) in enumerate(choices.offsets) if s < end and e > start]
+    for start, end in ((s + len(lead), e + len(lead)) for s, e in char_spans):
+        covered = [i for i, (s, e) in enumerate(choices.offsets) if s < e and s < end and e > start]
         if not covered:
-            raise ValueError(f"task {task.name}: choice {choices_text[start:end]!r} has no tokens")
+            raise ValueError(f"task {task.name}: choice {choices.text[start:end]!r} has no tokens")
         token_spans.append((covered[0], covered[-1]))
     if task.is_pair:
         if text_b is None:

@@ -29,6 +29,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from trainer.finetuning.encoding import ModelTokenizer, encode
 from trainer.finetuning.glue import BadRows, DataError
 
 VERSIONS = {"squad1": ("1.1",), "squad2": ("v2.0", "2.0", "1.1")}
@@ -166,12 +167,12 @@ def read_squad(path: str, task_name: str, split: str) -> tuple[list[QAExample], 
 
 
 def char_span_to_tokens(offsets: list[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
-    """First and last token (inclusive) overlapping the characters [start, end), or None."""
-    first = next((i for i, (s, e) in enumerate(offsets) if e > start and s < end), None)
-    if first is None:
+    """First and last token (inclusive) overlapping the characters [start, end), or None. ``offsets`` are the
+    tokens' characters (``encoding.token_chars``): a token that covers no character overlaps nothing."""
+    covering = [i for i, (s, e) in enumerate(offsets) if s < e and e > start and s < end]
+    if not covering:
         return None
-    last = max(i for i, (s, e) in enumerate(offsets) if s < end and e > start)
-    return first, last
+    return covering[0], covering[-1]
 
 
 def window_starts(n_tokens: int, window: int, stride: int) -> list[int]:
@@ -186,7 +187,7 @@ def window_starts(n_tokens: int, window: int, stride: int) -> list[int]:
 
 def qa_features(
     examples: list[QAExample],
-    tokenizer,
+    tokenizer: ModelTokenizer,
     *,
     max_seq_len: int,
     doc_stride: int,
@@ -196,15 +197,15 @@ def qa_features(
 ) -> list[dict]:
     """One feature per window. Model inputs: input_ids, token_type_ids, span_mask, start/end_positions;
     decoding needs: example_index, window_start (its first passage token), token_offsets (per position, the
-    characters of the word its token belongs to; None off the passage: an answer never starts or ends inside a
-    word), max_context."""
-    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    characters of the word its token belongs to, ``encoding.Piece.word_chars``; None off the passage and for a
+    token of whitespace only: an answer never starts or ends inside a word or on a space), max_context."""
+    cls_id, sep_id = tokenizer.cls_id, tokenizer.sep_id
     features = []
     for index, ex in enumerate(examples):
         if not ex.predictable:
             continue  # a dev question without question or context: no feature, predicted ""
-        q_ids = tokenizer.encode(ex.question, add_special_tokens=False).ids[:max_query_len]
-        ctx = tokenizer.encode(ex.context, add_special_tokens=False)
+        q_ids = tokenizer.encode(ex.question).ids[:max_query_len]
+        ctx = encode(tokenizer, ex.context)
         window = max_seq_len - len(q_ids) - 3
         if window < 1:
             raise DataError(
@@ -220,15 +221,11 @@ def qa_features(
                     bad.add("", ex.qid, "answer_covers_no_token", text)
                     bad.used -= 1
                 continue
-        words: dict[int, tuple[int, int]] = {}  # word -> its characters: answers are whole words
-        for w_id, (s, e) in zip(ctx.word_ids, ctx.offsets):
-            lo, hi = words.get(w_id, (s, e))
-            words[w_id] = (min(lo, s), max(hi, e))
-        word_offsets = [words[w_id] if w_id is not None else tuple(o) for w_id, o in zip(ctx.word_ids, ctx.offsets)]
-        starts = window_starts(len(ctx.ids), window, doc_stride)
-        owner = max_context_windows(starts, len(ctx.ids), window)
+        word_offsets = ctx.word_chars()
+        starts = window_starts(len(ctx), window, doc_stride)
+        owner = max_context_windows(starts, len(ctx), window)
         for w, start in enumerate(starts):
-            length = min(window, len(ctx.ids) - start)
+            length = min(window, len(ctx) - start)
             ids = [cls_id] + ctx.ids[start : start + length] + [sep_id] + q_ids + [sep_id]
             offsets = [None] + word_offsets[start : start + length] + [None] * (len(q_ids) + 2)
             max_context = [False] * len(ids)
