@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from schemas.format import SPECIAL_TOKENS
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ModelConfig
 from trainer.hf_bert import HFCheckpointError, from_hf_state_dict, model_fields, read_config, read_weights, weights_file
 
@@ -244,17 +243,10 @@ def _with_normalization(text: str, normalization: dict) -> str:
     return json.dumps(config, ensure_ascii=False)
 
 
-def _token(value: object) -> str | None:
-    """A special token as transformers writes it: a string, or an AddedToken object with ``content``."""
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) and value else None
-
-
 def hf_named_roles(path: str, tokenizer_config: dict) -> dict[str, str]:
     """Role -> token as a Hugging Face directory names them: ``special_tokens_map.json``'s ``cls_token`` ...
-    ``mask_token``, then tokenizer_config.json's own (which win, as in transformers; the rule of
-    ``pipeline.tokenize.hf_directory``, read here without Beam). Roles neither names are left out."""
+    ``mask_token``, then tokenizer_config.json's own (which win, as in transformers:
+    ``pipeline.tokenize.families.named_roles``, the files read here without Beam). Roles neither names are left out."""
     sources: list[dict] = []
     map_path = os.path.join(path, "special_tokens_map.json")
     if os.path.isfile(map_path):
@@ -266,13 +258,9 @@ def hf_named_roles(path: str, tokenizer_config: dict) -> dict[str, str]:
         if not isinstance(loaded, dict):
             raise PretrainedError(f"{map_path}: not a JSON object")
         sources.append(loaded)
-    named: dict[str, str] = {}
-    for source in [*sources, tokenizer_config]:
-        for role in SPECIAL_TOKENS:
-            token = _token(source.get(f"{role}_token"))
-            if token is not None:
-                named[role] = token
-    return named
+    from pipeline.tokenize.families import named_roles
+
+    return named_roles([*sources, tokenizer_config])
 
 
 def hf_tokenizer(path: str) -> CheckpointTokenizer:

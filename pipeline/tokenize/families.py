@@ -190,3 +190,38 @@ def special_roles(tok: Tokenizer, named: Mapping[str, str] | None = None) -> dic
         known = "; ".join(f"{name}'s {' '.join(names.values())}" for name, names in ROLE_NAMES.items())
         raise TokenizerError(f"the tokenizer lacks the special tokens {', '.join(missing)} (known sets: {known})")
     return roles
+
+
+def named_token(value: object) -> str | None:
+    """A special token as a Hugging Face file writes it: a string, or an AddedToken object with ``content``."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+def named_roles(sources: list[dict]) -> dict[str, str]:
+    """Role -> token as a Hugging Face directory's files name them (``<role>_token``), given their JSON in order:
+    ``special_tokens_map.json``, then ``tokenizer_config.json`` (the later wins, as in transformers). Roles no file
+    names are left out. The one rule for the pipeline's ``--tokenizer-from`` and the trainer's ``--init``."""
+    named: dict[str, str] = {}
+    for source in sources:
+        for role in SPECIAL_TOKENS:
+            token = named_token(source.get(f"{role}_token"))
+            if token is not None:
+                named[role] = token
+    return named
+
+
+def text_config(config: dict, roles: Mapping[str, str]) -> dict:
+    """A tokenizer's JSON ``config`` (changed in place and returned) made into the tokenizer for text: special tokens
+    written in a text are text. Special added tokens are no longer matched, except the unk role's (WikiText's
+    ``<unk>``); a Unigram model's special pieces are renamed out of its Viterbi's reach (:func:`hide_special_pieces`).
+    Same ids. The one rule for the artifact's rows and for fine-tuning's inputs."""
+    unk = roles["unk"]
+    added = config.get("added_tokens") or []
+    config["added_tokens"] = [t for t in added if not t.get("special") or t.get("content") == unk]
+    if (config.get("model") or {}).get("type") == "Unigram":
+        hide_special_pieces(
+            config, ({t.get("content") for t in added if t.get("special")} | set(roles.values())) - {unk}
+        )
+    return config

@@ -24,9 +24,8 @@ from typing import Any
 from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-from pipeline.tokenize.families import ROLE_NAMES, SUPPORTED, TokenizerError
+from pipeline.tokenize.families import ROLE_NAMES, SUPPORTED, TokenizerError, named_roles
 from pipeline.tokenize.tokenizer import from_file, from_vocab
-from schemas.format import SPECIAL_TOKENS
 
 BERT_CLASSES = ("BertTokenizer", "BertTokenizerFast")
 ROBERTA_CLASSES = ("RobertaTokenizer", "RobertaTokenizerFast")
@@ -53,24 +52,10 @@ def _json(path: str) -> dict[str, Any]:
     return value
 
 
-def _token(value: Any) -> str | None:
-    """A special token as the config writes it: a string, or an AddedToken object with ``content``."""
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) else None
-
-
 def _named_roles(directory: str, config: dict[str, Any]) -> dict[str, str]:
     """The special token of each role the directory names (``special_tokens_map.json``, then the config's own)."""
-    named = {}
     path = _join(directory, "special_tokens_map.json")
-    sources = [_json(path)] if _exists(path) else []
-    for source in sources + [config]:  # the config's own entries win, as in transformers
-        for role in SPECIAL_TOKENS:
-            token = _token(source.get(f"{role}_token"))
-            if token is not None:
-                named[role] = token
-    return named
+    return named_roles(([_json(path)] if _exists(path) else []) + [config])  # the config's own entries win
 
 
 def _tokenizer_class(directory: str, config: dict[str, Any]) -> str | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from pipeline.tokenize.families import UNIGRAM, WORDPIECE, TokenizerError, family, hide_special_pieces, special_roles
+from pipeline.tokenize.families import WORDPIECE, TokenizerError, family, special_roles, text_config
 from schemas.format import SPECIAL_TOKENS  # BERT's special tokens, by role: what this module builds and trains
 
 log = logging.getLogger(__name__)
@@ -184,13 +184,7 @@ class TokenizerSpec:
         A Unigram model also holds them as pieces its Viterbi would pick: those are renamed out of reach
         (``families.hide_special_pieces``; same ids and scores).
         """
-        config = json.loads(self.json)
-        unk = self.special_tokens["unk"]
-        added = config.get("added_tokens") or []
-        config["added_tokens"] = [t for t in added if not t.get("special") or t["content"] == unk]
-        if self.family == UNIGRAM:
-            special = {t["content"] for t in added if t.get("special")} | set(self.special_tokens.values())
-            hide_special_pieces(config, special - {unk})
+        config = text_config(json.loads(self.json), self.special_tokens)
         return Tokenizer.from_str(json.dumps(config))
 
     def describe(self) -> dict:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tokenizers import Encoding, Tokenizer
 
-from pipeline.tokenize.families import TokenizerError, hide_special_pieces, special_roles
+from pipeline.tokenize.families import TokenizerError, special_roles, text_config
 
 
 @dataclass(frozen=True)
@@ -63,21 +63,12 @@ class ModelTokenizer:
 def text_tokenizer(tokenizer: Tokenizer, roles: Mapping[str, str]) -> Tokenizer:
     """``tokenizer`` with the special tokens written in a text read as text (``<s>``, ``</s>``, ``[SEP]``, ``[MASK]``
     in a sentence are split like other text), as pre-training's rows were made: the rule of
-    ``pipeline.tokenize.tokenizer.TokenizerSpec.load_for_text``, here without importing Beam. Only the unk role's
-    token is still matched; a Unigram model's special pieces are renamed out of its Viterbi's reach
-    (``families.hide_special_pieces``). Same ids: a tokenizer whose special tokens are not in its model's
-    vocabulary (they would lose their ids) is kept as it is."""
-    config = json.loads(tokenizer.to_str())
-    unk = roles["unk"]
-    added = config.get("added_tokens") or []
-    config["added_tokens"] = [t for t in added if not t.get("special") or t.get("content") == unk]
-    unmatched = Tokenizer.from_str(json.dumps(config))
-    if any(unmatched.token_to_id(token) != tokenizer.token_to_id(token) for token in roles.values()):
+    ``families.text_config``, which ``TokenizerSpec.load_for_text`` uses too. Same ids: a tokenizer whose special
+    tokens are not in its model's vocabulary (their ids would be gone) is kept as it is."""
+    unmatched = Tokenizer.from_str(json.dumps(text_config(json.loads(tokenizer.to_str()), roles)))
+    if any(unmatched.id_to_token(tokenizer.token_to_id(token)) is None for token in roles.values()):
         return tokenizer
-    if (config.get("model") or {}).get("type") != "Unigram":
-        return unmatched
-    hide_special_pieces(config, ({t.get("content") for t in added if t.get("special")} | set(roles.values())) - {unk})
-    return Tokenizer.from_str(json.dumps(config))  # renamed pieces: same ids, names out of the Viterbi's reach
+    return unmatched
 
 
 def token_chars(text: str, offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
