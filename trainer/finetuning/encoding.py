@@ -66,7 +66,8 @@ def text_tokenizer(tokenizer: Tokenizer, roles: Mapping[str, str]) -> Tokenizer:
     ``families.text_config``, which ``TokenizerSpec.load_for_text`` uses too. Same ids: a tokenizer whose special
     tokens are not in its model's vocabulary (their ids would be gone) is kept as it is."""
     unmatched = Tokenizer.from_str(json.dumps(text_config(json.loads(tokenizer.to_str()), roles)))
-    if any(unmatched.id_to_token(tokenizer.token_to_id(token)) is None for token in roles.values()):
+    ids = [tokenizer.token_to_id(token) for token in roles.values()]
+    if any(i is None or unmatched.id_to_token(i) is None for i in ids):
         return tokenizer
     return unmatched
 
