@@ -38,7 +38,8 @@ written in the text stays text. Three families are:
     special piece would then beat the unk path around a character the vocabulary lacks.
   - *Long texts* (over ``encodings.ENCODE_PIECE_CHARS``) are cut only at a space (U+0020) between two printable
     non-space ASCII characters, not next to an added token the tokenizer matches in text, and only when no such token
-    holds whitespace or strips it (``metaspace`` in ``encodings.text_pieces``; else the text is encoded whole). Why
+    holds whitespace or strips it (``metaspace`` in ``encodings.text_pieces``; else the text is encoded whole:
+    :func:`piece_cuts_allowed`). Why
     that gives the same tokens: the added tokens are matched the same way in the pieces (none can hold the cut's
     space); every accepted normalizer works per character (Nmt, Lowercase, StripAccents), per normalization segment
     (the NF forms: the space is a starter that neither decomposes nor composes with anything), or on runs of two or
@@ -51,6 +52,10 @@ written in the text stays text. Three families are:
     588,126 instead of 588,125; WikiText-2 test joined, 1.2M characters, cut at a line feed: 373,958 instead of
     373,957 with SentencePiece's normalizer, 378,905 instead of 378,903 with NFKC alone). ``tests/pipeline/test_unigram.py`` checks
     every 11th allowed and every 5th refused cut of real text under five normalizer and prepend_scheme variants.
+
+In every family a text over ``encodings.ENCODE_PIECE_CHARS`` is encoded whole when an added token the text tokenizer
+matches holds whitespace or strips it (:func:`piece_cuts_allowed`): the cuts are at whitespace, and such a token
+spans it in the whole text only (a WordPiece or byte-level BPE with an added ``"\n\n"`` gave other ids).
 
 Anything else (Metaspace with another replacement, without split or inside a Sequence, Precompiled, WhitespaceSplit,
 a prefix space) is refused in one line naming what was found.
@@ -166,9 +171,11 @@ def hide_special_pieces(config: dict, tokens: set[str]) -> int:
     return hidden
 
 
-def metaspace_cuts_allowed(added_tokens: list[dict]) -> bool:
-    """Whether the Unigram piece rule holds for the added tokens a text tokenizer matches: none holds whitespace or
-    strips it (module docstring); else long texts stay whole."""
+def piece_cuts_allowed(added_tokens: list[dict]) -> bool:
+    """Whether a long text may be cut in pieces for the added tokens a text tokenizer matches (every family): none
+    holds whitespace or strips it; else long texts stay whole. Every family's cut is at whitespace (a line feed or a
+    space), which such a token would match across (``"\n\n"``, ``"New York"``) or take into itself (``rstrip``)
+    in the whole text but not in the pieces (module docstring)."""
     return not any(
         t.get("lstrip") or t.get("rstrip") or any(c.isspace() for c in t.get("content", "")) for t in added_tokens
     )

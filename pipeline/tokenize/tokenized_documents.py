@@ -33,7 +33,7 @@ from pipeline.elements import (
 )
 from pipeline.segmenter import Segmenter
 from pipeline.tokenize.encodings import ENCODE_PIECE_CHARS, Encoded, char_spans_to_tokens, text_pieces
-from pipeline.tokenize.families import UNIGRAM, WORDPIECE, metaspace_cuts_allowed
+from pipeline.tokenize.families import UNIGRAM, WORDPIECE, piece_cuts_allowed
 from pipeline.tokenize.sentence_encoding import DEFAULT_CACHE_BYTES, SentenceEncoder
 from pipeline.tokenize.sentences import sentence_spans
 from pipeline.tokenize.tokenizer import TokenizerSpec
@@ -69,10 +69,11 @@ class _TokenizeFn(beam.DoFn):
         added = json.loads(self._tok.to_str()).get("added_tokens") or []
         self._added = tuple(t["content"] for t in added)
         # where a long text may be cut (families.py): WordPiece anywhere at a line break or space, byte-level BPE at
-        # a line feed before a non-space, Unigram at a space between ASCII characters (or nowhere: encoded whole)
+        # a line feed before a non-space, Unigram at a space between ASCII characters; nowhere (encoded whole) when
+        # an added token holds whitespace or strips it
         family = self._spec.family
         self._metaspace = family == UNIGRAM
-        self._piece_limit = ENCODE_PIECE_CHARS if family != UNIGRAM or metaspace_cuts_allowed(added) else None
+        self._piece_limit = ENCODE_PIECE_CHARS if piece_cuts_allowed(added) else None
         self._dtype = np.dtype(self._ids_dtype)
         sentence_spans("Warm up. Punkt.", self._language)
         self._segmenter = None

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 
 from pipeline.elements import Document
 from pipeline.read.records import ReaderOptions, read_file
+from pipeline.tokenize import tokenizer
 from pipeline.tokenize.encodings import ENCODE_PIECE_CHARS, text_pieces
 from pipeline.verify import verify
 from schemas.artifact import Artifact
@@ -214,3 +215,35 @@ def test_span_masking_on_a_byte_level_bpe_artifact_masks_whole_words(tmp_path, r
             runs += 1
         masked += int((np.array(ids) == mask_id).sum())
     assert runs > 100 and masked > 100
+
+
+@pytest.mark.parametrize("family", ["byte_level_bpe", "wordpiece"])
+def test_a_long_text_is_encoded_whole_when_an_added_token_holds_whitespace(family, roberta_json):
+    """Every family cuts a long text at whitespace; an added token holding whitespace (``"\\n\\n"``, ``"of the"``) or
+    stripping it is matched across the cut in the whole text only, so with one the text is encoded whole and its
+    rows are the tokenizer's ids (pieces gave other ids for both); without one it is still cut."""
+    from pipeline.tokenize.tokenized_documents import _TokenizeFn
+
+    opts = ReaderOptions(input_format="wikitext", wikitext_unk="<unk>")
+    docs = [d for d in read_file(str(wikitext2("test")), opts) if isinstance(d, Document)]
+    long_doc = Document("long", "\n".join(d.text for d in docs), docs[0].source)
+    assert len(long_doc.text) > ENCODE_PIECE_CHARS and "\n\n" in long_doc.text and " of the " in long_doc.text
+    if family == "byte_level_bpe":
+        user = Tokenizer.from_str(roberta_json)
+    else:
+        user = tokenizer.train(_wikitext_texts(), vocab_size=4000)
+    limits = []
+    for added in ([], ["\n\n", "of the"]):
+        tok = Tokenizer.from_str(user.to_str())
+        tok.add_tokens(added)
+        spec = tokenizer.make_spec(tok, "file")
+        assert spec.family == family
+        fn = _TokenizeFn(spec, "int32")
+        fn.setup()
+        limits.append(fn._piece_limit)
+        out = list(fn.process([long_doc]))
+        [got] = out + [o.value for o in fn.finish_bundle()]
+        fn.teardown()
+        expected = spec.load().encode(long_doc.text, add_special_tokens=False).ids
+        assert len(expected) > 300_000 and got.ids.tolist() == expected
+    assert limits == [ENCODE_PIECE_CHARS, None]

@@ -393,3 +393,41 @@ def test_a_unigram_whose_added_tokens_strip_whitespace_encodes_long_texts_whole(
         expected = spec.load().encode(long_doc.text, add_special_tokens=False).ids
         assert len(expected) > 300_000 and got.ids.tolist() == expected
     assert limits == [None, ENCODE_PIECE_CHARS]
+
+
+def test_verify_finds_an_unmarked_unigram_row_starting_inside_a_word(tmp_path, unigram_json):
+    """Behind Metaspace (split, prepend always) every word starts with its ``▁`` and no later piece of a word holds
+    one, so verify knows a row starting with another piece (not the unk piece, not an added token) starts inside a
+    word, as it knows WordPiece's ``##``: an artifact the job built verifies, and one whose continuation row lost its
+    mark (the manifest's count made to match, as a job that forgot the mark would write it) is rejected."""
+    from pipeline.verify import word_continuing_ids
+    from tests.conftest import wikitext2_articles
+    from tests.pipeline.test_verify_continuations import manifest, rewrite_rows, run_verify, write_manifest
+
+    (tmp_path / "tokenizer.json").write_text(unigram_json, encoding="utf-8")
+    out = tmp_path / "artifact"
+    m = build(
+        wikitext2_articles(4, tmp_path),
+        out,
+        *("--input-format", "wikitext", "--tokenizer", str(tmp_path / "tokenizer.json"), "--num-shards", "1"),
+        *("--max-seq-len", "8"),
+    )
+    assert m["counts"]["continuation_rows"] > 0
+    code, output = run_verify(out)
+    assert code == 0, output
+    continuing = word_continuing_ids(Tokenizer.from_str(unigram_json))
+    assert continuing is not None and 0 < continuing.sum() < len(continuing)
+    relative = manifest(out)["shards"][0]["path"]
+    rows = ipc.open_file(str(out / relative)).read_all().to_pylist()
+    marked = [i for i, r in enumerate(rows) if not r["word_start"][0]]
+    assert marked and all(continuing[rows[i]["input_ids"][0]] for i in marked)  # each starts with a non-▁ piece
+
+    def unmark(rows: list[dict]) -> None:
+        rows[marked[0]]["word_start"][0] = True
+
+    rewrite_rows(out, relative, unmark)
+    m = manifest(out)
+    m["counts"]["continuation_rows"] -= 1
+    write_manifest(out, m)
+    code, output = run_verify(out)
+    assert code == 1 and "are not marked as continuation rows" in output, output

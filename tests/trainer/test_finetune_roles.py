@@ -295,3 +295,52 @@ def test_fine_tuning_runs_and_writes_metrics(request, tmp_path, family, init, ta
     else:
         assert m["eval"]["examples"] == 16 and 0 <= m["eval"]["accuracy"] <= 100
     assert os.path.getsize(out / "bad_rows.jsonl") == 0
+
+
+def test_characters_the_normalizer_makes_spaces_are_in_no_word_and_no_answer():
+    """A SentencePiece normalizer (Nmt, as ``SentencePieceUnigramTokenizer`` builds it) makes the invisible U+200B..
+    U+200F and U+FEFF spaces, so Metaspace cuts a word there and a token's offsets hold the character (real Wikipedia:
+    ``V_(α)\u200b, called``, Persian ``قرعه\u200cکشی``): like a space it is in no word, so decoding never predicts it
+    (SQuAD's scoring would not strip it), and an answer right after it maps back to exactly its text."""
+    import io
+    import itertools
+    import unicodedata
+
+    import zstandard
+    from tokenizers import SentencePieceUnigramTokenizer
+
+    from tests.conftest import WIKIPEDIA_SAMPLE
+
+    if not WIKIPEDIA_SAMPLE.exists():
+        pytest.skip(f"real data not available: {WIKIPEDIA_SAMPLE}")
+    sp = SentencePieceUnigramTokenizer()  # Nmt, NFKC, spaces collapsed; Metaspace
+    sp.train_from_iterator(
+        _wikitext_texts(), vocab_size=3000, special_tokens=ORDER, unk_token="<unk>", show_progress=False
+    )
+    tok = ModelTokenizer.of(Tokenizer.from_str(sp._tokenizer.to_str()))
+    with open(WIKIPEDIA_SAMPLE, "rb") as f:
+        reader = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f), encoding="utf-8")
+        pages = [json.loads(line)["text"] for line in itertools.islice(reader, 2300)]
+    invisible = [p for page in pages for p in page.split("\n") if any(unicodedata.category(c) == "Cf" for c in p)]
+    words = 0
+    for paragraph in invisible:
+        for word, _, _ in encode(tok, paragraph).words():
+            assert unicodedata.category(word[0]) != "Cf" and unicodedata.category(word[-1]) != "Cf", word
+            words += 1
+    assert len(invisible) >= 3 and words > 100, (len(invisible), words)
+    examples = []
+    for paragraph in invisible + ["It was built in \u200b1990 by the \ufeffParis city council."]:
+        for j, c in enumerate(paragraph[:-1]):
+            if c in "\u200b\u200c\u200d\u200e\u200f\ufeff" and not paragraph[j + 1].isspace():  # Nmt: a space
+                answer = "".join(itertools.takewhile(lambda ch: not ch.isspace(), paragraph[j + 1 :]))
+                examples.append(squad.QAExample(f"q{len(examples)}", "Which word?", paragraph, [(answer, j + 1)]))
+    feats = squad.qa_features(examples, tok, max_seq_len=384, doc_stride=128, max_query_len=32, training=True)
+    checked = 0
+    for f in feats:
+        if f["start_positions"]:
+            ex = examples[f["example_index"]]
+            answer, start = ex.answers[0]
+            s, e = f["token_offsets"][f["start_positions"]][0], f["token_offsets"][f["end_positions"]][1]
+            assert (s, ex.context[s:e]) == (start, answer)
+            checked += 1
+    assert checked >= 5, checked

@@ -8,8 +8,9 @@ until the pair fits.
 Special tokens are read by role, never by name: [CLS], [SEP] and [PAD] here mean the tokens that play those
 roles (BERT's ``[CLS] [SEP] [PAD]``, RoBERTa's ``<s> </s> <pad>``; :class:`ModelTokenizer`). Words and answer
 characters come from the tokenizer's offsets and word ids, never from a token's spelling (``##``, ``Ġ``, ``▁``):
-a token's characters are its offsets less the whitespace at either end (a byte-level BPE or Metaspace token
-carries the space before its word; a token of whitespace only covers no characters), and a word is a run of
+a token's characters are its offsets less the whitespace (and invisible Cc/Cf characters, which a SentencePiece
+normalizer makes spaces) at either end (a byte-level BPE or Metaspace token carries the space before its word; a
+token of whitespace only covers no characters), and a word is a run of
 tokens of one pre-tokenizer word (``Encoding.word_ids``) whose characters join (:func:`word_units`).
 """
 
@@ -72,14 +73,20 @@ def text_tokenizer(tokenizer: Tokenizer, roles: Mapping[str, str]) -> Tokenizer:
     return unmatched
 
 
+def _blank(c: str) -> bool:
+    """Whitespace, or an invisible control or format character (Unicode Cc, Cf: U+200B..U+200F, U+FEFF, a soft
+    hyphen): SentencePiece's Nmt normalizer makes several of them spaces, BERT's drops them; none is a word's."""
+    return c.isspace() or unicodedata.category(c) in ("Cc", "Cf")
+
+
 def token_chars(text: str, offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Each token's characters in ``text``: its offsets less whitespace at either end; (s, s) for a token of
-    whitespace only (it covers no character)."""
+    """Each token's characters in ``text``: its offsets less whitespace and invisible characters (:func:`_blank`) at
+    either end; (s, s) for a token of those only (it covers no character)."""
     out = []
     for s, e in offsets:
-        while s < e and text[s].isspace():
+        while s < e and _blank(text[s]):
             s += 1
-        while e > s and text[e - 1].isspace():
+        while e > s and _blank(text[e - 1]):
             e -= 1
         out.append((s, e))
     return out
