@@ -92,7 +92,8 @@ def check(family: str, tokenizer_path: Path, inputs: list[Path], fmt: str, out: 
     report = verify(str(out))
     tok = Tokenizer.from_str(Artifact.open(str(out)).tokenizer_json())
     rows = _rows_by_doc(out)
-    docs = [d for p in inputs for d in read_file(str(p), ReaderOptions(input_format=fmt)) if isinstance(d, Document)]
+    opts = ReaderOptions(input_format=fmt, wikitext_unk=manifest["tokenizer"]["special_tokens"]["unk"])  # as the job
+    docs = [d for p in inputs for d in read_file(str(p), opts) if isinstance(d, Document)]
     differ, tokens = [], 0
     for doc in docs:
         enc = tok.encode(doc.text, add_special_tokens=False)

@@ -182,16 +182,23 @@ def hf_config(cfg: ModelConfig) -> dict:
     return out
 
 
+def read_json_object(path: str) -> dict:
+    """A Hugging Face directory's JSON file that must hold an object; :class:`HFCheckpointError` in one line naming
+    the file when it cannot be read or holds something else."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            loaded = json.load(f)
+    except (OSError, ValueError) as e:
+        raise HFCheckpointError(f"{path}: cannot read it ({str(e).splitlines()[0]})") from None
+    if not isinstance(loaded, dict):
+        raise HFCheckpointError(f"{path}: not a JSON object")
+    return loaded
+
+
 def read_config(path: str) -> dict:
     """``path/config.json`` of a BERT checkpoint; another architecture is refused naming what it is."""
     cfg_path = os.path.join(path, "config.json")
-    try:
-        with open(cfg_path, encoding="utf-8") as f:
-            hf = json.load(f)
-    except (OSError, ValueError) as e:
-        raise HFCheckpointError(f"{cfg_path}: cannot read it ({str(e).splitlines()[0]})") from None
-    if not isinstance(hf, dict):
-        raise HFCheckpointError(f"{cfg_path}: not a JSON object")
+    hf = read_json_object(cfg_path)
     model_type, archs = hf.get("model_type"), hf.get("architectures") or []
     # Old BERT exports (SpanBERT's among them) have no model_type; their architectures, if any, say Bert.
     if model_type not in (None, "bert") or not all(str(a).startswith("Bert") for a in archs):

@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 import torch
 
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ModelConfig
-from trainer.hf_bert import HFCheckpointError, from_hf_state_dict, model_fields, read_config, read_weights, weights_file
+from trainer.hf_bert import (
+    HFCheckpointError,
+    from_hf_state_dict,
+    model_fields,
+    read_config,
+    read_json_object,
+    read_weights,
+    weights_file,
+)
 
 # ModelConfig fields a spanprep checkpoint fixes (its tensors' shapes and the encoder's function).
 SPANPREP_FIXED = (
@@ -243,21 +251,19 @@ def _with_normalization(text: str, normalization: dict) -> str:
     return json.dumps(config, ensure_ascii=False)
 
 
+def _json_object(path: str) -> dict:
+    try:
+        return read_json_object(path)
+    except HFCheckpointError as e:
+        raise PretrainedError(str(e)) from None
+
+
 def hf_named_roles(path: str, tokenizer_config: dict) -> dict[str, str]:
     """Role -> token as a Hugging Face directory names them: ``special_tokens_map.json``'s ``cls_token`` ...
     ``mask_token``, then tokenizer_config.json's own (which win, as in transformers:
     ``pipeline.tokenize.families.named_roles``, the files read here without Beam). Roles neither names are left out."""
-    sources: list[dict] = []
     map_path = os.path.join(path, "special_tokens_map.json")
-    if os.path.isfile(map_path):
-        try:
-            with open(map_path, encoding="utf-8") as f:
-                loaded = json.load(f)
-        except (OSError, ValueError) as e:
-            raise PretrainedError(f"{map_path}: cannot read it ({str(e).splitlines()[0]})") from None
-        if not isinstance(loaded, dict):
-            raise PretrainedError(f"{map_path}: not a JSON object")
-        sources.append(loaded)
+    sources = [_json_object(map_path)] if os.path.isfile(map_path) else []
     from pipeline.tokenize.families import named_roles
 
     return named_roles([*sources, tokenizer_config])
@@ -267,15 +273,7 @@ def hf_tokenizer(path: str) -> CheckpointTokenizer:
     """The tokenizer of a Hugging Face directory: ``tokenizer.json``, or a WordPiece tokenizer from ``vocab.txt``;
     ``tokenizer_config.json``'s do_lower_case, strip_accents and tokenize_chinese_chars override the normalizer."""
     tc_path = os.path.join(path, "tokenizer_config.json")
-    tc: dict = {}
-    if os.path.isfile(tc_path):
-        try:
-            with open(tc_path, encoding="utf-8") as f:
-                tc = json.load(f)
-        except (OSError, ValueError) as e:
-            raise PretrainedError(f"{tc_path}: cannot read it ({str(e).splitlines()[0]})") from None
-        if not isinstance(tc, dict):
-            raise PretrainedError(f"{tc_path}: not a JSON object")
+    tc = _json_object(tc_path) if os.path.isfile(tc_path) else {}
     overrides = {k: tc[k] for k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars") if k in tc}
     named = hf_named_roles(path, tc)
     tok_path, vocab_path = os.path.join(path, "tokenizer.json"), os.path.join(path, "vocab.txt")

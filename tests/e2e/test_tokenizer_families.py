@@ -37,18 +37,7 @@ def test_byte_level_bpe_artifact_trains_on_two_ranks_and_exports_for_autotokeniz
     artifact = tmp_path / "artifact"
     build(wikitext2("valid"), artifact, "--input-format", "wikitext", "--tokenizer", str(tmp_path / "tokenizer.json"))
 
-    out = tmp_path / "run"
-    launcher = [str(DEEPSPEED), "--num_gpus", "2", "--master_port", str(free_port()), str(PRETRAIN)]
-    args = ["--deepspeed_config", str(ds_config(tmp_path, 2)), "--data", str(artifact), "--preset", "tiny"]
-    args += ["--lr", "5e-3", "--warmup-steps", "2", "--max-steps", "8", "--log-every", "1", "--no-progress"]
-    args += ["--num-workers", "1", "--seed", "7", "--output-dir", str(out), "--save-every", "8"]
-    run([*launcher, *args])
-    loss = metric(out, "train_loss")
-    assert sorted(loss) == list(range(1, 9)) and loss[8] < loss[1]
-
-    exported = tmp_path / "export"
-    run([sys.executable, "-m", "trainer.export", str(out / "checkpoints"), "--out", str(exported)])
-    auto = transformers.AutoTokenizer.from_pretrained(str(exported))
+    auto, exported = _train_on_two_ranks_and_export(tmp_path, artifact)
     assert (auto.cls_token, auto.sep_token, auto.pad_token, auto.mask_token, auto.unk_token) == (
         "<s>",
         "</s>",
@@ -84,18 +73,7 @@ def test_unigram_artifact_trains_on_two_ranks_and_exports_for_autotokenizer(tmp_
     )
     assert manifest["tokenizer"]["special_tokens"]["mask"] == "[MASK]"
 
-    out = tmp_path / "run"
-    launcher = [str(DEEPSPEED), "--num_gpus", "2", "--master_port", str(free_port()), str(PRETRAIN)]
-    args = ["--deepspeed_config", str(ds_config(tmp_path, 2)), "--data", str(artifact), "--preset", "tiny"]
-    args += ["--lr", "5e-3", "--warmup-steps", "2", "--max-steps", "8", "--log-every", "1", "--no-progress"]
-    args += ["--num-workers", "1", "--seed", "7", "--output-dir", str(out), "--save-every", "8"]
-    run([*launcher, *args])
-    loss = metric(out, "train_loss")
-    assert sorted(loss) == list(range(1, 9)) and loss[8] < loss[1]
-
-    exported = tmp_path / "export"
-    run([sys.executable, "-m", "trainer.export", str(out / "checkpoints"), "--out", str(exported)])
-    auto = transformers.AutoTokenizer.from_pretrained(str(exported))
+    auto, exported = _train_on_two_ranks_and_export(tmp_path, artifact)
     assert (auto.cls_token, auto.sep_token, auto.pad_token, auto.mask_token, auto.unk_token) == (
         "[CLS]",
         "[SEP]",
@@ -108,3 +86,19 @@ def test_unigram_artifact_trains_on_two_ranks_and_exports_for_autotokenizer(tmp_
     assert len(ids) > 10 and auto(sentence, add_special_tokens=False)["input_ids"] == ids
     model = transformers.AutoModelForMaskedLM.from_pretrained(str(exported))
     assert model.config.vocab_size == tok.get_vocab_size()
+
+
+def _train_on_two_ranks_and_export(tmp_path, artifact):
+    """8 steps of a tiny model on 2 ranks (loss falls), then ``trainer.export``: (AutoTokenizer of it, its path)."""
+    transformers = pytest.importorskip("transformers")
+    out = tmp_path / "run"
+    launcher = [str(DEEPSPEED), "--num_gpus", "2", "--master_port", str(free_port()), str(PRETRAIN)]
+    args = ["--deepspeed_config", str(ds_config(tmp_path, 2)), "--data", str(artifact), "--preset", "tiny"]
+    args += ["--lr", "5e-3", "--warmup-steps", "2", "--max-steps", "8", "--log-every", "1", "--no-progress"]
+    args += ["--num-workers", "1", "--seed", "7", "--output-dir", str(out), "--save-every", "8"]
+    run([*launcher, *args])
+    loss = metric(out, "train_loss")
+    assert sorted(loss) == list(range(1, 9)) and loss[8] < loss[1]
+    exported = tmp_path / "export"
+    run([sys.executable, "-m", "trainer.export", str(out / "checkpoints"), "--out", str(exported)])
+    return transformers.AutoTokenizer.from_pretrained(str(exported)), exported

@@ -167,28 +167,28 @@ def test_byte_level_bpe_pieces_start_only_where_a_cut_keeps_the_tokens(roberta_j
     ).ids
 
 
-@pytest.mark.slow
-def test_exported_byte_level_bpe_loads_in_autotokenizer_with_robertas_roles(tmp_path, roberta_json):
+def assert_export_loads_in_autotokenizer(tokenizer_json: str, out: Path, roles: tuple[str, ...]) -> None:
+    """``trainer.export``'s tokenizer files of ``tokenizer_json`` load in AutoTokenizer with ``roles`` (cls, sep,
+    pad, mask, unk) and give the tokenizer's ids on 10 WikiText-2 articles."""
     transformers = pytest.importorskip("transformers")
     from pipeline.tokenize import tokenizer
     from trainer.export import write_tokenizer_files
 
-    spec = tokenizer.make_spec(Tokenizer.from_str(roberta_json), "file")
-    write_tokenizer_files(spec.json, spec.describe(), 512, str(tmp_path))
-    auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
-    assert (auto.cls_token, auto.sep_token, auto.pad_token, auto.mask_token, auto.unk_token) == (
-        "<s>",
-        "</s>",
-        "<pad>",
-        "<mask>",
-        "<unk>",
-    )
+    spec = tokenizer.make_spec(Tokenizer.from_str(tokenizer_json), "file")
+    write_tokenizer_files(spec.json, spec.describe(), 512, str(out))
+    auto = transformers.AutoTokenizer.from_pretrained(str(out))
+    assert (auto.cls_token, auto.sep_token, auto.pad_token, auto.mask_token, auto.unk_token) == roles
     tok = spec.load()
     checked = 0
     for text in _wikitext_texts()[:10]:
         assert auto(text, add_special_tokens=False)["input_ids"] == tok.encode(text, add_special_tokens=False).ids
         checked += 1
     assert checked == 10
+
+
+@pytest.mark.slow
+def test_exported_byte_level_bpe_loads_in_autotokenizer_with_robertas_roles(tmp_path, roberta_json):
+    assert_export_loads_in_autotokenizer(roberta_json, tmp_path, ("<s>", "</s>", "<pad>", "<mask>", "<unk>"))
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from pipeline.tokenize.families import UNIGRAM, TokenizerError, family
 from pipeline.verify import verify
 from schemas.artifact import Artifact
 from tests.conftest import WIKIPEDIA_SAMPLE, build, wikitext2
-from tests.pipeline.test_byte_level_bpe import _by_doc, _wikitext_texts
+from tests.pipeline.test_byte_level_bpe import _by_doc, _wikitext_texts, assert_export_loads_in_autotokenizer
 from tests.pipeline.test_tokenizer_rules import _tokenize
 
 ROBERTA = {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"}
@@ -316,25 +316,7 @@ def test_tokenizer_from_a_directory_with_a_unigram_tokenizer_json(tmp_path, bert
 
 @pytest.mark.slow
 def test_exported_unigram_loads_in_autotokenizer_with_its_roles(tmp_path, unigram_json):
-    transformers = pytest.importorskip("transformers")
-    from trainer.export import write_tokenizer_files
-
-    spec = tokenizer.make_spec(Tokenizer.from_str(unigram_json), "file")
-    write_tokenizer_files(spec.json, spec.describe(), 512, str(tmp_path))
-    auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
-    assert (auto.cls_token, auto.sep_token, auto.pad_token, auto.mask_token, auto.unk_token) == (
-        "<s>",
-        "</s>",
-        "<pad>",
-        "<mask>",
-        "<unk>",
-    )
-    tok = spec.load()
-    checked = 0
-    for text in _wikitext_texts()[:10]:
-        assert auto(text, add_special_tokens=False)["input_ids"] == tok.encode(text, add_special_tokens=False).ids
-        checked += 1
-    assert checked == 10
+    assert_export_loads_in_autotokenizer(unigram_json, tmp_path, ("<s>", "</s>", "<pad>", "<mask>", "<unk>"))
 
 
 @pytest.mark.slow
