@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from pipeline.tokenize.families import METASPACE
+from pipeline.tokenize.families import word_continuing_ids
 from pipeline.verify_rows import check_shard_rows
 from pipeline.verify_tree import Listing, list_artifact, shown
 from schemas import format as fmt
@@ -86,38 +86,6 @@ def forbidden_special_ids(manifest: dict[str, Any], tokenizer: Tokenizer | None 
     tokens when it loaded."""
     added = tokenizer.get_added_tokens_decoder().items() if tokenizer is not None else ()
     return inv.forbidden_special_ids(manifest, [i for i, t in added if t.special])
-
-
-def word_continuing_ids(tokenizer: Tokenizer) -> np.ndarray | None:
-    """Per token id, whether the token can only continue a word (a row starting with it starts inside a word):
-    WordPiece's ``##`` tokens behind ``BertPreTokenizer``, which never begin one of its words; a Unigram's pieces
-    without a leading ``▁`` behind ``Metaspace`` (split, ``prepend_scheme`` always: every word of the text starts
-    with its ``▁``, and no later piece of a word holds one), but its unk piece. Added tokens never. None for other
-    tokenizers (their word starts are not a property of the token)."""
-    config = json.loads(tokenizer.to_str())
-    model, pre = config.get("model") or {}, config.get("pre_tokenizer") or {}
-    size = tokenizer.get_vocab_size(with_added_tokens=True)
-    continuing = np.zeros(size, dtype=bool)
-    prefix = model.get("continuing_subword_prefix")
-    if model.get("type") == "WordPiece" and pre.get("type") == "BertPreTokenizer" and prefix:
-        for token, i in tokenizer.get_vocab(with_added_tokens=False).items():
-            if token.startswith(prefix) and 0 <= i < size:
-                continuing[i] = True
-    elif (
-        model.get("type") == "Unigram"
-        and pre.get("type") == "Metaspace"
-        and pre.get("replacement") == METASPACE
-        and pre.get("split", True)
-        and pre.get("prepend_scheme", "always" if pre.get("add_prefix_space", True) else "never") == "always"
-    ):
-        pieces = [str(entry[0]) for entry in model.get("vocab") or []][:size]  # by id: a piece may be there twice
-        continuing[: len(pieces)] = [not piece.startswith(METASPACE) for piece in pieces]
-        if isinstance(model.get("unk_id"), int) and 0 <= model["unk_id"] < size:
-            continuing[model["unk_id"]] = False
-    else:
-        return None
-    continuing[[i for i in tokenizer.get_added_tokens_decoder() if 0 <= i < size]] = False
-    return continuing
 
 
 def _check_tokenizer(art: Artifact, listing: Listing, report: Report) -> Tokenizer | None:

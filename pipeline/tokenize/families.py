@@ -68,6 +68,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+import numpy as np
 from tokenizers import Tokenizer
 
 from schemas.format import SPECIAL_TOKENS
@@ -232,3 +233,35 @@ def text_config(config: dict, roles: Mapping[str, str]) -> dict:
             config, ({t.get("content") for t in added if t.get("special")} | set(roles.values())) - {unk}
         )
     return config
+
+
+def word_continuing_ids(tokenizer: Tokenizer) -> np.ndarray | None:
+    """Per token id, whether the token can only continue a word (a row starting with it starts inside a word):
+    WordPiece's ``##`` tokens behind ``BertPreTokenizer``, which never begin one of its words; a Unigram's pieces
+    without a leading ``▁`` behind ``Metaspace`` (split, ``prepend_scheme`` always: every word of the text starts
+    with its ``▁``, and no later piece of a word holds one), but its unk piece. Added tokens never. None for other
+    tokenizers (their word starts are not a property of the token)."""
+    config = json.loads(tokenizer.to_str())
+    model, pre = config.get("model") or {}, config.get("pre_tokenizer") or {}
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    continuing = np.zeros(size, dtype=bool)
+    prefix = model.get("continuing_subword_prefix")
+    if model.get("type") == "WordPiece" and pre.get("type") == "BertPreTokenizer" and prefix:
+        for token, i in tokenizer.get_vocab(with_added_tokens=False).items():
+            if token.startswith(prefix) and 0 <= i < size:
+                continuing[i] = True
+    elif (
+        model.get("type") == "Unigram"
+        and pre.get("type") == "Metaspace"
+        and pre.get("replacement") == METASPACE
+        and pre.get("split", True)
+        and pre.get("prepend_scheme", "always" if pre.get("add_prefix_space", True) else "never") == "always"
+    ):
+        pieces = [str(entry[0]) for entry in model.get("vocab") or []][:size]  # by id: a piece may be there twice
+        continuing[: len(pieces)] = [not piece.startswith(METASPACE) for piece in pieces]
+        if isinstance(model.get("unk_id"), int) and 0 <= model["unk_id"] < size:
+            continuing[model["unk_id"]] = False
+    else:
+        return None
+    continuing[[i for i in tokenizer.get_added_tokens_decoder() if 0 <= i < size]] = False
+    return continuing

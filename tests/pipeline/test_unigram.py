@@ -382,7 +382,7 @@ def test_verify_finds_an_unmarked_unigram_row_starting_inside_a_word(tmp_path, u
     one, so verify knows a row starting with another piece (not the unk piece, not an added token) starts inside a
     word, as it knows WordPiece's ``##``: an artifact the job built verifies, and one whose continuation row lost its
     mark (the manifest's count made to match, as a job that forgot the mark would write it) is rejected."""
-    from pipeline.verify import word_continuing_ids
+    from pipeline.tokenize.families import word_continuing_ids
     from tests.conftest import wikitext2_articles
     from tests.pipeline.test_verify_continuations import manifest, rewrite_rows, run_verify, write_manifest
 
