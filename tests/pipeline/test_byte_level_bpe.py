@@ -82,12 +82,11 @@ def _by_doc(artifact: Path) -> dict[str, dict[str, list]]:
     return out
 
 
-@pytest.mark.slow
-def test_byte_level_bpe_rows_are_exact_with_the_pre_tokenizers_word_starts(tmp_path, corpus, roberta_json):
-    (tmp_path / "tokenizer.json").write_text(roberta_json, encoding="utf-8")
-    out = tmp_path / "a"
-    manifest = build(corpus, out, "--tokenizer", str(tmp_path / "tokenizer.json"), "--num-shards", "3")
-    assert manifest["tokenizer"]["special_tokens"] == ROBERTA
+def assert_rows_exact(corpus: Path, out: Path, manifest: dict, is_literal) -> tuple[Tokenizer, list[Document], list]:
+    """The artifact ``out`` built from ``corpus`` verifies; every document's rows, concatenated, are the artifact
+    tokenizer's ids of its text with the pre-tokenizer's word starts, and sentences start at word starts (over
+    500,000 tokens and 10,000 sentences checked); a document ``is_literal`` says writes special tokens holds none of
+    RoBERTa's special ids. Returns (tokenizer, documents, the literal documents' ids)."""
     report = verify(str(out))  # rows start at word starts; no <s> </s> <pad> <mask> id in any row
     assert report.ok, report.problems
     tok = Tokenizer.from_str(Artifact.open(str(out)).tokenizer_json())
@@ -96,11 +95,12 @@ def test_byte_level_bpe_rows_are_exact_with_the_pre_tokenizers_word_starts(tmp_p
     assert len(rows) == len(docs) == manifest["counts"]["documents_written"]
     special = {tok.token_to_id(t) for role, t in ROBERTA.items() if role != "unk"}
     checked = sentences = 0
+    literal = []
     for doc in docs:
         got = rows[doc.doc_id]
-        if "Literal <s>" in doc.text:  # the specials written in the text are text
+        if is_literal(doc.text):
             assert not special & set(got["input_ids"])
-            assert tok.decode(got["input_ids"]).startswith("Literal <s> , </s> , <mask> , <pad> and [MASK]")
+            literal.append(got["input_ids"])
             continue
         encoding = tok.encode(doc.text, add_special_tokens=False)
         assert got["input_ids"] == encoding.ids, doc.doc_id
@@ -110,6 +110,18 @@ def test_byte_level_bpe_rows_are_exact_with_the_pre_tokenizers_word_starts(tmp_p
         checked += len(encoding.ids)
         sentences += sum(got["sentence_start"])
     assert checked > 500_000 and sentences > 10_000
+    return tok, docs, literal
+
+
+@pytest.mark.slow
+def test_byte_level_bpe_rows_are_exact_with_the_pre_tokenizers_word_starts(tmp_path, corpus, roberta_json):
+    (tmp_path / "tokenizer.json").write_text(roberta_json, encoding="utf-8")
+    out = tmp_path / "a"
+    manifest = build(corpus, out, "--tokenizer", str(tmp_path / "tokenizer.json"), "--num-shards", "3")
+    assert manifest["tokenizer"]["special_tokens"] == ROBERTA
+    tok, docs, literal = assert_rows_exact(corpus, out, manifest, lambda text: "Literal <s>" in text)
+    for ids in literal:  # the specials written in the text are text
+        assert tok.decode(ids).startswith("Literal <s> , </s> , <mask> , <pad> and [MASK]")
     assert max(len(d.text) for d in docs) > ENCODE_PIECE_CHARS  # the long document went through pieces
 
 

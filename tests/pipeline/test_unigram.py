@@ -21,9 +21,13 @@ from pipeline.tokenize import tokenizer
 from pipeline.tokenize.encodings import ENCODE_PIECE_CHARS, Encoded, text_pieces
 from pipeline.tokenize.families import UNIGRAM, TokenizerError, family
 from pipeline.verify import verify
-from schemas.artifact import Artifact
 from tests.conftest import WIKIPEDIA_SAMPLE, build, wikitext2
-from tests.pipeline.test_byte_level_bpe import _by_doc, _wikitext_texts, assert_export_loads_in_autotokenizer
+from tests.pipeline.test_byte_level_bpe import (
+    _by_doc,
+    _wikitext_texts,
+    assert_export_loads_in_autotokenizer,
+    assert_rows_exact,
+)
 from tests.pipeline.test_tokenizer_rules import _tokenize
 
 ROBERTA = {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"}
@@ -257,27 +261,7 @@ def test_unigram_rows_are_exact_with_the_pre_tokenizers_word_starts(tmp_path, co
     out = tmp_path / "a"
     manifest = build(corpus, out, "--tokenizer", str(tmp_path / "tokenizer.json"), "--num-shards", "3")
     assert manifest["tokenizer"]["special_tokens"] == ROBERTA
-    report = verify(str(out))  # rows start at word starts; no <s> </s> <pad> <mask> id in any row
-    assert report.ok, report.problems
-    tok = Tokenizer.from_str(Artifact.open(str(out)).tokenizer_json())
-    rows = _by_doc(out)
-    docs = [d for d in read_file(str(corpus), ReaderOptions()) if isinstance(d, Document)]
-    assert len(rows) == len(docs) == manifest["counts"]["documents_written"]
-    special = {tok.token_to_id(t) for role, t in ROBERTA.items() if role != "unk"}
-    checked = sentences = 0
-    for doc in docs:
-        got = rows[doc.doc_id]
-        if doc.text.startswith(LITERAL):
-            assert not special & set(got["input_ids"])
-            continue
-        encoding = tok.encode(doc.text, add_special_tokens=False)
-        assert got["input_ids"] == encoding.ids, doc.doc_id
-        w = encoding.word_ids
-        assert got["word_start"] == [i == 0 or w[i] != w[i - 1] for i in range(len(w))], doc.doc_id
-        assert all(got["word_start"][i] for i in np.flatnonzero(got["sentence_start"]).tolist())
-        checked += len(encoding.ids)
-        sentences += sum(got["sentence_start"])
-    assert checked > 500_000 and sentences > 10_000
+    _, docs, _ = assert_rows_exact(corpus, out, manifest, lambda text: text.startswith(LITERAL))
     long_text = max((d.text for d in docs), key=len)  # went through pieces, cut by the Unigram rule
     added = tuple(t["content"] for t in json.loads(unigram_json)["added_tokens"])
     assert len(text_pieces(long_text, ENCODE_PIECE_CHARS, added=added, metaspace=True)) == 2

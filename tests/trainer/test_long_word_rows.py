@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pyarrow.ipc as ipc
 import pytest
 
 from schemas.artifact import Artifact
 from tests.conftest import DEMO_CORPUS, build
 from tests.pipeline.test_long_words import LONG_WORD_BUILD, LONG_WORDS_TEXT
+from tests.support.artifact_rows import all_rows
 from tests.support.pretrain_runs import PRETRAIN, ds_config, metric, run
 from trainer.data import segments
 from trainer.masking import IGNORE_INDEX, SCHEMES, Masker, MaskingConfig, Rows
@@ -35,22 +35,6 @@ def long_word_artifact(tmp_path_factory) -> Path:
     return out
 
 
-def _rows(artifact: Path) -> Rows:
-    """Every row in sample-id order, with sentence starts and document ids."""
-    art = Artifact.open(str(artifact))
-    ids, ws, ss, docs = [], [], [], []
-    for rel in art.shard_paths:
-        table = ipc.open_file(art.path(rel)).read_all()
-        ids += table.column("input_ids").to_pylist()
-        ws += table.column("word_start").to_pylist()
-        ss += table.column("sentence_start").to_pylist()
-        docs += table.column("doc_id").to_pylist()
-    rows = Rows.from_lists(ids, ws)
-    rows.sentence_start = np.concatenate([np.asarray(s, dtype=bool) for s in ss])
-    rows.doc_id = np.array(docs, dtype=object)
-    return rows
-
-
 def _continuations(rows: Rows) -> tuple[list[int], list[int]]:
     """The continuation rows' sample ids, and the length of the fragment of a word each starts with."""
     ids, fragments = [], []
@@ -68,7 +52,7 @@ def test_every_scheme_masks_a_continuation_rows_fragment_as_one_word(long_word_a
     """No unit starts inside the fragment; a unit starting at the row's start covers the whole fragment, or is the
     documented partial word of a row where no whole word fits its budget (``fill_empty_rows``: unit_words 0)."""
     art = Artifact.open(str(long_word_artifact))
-    rows = _rows(long_word_artifact)
+    rows = all_rows(long_word_artifact)
     sample_ids, fragments = _continuations(rows)
     part = Rows.from_lists(
         [rows.input_ids[rows.offsets[i] : rows.offsets[i + 1]] for i in sample_ids],
@@ -99,7 +83,7 @@ def test_every_scheme_masks_a_continuation_rows_fragment_as_one_word(long_word_a
 
 def test_two_segments_split_continuation_rows_at_word_starts(long_word_artifact):
     """--segments 2 (NSP): a continuation row has no sentence start at element 0; A and B each begin a word."""
-    rows = _rows(long_word_artifact)
+    rows = all_rows(long_word_artifact)
     sample_ids, _ = _continuations(rows)
     R = rows.num_rows
     stats: dict[str, int] = {}

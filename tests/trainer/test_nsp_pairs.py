@@ -10,28 +10,12 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pyarrow.ipc as ipc
 import pytest
 from conftest import WIKIPEDIA_SAMPLE, build
 
-from schemas.artifact import Artifact
+from tests.support.artifact_rows import all_rows
 from trainer.data import segments
 from trainer.masking import Rows
-
-
-def _rows(artifact_dir: Path) -> Rows:
-    art = Artifact.open(str(artifact_dir))
-    ids, ws, ss, docs = [], [], [], []
-    for rel in art.shard_paths:
-        table = ipc.open_file(art.path(rel)).read_all()
-        ids += table.column("input_ids").to_pylist()
-        ws += table.column("word_start").to_pylist()
-        ss += table.column("sentence_start").to_pylist()
-        docs += table.column("doc_id").to_pylist()
-    rows = Rows.from_lists(ids, ws)
-    rows.sentence_start = np.concatenate([np.asarray(s, dtype=bool) for s in ss])
-    rows.doc_id = np.array(docs, dtype=object)
-    return rows
 
 
 def _pairs(rows: Rows, seed: int, epochs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -92,7 +76,7 @@ def _check_no_length_leak(rows: Rows) -> dict:
 
 
 def test_no_length_leak_on_wikitext2(wikitext2_artifact):
-    stats = _check_no_length_leak(_rows(wikitext2_artifact))
+    stats = _check_no_length_leak(all_rows(wikitext2_artifact))
     assert stats["no_other_document"] <= stats["pairs"] // 1000  # counted (three candidates of one document)
 
 
@@ -113,7 +97,7 @@ def wikipedia_artifact(tmp_path_factory) -> Path:
 
 
 def test_no_length_leak_on_the_wikipedia_sample(wikipedia_artifact):
-    _check_no_length_leak(_rows(wikipedia_artifact))
+    _check_no_length_leak(all_rows(wikipedia_artifact))
 
 
 def test_truncation_is_berts_longer_segment_front_or_back():
