@@ -10,7 +10,7 @@ DIR receives what ``transformers.BertForMaskedLM.from_pretrained(DIR)`` and
 
     config.json             BertConfig (architectures: BertForMaskedLM)
     model.safetensors       encoder + MLM head in Hugging Face's names (the decoder is tied, as HF saves it)
-    tokenizer.json          the artifact's tokenizer, byte for byte
+    tokenizer.json          the artifact's tokenizer, byte for byte (truncation and padding off, as it has them)
     tokenizer_config.json   BertTokenizer, lower-casing and accents as the artifact's tokenizer, model_max_length
     vocab.txt               the vocabulary (WordPieces, BPE tokens, Unigram pieces) in id order
     special_tokens_map.json
@@ -38,6 +38,7 @@ import pyarrow as pa
 import torch
 
 from schemas.format import split_uri
+from schemas.tokenizer_json import without_truncation_and_padding
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ConfigError, ModelConfig
 from trainer.engine.checkpoint_files import UntrustedCheckpointError, load_tensors
 from trainer.hf_bert import hf_config, to_hf_state_dict  # the one table of Hugging Face names
@@ -124,7 +125,9 @@ def _tokenizer_class(tokenizer_json: str, tokenizer_meta: dict) -> dict:
 
 
 def write_tokenizer_files(tokenizer_json: str, tokenizer_meta: dict, max_seq_len: int, out: str) -> None:
-    """tokenizer.json as trained, plus the files BertTokenizer / AutoTokenizer expect next to it."""
+    """tokenizer.json as trained (truncation and padding off: ``schemas.tokenizer_json``), plus the files
+    BertTokenizer / AutoTokenizer expect next to it."""
+    tokenizer_json = without_truncation_and_padding(tokenizer_json)
     with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
         f.write(tokenizer_json)
     vocab = json.loads(tokenizer_json)["model"]["vocab"]

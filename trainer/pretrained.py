@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from schemas.tokenizer_json import without_truncation_and_padding
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ModelConfig
 from trainer.hf_bert import (
     HFCheckpointError,
@@ -217,9 +218,11 @@ def _normalization(normalizer: dict | None) -> dict:
 
 
 def tokenizer_from_json(text: str, source: str) -> CheckpointTokenizer:
-    """A ``tokenizers`` JSON -> its tokens by id and its normalization."""
+    """A ``tokenizers`` JSON -> its tokens by id and its normalization, truncation and padding off (the one rule:
+    ``schemas.tokenizer_json``; a hub tokenizer.json often sets them, and fine-tuning would cut every text)."""
     from tokenizers import Tokenizer
 
+    text = without_truncation_and_padding(text)
     try:
         tok = Tokenizer.from_str(text)
         normalizer = json.loads(text).get("normalizer")

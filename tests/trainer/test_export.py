@@ -154,6 +154,33 @@ def test_bert_for_masked_lm_loads_the_export_with_our_logits(exported, checkpoin
     assert not torch.allclose(init.embeddings.word_embeddings.weight, ours.embeddings.word_embeddings.weight)
 
 
+@pytest.mark.slow
+def test_export_writes_a_tokenizer_without_truncation_and_padding(checkpoint, demo_artifact, tmp_path):
+    """Issue 32, item 2: a checkpoint whose tokenizer.json carries truncation and padding (a hub file's) exports one
+    that carries neither, so the export encodes a long text whole and without pad ids, as the artifact's does."""
+    import shutil
+
+    import tokenizers
+
+    from trainer.export import main as export_main
+
+    tag = (checkpoint / "latest").read_text().strip()
+    copy = tmp_path / "checkpoints"
+    shutil.copytree(checkpoint / tag, copy / tag)
+    (copy / "latest").write_text(tag)
+    tok = tokenizers.Tokenizer.from_file(str(demo_artifact / "tokenizer.json"))
+    tok.enable_truncation(max_length=12)
+    tok.enable_padding(length=24, pad_id=tok.token_to_id("[PAD]"), pad_token="[PAD]")
+    tok.save(str(copy / tag / "tokenizer.json"))
+    assert export_main([str(copy), "--out", str(tmp_path / "hf")]) == 0
+    written = json.loads((tmp_path / "hf" / "tokenizer.json").read_text(encoding="utf-8"))
+    assert written["truncation"] is None and written["padding"] is None
+    text = " ".join(TEXTS * 4)
+    artifact_ids = tokenizers.Tokenizer.from_file(str(demo_artifact / "tokenizer.json")).encode(text).ids
+    assert len(artifact_ids) > 24
+    assert tokenizers.Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json")).encode(text).ids == artifact_ids
+
+
 def test_export_of_a_directory_without_checkpoint_is_a_clear_error(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "trainer.export", str(tmp_path), "--out", str(tmp_path / "out")],
