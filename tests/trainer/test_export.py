@@ -213,15 +213,15 @@ def test_export_with_an_empty_latest_is_a_clear_error(tmp_path):
 class RunsCodeWhenUnpickled:
     """What a crafted checkpoint can hold: unpickling it calls ``open(path, "w")`` (any callable would do)."""
 
-    def __init__(self, path: Path):
-        self.path = str(path)
+    def __init__(self, path: Path, call=open):
+        self.path, self.call = str(path), call
 
     def __reduce__(self):
-        return (open, (self.path, "w"))
+        return (open, (self.path, "w")) if self.call is open else (self.call, (self.path,))
 
 
-def crafted_checkpoint(root: Path, marker: Path, file_name: str, key: str) -> Path:
-    """A checkpoint directory whose DeepSpeed file ``file_name`` holds a payload under ``key``."""
+def crafted_checkpoint(root: Path, marker: Path, file_name: str, key: str, call=open) -> Path:
+    """A checkpoint directory whose DeepSpeed file ``file_name`` holds a payload under ``key`` (it calls ``call``)."""
     tag = root / "global_step1"
     tag.mkdir(parents=True)
     (root / "latest").write_text("global_step1")
@@ -230,13 +230,16 @@ def crafted_checkpoint(root: Path, marker: Path, file_name: str, key: str) -> Pa
         json.dumps({"step": 1, "model": json.loads(json.dumps(cfg.__dict__)), "tokenizer": {}, "max_seq_len": 64})
     )
     (tag / "tokenizer.json").write_text("{}")
-    torch.save({key: {"weight": torch.zeros(2), "payload": RunsCodeWhenUnpickled(marker)}}, tag / file_name)
+    torch.save({key: {"weight": torch.zeros(2), "payload": RunsCodeWhenUnpickled(marker, call)}}, tag / file_name)
     return root
 
 
-def test_export_refuses_a_checkpoint_file_that_would_run_code(tmp_path):
+@pytest.mark.parametrize("call", [open, os.mkdir], ids=["builtins.open", "posix.mkdir"])
+def test_export_refuses_a_checkpoint_file_that_would_run_code(tmp_path, call):
+    """The one line names what was refused and passes on none of torch's advice to load it anyway (``weights_only``
+    set to False, an allow-list): a function of a module torch blocks (``posix``) is said in other words (issue 32)."""
     marker = tmp_path / "code_ran"
-    ckpt = crafted_checkpoint(tmp_path / "checkpoints", marker, "mp_rank_00_model_states.pt", "module")
+    ckpt = crafted_checkpoint(tmp_path / "checkpoints", marker, "mp_rank_00_model_states.pt", "module", call)
     proc = subprocess.run(
         [sys.executable, "-m", "trainer.export", str(ckpt), "--out", str(tmp_path / "out")],
         cwd=REPO,
@@ -246,9 +249,10 @@ def test_export_refuses_a_checkpoint_file_that_would_run_code(tmp_path):
     )
     assert not marker.exists(), "loading the checkpoint ran code from it"
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    line = proc.stderr.strip().splitlines()[-1]
+    (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"export: error: {ckpt}/global_step1/mp_rank_00_model_states.pt: refused to load"), line
-    assert "Unsupported global" in line and "open" in line
+    assert "Unsupported global" in line and call.__name__ in line
+    assert "weights_only" not in line and "safe_globals" not in line and "\x1b" not in line, line
 
 
 def test_optimizer_state_sizes_are_read_without_running_code(tmp_path):

@@ -11,6 +11,7 @@ would run code in whoever reads it. Where the trainer and the exporter read such
 from __future__ import annotations
 
 import pickle
+import re
 from typing import Any
 
 import torch
@@ -36,10 +37,16 @@ def load_tensors(path: str) -> Any:
         with torch.serialization.safe_globals(deepspeed_safe_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        reason = next(
-            (line.strip() for line in str(e).splitlines() if "Unsupported global" in line), str(e).splitlines()[0]
-        )
         raise UntrustedCheckpointError(
-            f"{path}: refused to load: it holds objects other than tensors and DeepSpeed's plain state ({reason}); "
-            f"load only checkpoints you trust"
+            f"{path}: refused to load: it holds objects other than tensors and DeepSpeed's plain state "
+            f"({_refused(str(e))}); load only checkpoints you trust"
         ) from None
+
+
+def _refused(message: str) -> str:
+    """What torch's weights-only unpickler refused, without its advice on loading the file anyway (``weights_only``
+    set to False, an allow-list): ``Unsupported global: GLOBAL module.name``."""
+    found = re.search(r"GLOBAL ([\w.]+)", message)
+    if found:
+        return f"Unsupported global: GLOBAL {found.group(1).rstrip('.')}"
+    return "an object the weights-only unpickler does not load"
