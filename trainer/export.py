@@ -40,7 +40,7 @@ import torch
 from schemas.format import split_uri
 from schemas.tokenizer_json import without_truncation_and_padding
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ConfigError, ModelConfig
-from trainer.engine.checkpoint_files import UntrustedCheckpointError, load_tensors
+from trainer.engine.checkpoint_files import NonFiniteWeightsError, UntrustedCheckpointError, check_finite, load_tensors
 from trainer.hf_bert import hf_config, to_hf_state_dict  # the one table of Hugging Face names
 from trainer.model import SpanBert
 
@@ -81,19 +81,28 @@ def read_meta(checkpoint_dir: str, tag: str) -> dict:
 
 
 def consolidated_state_dict(checkpoint_dir: str, tag: str) -> dict[str, torch.Tensor]:
-    """fp32 weights of the whole model from the (possibly partitioned) DeepSpeed checkpoint."""
+    """fp32 weights of the whole model from the (possibly partitioned) DeepSpeed checkpoint; an :class:`ExportError`
+    naming the checkpoint and the tensor when one holds NaN or infinity (``checkpoint_files.check_finite``)."""
     tag_dir = os.path.join(checkpoint_dir, tag)
     if not glob.glob(os.path.join(tag_dir, "*zero_pp_rank_*optim_states.pt")):
         # ZeRO stage 0: the full module is in the model-states file.
+        source = os.path.join(tag_dir, "mp_rank_00_model_states.pt")
         try:
-            states = load_tensors(os.path.join(tag_dir, "mp_rank_00_model_states.pt"))
+            states = load_tensors(source)
         except UntrustedCheckpointError as e:
             raise ExportError(str(e)) from None
-        return {k: v.float() for k, v in states["module"].items()}
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+        state = {k: v.float() for k, v in states["module"].items()}
+    else:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-    with contextlib.redirect_stdout(io.StringIO()):  # it prints progress lines
-        return get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag=tag)
+        source = tag_dir
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints progress lines
+            state = get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag=tag)
+    try:
+        check_finite(state, source)
+    except NonFiniteWeightsError as e:
+        raise ExportError(str(e)) from None
+    return state
 
 
 def load_model(checkpoint_dir: str, tag: str | None = None) -> tuple[SpanBert, dict]:

@@ -248,6 +248,18 @@ def read_weights(path: str) -> dict[str, torch.Tensor]:
 
 
 def _read_file(file: str) -> dict[str, torch.Tensor]:
+    """The tensors of one weights file, every one finite (``checkpoint_files.check_finite``)."""
+    from trainer.engine.checkpoint_files import NonFiniteWeightsError, check_finite
+
+    state = _read_tensors(file)
+    try:
+        check_finite(state, file)
+    except NonFiniteWeightsError as e:
+        raise HFCheckpointError(str(e)) from None
+    return state
+
+
+def _read_tensors(file: str) -> dict[str, torch.Tensor]:
     if file.endswith(".safetensors"):
         try:
             from safetensors.torch import load_file

@@ -225,6 +225,45 @@ def test_a_pickle_that_runs_code_is_refused(cased, tmp_path):
     assert "Unsupported global" in lines[0]
 
 
+# -- weights and a loss that are not finite (issue 32, item 7) ---------------------------------------------
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_weights_holding_nan_or_inf_are_refused(cased, tmp_path, capsys, value):
+    from safetensors.torch import load_file, save_file
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(cased["safetensors"], damaged)
+    state = load_file(damaged / "model.safetensors")
+    name = "bert.encoder.layer.1.attention.self.key.weight"
+    state[name][3, 5] = value
+    save_file(state, damaged / "model.safetensors", metadata={"format": "pt"})
+    line = refusal(argv(cased["artifact"], damaged, tmp_path / "run"), capsys)
+    assert f"{damaged}/model.safetensors: tensor {name} holds 1 non-finite values (NaN or infinity) of 1024" in line
+
+
+def test_a_loss_that_becomes_non_finite_stops_without_saving(cased, tmp_path):
+    """A real run whose learning rate (1e30) makes the weights overflow after the first update: step 2's loss is NaN.
+    The run stops there with one line and exit 1; step 1's checkpoint stays the last (before: NaN checkpoints at
+    steps 2-4, exit 0)."""
+    from tests.support.pretrain_runs import ds_config, run_env
+    from trainer.export import consolidated_state_dict
+
+    run = tmp_path / "run"
+    args = argv(cased["artifact"], cased["safetensors"], run, "--lr", "1e30", "--warmup-steps", "1",
+                "--save-every", "1", "--log-every", "1", "--deepspeed_config", str(ds_config(tmp_path, 1)))  # fmt: skip
+    proc = subprocess.run([sys.executable, "trainer/pretrain.py", *args], cwd=REPO, env=run_env(),
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("pretrain:")]
+    assert line.startswith("pretrain: error: the training loss is nan at step 2 (not finite"), line
+    assert line.endswith(f"stopped without saving: the last checkpoint, {run}/checkpoints/global_step1, is kept")
+    assert "step 1/4  loss" in proc.stdout
+    ckpts = run / "checkpoints"
+    assert (ckpts / "latest").read_text().strip() == "global_step1"
+    assert sorted(p.name for p in ckpts.glob("global_step*")) == ["global_step1"]
+    state = consolidated_state_dict(str(ckpts), "global_step1")  # refuses a tensor that is not finite
+    assert len(state) > 20
+
+
 @pytest.mark.parametrize("model_type", ["roberta", "albert", "distilbert"])
 def test_another_architecture_is_refused(cased, tmp_path, capsys, model_type):
     other = tmp_path / model_type

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pickle
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -50,3 +51,22 @@ def _refused(message: str) -> str:
     if found:
         return f"Unsupported global: GLOBAL {found.group(1).rstrip('.')}"
     return "an object the weights-only unpickler does not load"
+
+
+class NonFiniteWeightsError(ValueError):
+    """A checkpoint's tensor holds NaN or infinity: training from it gives a NaN loss from the first step."""
+
+
+def check_finite(tensors: Mapping[str, torch.Tensor], source: str) -> None:
+    """:class:`NonFiniteWeightsError` naming ``source`` (the file) and the first tensor (by name) holding NaN or
+    infinity, with how many of its values do."""
+    for name in sorted(tensors):
+        tensor = tensors[name]
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+            continue
+        bad = int((~torch.isfinite(tensor)).sum())
+        if bad:
+            raise NonFiniteWeightsError(
+                f"{source}: tensor {name} holds {bad} non-finite values (NaN or infinity) of {tensor.numel()}; "
+                f"weights that are not finite are neither trained from nor exported"
+            )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import sys
@@ -211,6 +212,7 @@ class Trainer:
         self._progress = progress
         self.engine.train()
         window = _Window()
+        code = 0
         data_state = self.train_loader.state_dict()
         # The workers fork inside the signal context. Closing the iterator on the way out, whatever the way, stops
         # them: they ignore SIGTERM (signals.py), so a live iterator at interpreter exit hangs it in their join.
@@ -228,6 +230,10 @@ class Trainer:
                 # One all-reduce per step: the metrics and whether any rank was asked to stop.
                 host["stop"] = 1.0 if stop.requested else 0.0
                 totals = self._all_reduce(device_sums, host)
+                if not math.isfinite(totals["loss"]):  # the same sums on every rank: every rank stops here
+                    self._diverged(totals["loss"])
+                    code = 1
+                    break
                 self.source_counts.absorb(totals)
                 now = time.perf_counter()  # after the all-reduce's sync: the step's work is done
                 totals["seconds"], totals["lr"] = now - step_start, lr  # data wait included, eval and saves not
@@ -249,9 +255,23 @@ class Trainer:
                 step_start = time.perf_counter()
         if progress is not None:
             progress.close()
-        if self.step >= run.max_steps:
+        if self.step >= run.max_steps and not code:
             self._print(f"done: {self.step} steps; checkpoint {self.ckpt_dir}/{latest_tag(self.ckpt_dir)}")
-        return 0
+        return code
+
+    def _diverged(self, loss: float) -> None:
+        """A non-finite loss: this step's update made the weights NaN (or came from them), so nothing is saved, not
+        even on a stop signal; the last checkpoint stays the last good one. One line on stderr (rank 0)."""
+        if not self.dist.is_main:
+            return
+        tag = latest_tag(self.ckpt_dir)
+        last = f"the last checkpoint, {self.ckpt_dir}/{tag}, is kept" if tag else "no checkpoint was saved"
+        print(
+            f"pretrain: error: the training loss is {loss} at step {self.step} (not finite: training diverged; a "
+            f"lower --lr, or a longer --warmup-steps, may help); stopped without saving: {last}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     # Per-step statistics; DEVICE_STATS accumulate on the device, so a step synchronises once (at the all-reduce).
     DEVICE_STATS = ("loss", "mlm_loss", "sbo_loss", "tokens", "targets", "nsp_loss")
