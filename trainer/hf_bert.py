@@ -151,6 +151,13 @@ def from_hf_state_dict(
                 + f"; a BERT checkpoint with {cfg.num_layers} layers has it"
             )
         for ours, names in entries:
+            shapes = [list(hf[n].shape) for n in names]
+            if len(names) > 1 and any(shape != shapes[0] for shape in shapes):  # query, key, value: one shape
+                odd = next(i for i, shape in enumerate(shapes) if shape != shapes[0])
+                raise HFCheckpointError(
+                    f"{source}: {names[odd]} has shape {shapes[odd]} but {names[0]} {shapes[0]}; "
+                    f"{', '.join(n.rsplit('.', 2)[-2] for n in names)} must have one shape"
+                )
             out[ours] = torch.cat([hf[n].float() for n in names]) if len(names) > 1 else hf[names[0]].float()
         used.update(wanted)
     decoder = hf.get("cls.predictions.decoder.weight")
@@ -212,6 +219,14 @@ def read_config(path: str) -> dict:
     missing = [k for k in HF_SIZE_FIELDS if k not in hf and k not in ("type_vocab_size", "layer_norm_eps")]
     if missing:
         raise HFCheckpointError(f"{cfg_path}: lacks {', '.join(missing)}")
+    for key in (*HF_SIZE_FIELDS, *HF_DEFAULT_FIELDS):
+        value = hf.get(key)
+        whole = key in HF_SIZE_FIELDS and key != "layer_norm_eps"
+        if value is None or (isinstance(value, int if whole else (int, float)) and not isinstance(value, bool)):
+            continue
+        raise HFCheckpointError(
+            f"{cfg_path}: {key} is {json.dumps(value)}, not {'a whole number' if whole else 'a number'}"
+        )
     return hf
 
 
@@ -235,16 +250,29 @@ def read_weights(path: str) -> dict[str, torch.Tensor]:
     if file is None:
         raise HFCheckpointError(f"{path}: no weights ({', '.join(WEIGHT_FILES)})")
     if file.endswith(".index.json"):
-        try:
-            with open(file, encoding="utf-8") as f:
-                shards = sorted(set(json.load(f)["weight_map"].values()))
-        except (OSError, ValueError, KeyError, AttributeError) as e:
-            raise HFCheckpointError(f"{file}: not a weight index ({e})") from None
         out: dict[str, torch.Tensor] = {}
-        for shard in shards:
+        for shard in _index_files(file):
             out.update(_read_file(os.path.join(path, shard)))
         return out
     return _read_file(file)
+
+
+def _index_files(file: str) -> list[str]:
+    """The weight files a sharded checkpoint's ``*.index.json`` names in its ``weight_map`` (tensor -> file name):
+    names of files in the index's own directory; anything else is an :class:`HFCheckpointError` naming the index."""
+    weight_map = read_json_object(file).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise HFCheckpointError(f"{file}: not a weight index (no weight_map object of tensor names -> file names)")
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str):
+            raise HFCheckpointError(f"{file}: weight_map[{tensor!r}] is {json.dumps(shard)}, not a file name")
+        norm = os.path.normpath(shard) if shard else ""
+        if not shard or os.path.isabs(shard) or norm in (os.curdir, os.pardir) or norm.startswith(os.pardir + os.sep):
+            raise HFCheckpointError(
+                f"{file}: weight_map[{tensor!r}] names {shard!r}, not a file of the checkpoint's directory; an index "
+                f"names the weight files next to it"
+            )
+    return sorted(set(weight_map.values()))
 
 
 def _read_file(file: str) -> dict[str, torch.Tensor]:

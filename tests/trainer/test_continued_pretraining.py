@@ -264,6 +264,72 @@ def test_a_loss_that_becomes_non_finite_stops_without_saving(cased, tmp_path):
     assert len(state) > 20
 
 
+# -- a damaged directory is one line, exit 2 (issue 32, item 8 and the sharded index's paths) ---------------
+def _sharded(cased, directory: Path) -> Path:
+    """The cased checkpoint saved again by transformers in shards of 60 KB (model.safetensors.index.json)."""
+    transformers = pytest.importorskip("transformers")
+    model = transformers.BertForPreTraining.from_pretrained(str(cased["safetensors"]))
+    model.save_pretrained(str(directory), max_shard_size="60KB")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(cased["safetensors"] / name, directory / name)
+    assert (directory / "model.safetensors.index.json").exists() and not (directory / "model.safetensors").exists()
+    return directory
+
+
+def _damage(kind: str, cased, directory: Path) -> tuple[str, str]:
+    """``directory`` made into a damaged checkpoint of ``kind``; (the file the line names, what it says)."""
+    if kind in ("qkv_shape", "layer_norm_eps_string"):
+        shutil.copytree(cased["safetensors"], directory)
+    else:
+        _sharded(cased, directory)
+    if kind == "qkv_shape":
+        from safetensors.torch import load_file, save_file
+
+        state = load_file(directory / "model.safetensors")
+        state["bert.encoder.layer.1.attention.self.value.weight"] = torch.zeros(32, 16)
+        save_file(state, directory / "model.safetensors", metadata={"format": "pt"})
+        return "", (
+            "bert.encoder.layer.1.attention.self.value.weight has shape [32, 16] but "
+            "bert.encoder.layer.1.attention.self.query.weight [32, 32]; query, key, value must have one shape"
+        )
+    if kind == "layer_norm_eps_string":
+        cfg = json.loads((directory / "config.json").read_text())
+        cfg["layer_norm_eps"] = "1e-12"
+        (directory / "config.json").write_text(json.dumps(cfg))
+        return "config.json", 'layer_norm_eps is "1e-12", not a number'
+    index_path = directory / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    name, shard = sorted(index["weight_map"].items())[0]
+    if kind == "weight_map_not_strings":
+        index["weight_map"][name] = 1
+        said = f"weight_map[{name!r}] is 1, not a file name"
+    else:  # a file outside the directory, there and loadable
+        outside = directory.parent / "x.safetensors"
+        shutil.copy(directory / shard, outside)
+        index["weight_map"] = {k: (v if v != shard else str(outside) if kind == "absolute_shard" else "../x.safetensors")
+                               for k, v in index["weight_map"].items()}  # fmt: skip
+        said = f"names {index['weight_map'][name]!r}, not a file of the checkpoint's directory"
+    index_path.write_text(json.dumps(index))
+    return "model.safetensors.index.json", said
+
+
+DAMAGES = ["qkv_shape", "weight_map_not_strings", "layer_norm_eps_string", "parent_shard", "absolute_shard"]
+
+
+@pytest.mark.parametrize("kind", DAMAGES)
+def test_a_damaged_checkpoint_directory_is_one_line_for_pretraining_and_fine_tuning(cased, tmp_path, capsys, kind):
+    from trainer.finetuning.checkpoint import CheckpointError, load_pretrained
+
+    damaged = tmp_path / "damaged"
+    file, said = _damage(kind, cased, damaged)
+    where = f"{damaged}/{file}" if file else str(damaged)
+    line = refusal(argv(cased["artifact"], damaged, tmp_path / "run"), capsys)
+    assert line.startswith(f"pretrain: error: --init {where}: ") and said in line, line
+    with pytest.raises(CheckpointError) as refused:
+        load_pretrained(str(damaged))
+    assert str(refused.value).startswith(f"--init {where}: ") and said in str(refused.value)
+
+
 @pytest.mark.parametrize("model_type", ["roberta", "albert", "distilbert"])
 def test_another_architecture_is_refused(cased, tmp_path, capsys, model_type):
     other = tmp_path / model_type
