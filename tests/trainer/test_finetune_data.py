@@ -115,6 +115,34 @@ def test_squad_answer_start_mismatch_is_a_bad_row(tmp_path):
         squad.read_squad(str(path), "squad2", "dev")
 
 
+def test_a_one_space_answer_at_a_space_is_a_blank_answer_scored_as_officially(tmp_path):
+    """Issue 32: an answer of one space at an offset holding a space points where it says; it is a blank answer (no
+    token to train on), not an answer_start mismatch. Dev still scores it against its text, as the official v1.1
+    script does (an empty prediction matches it exactly)."""
+    from tests.support.squad_official import evaluate_v1
+
+    context = "Denver beat Carolina 24-10."
+    doc = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": [
+        {"id": "ok", "question": "Who won?", "answers": [{"text": "Denver", "answer_start": 0}]},
+        {"id": "space", "question": "What?", "answers": [{"text": " ", "answer_start": 6}]},
+        {"id": "shifted", "question": "What?", "answers": [{"text": " ", "answer_start": 7}]},
+    ]}]}]}  # fmt: skip
+    assert context[6] == " " and context[7] != " "
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    examples, bad = squad.read_squad(str(path), "squad1", "train")
+    assert [ex.qid for ex in examples] == ["ok"]
+    assert bad.summary()["by_reason"] == {"blank_answer": 1, "answer_start_mismatch": 1}
+    (blank,) = [r for r in bad.records if r["reason"] == "blank_answer"]
+    assert blank["detail"].startswith("space: answer ' ' at 6: only whitespace") and blank["line"].endswith("qas[1]")
+    examples, bad = squad.read_squad(str(path), "squad1", "dev")
+    assert [ex.qid for ex in examples] == ["ok", "space", "shifted"] and bad.used == 3
+    predictions = {"ok": "Denver", "space": "", "shifted": "Carolina"}
+    ours = squad_metric.evaluate([(ex.qid, ex.gold_texts) for ex in examples], predictions)
+    official = evaluate_v1(doc["data"], predictions)
+    assert ours["exact_match"] == pytest.approx(official["exact_match"]) == pytest.approx(200 / 3)
+
+
 def test_window_starts_and_char_to_token_mapping_by_hand():
     assert squad.window_starts(10, 4, 2) == [0, 2, 4, 6]  # the last window 6..9 reaches the end
     assert squad.window_starts(4, 4, 2) == [0]

@@ -145,8 +145,13 @@ def read_squad(path: str, task_name: str, split: str) -> tuple[list[QAExample], 
                 for text, start in [] if impossible else pairs:
                     if not isinstance(start, int) or isinstance(start, bool):
                         has = f"answer_start {start!r}"
-                    elif context[start : start + len(text)] != text or not text.strip():
+                    elif context[start : start + len(text)] != text:
                         has = context[start : start + len(text)]
+                    elif not text.strip():  # the offset is right; the official scripts score it as an empty answer
+                        detail = "only whitespace: no token to point at (scored as an empty answer, as officially)"
+                        flags.append(("blank_answer", f"{qid}: answer {text!r} at {start}: {detail}"))
+                        answers = []
+                        break
                     else:
                         answers.append((text, start))
                         continue
