@@ -161,6 +161,10 @@ def check_shard_rows(
     except fmt.FormatError as e:
         findings.fail(str(e))
         return False
+    try:
+        fmt.check_stamped_major(reader.schema, m["format_version"], art.display(relative))
+    except fmt.FormatError as e:
+        findings.fail(str(e))
     rows = tokens = 0
     allowed = fmt.continuation_rows_allowed(m["format_version"])
     previous: tuple[str | None, int, int, int] = (None, -1, 0, 0)  # the row before: doc_id, seq_index, length, inner

@@ -254,6 +254,18 @@ def check_schema_metadata(schema: pa.Schema, where: str) -> tuple[int, int]:
     return check_format_version(raw.decode("utf-8", "replace") if raw is not None else None, where)
 
 
+def check_stamped_major(schema: pa.Schema, manifest_version: str, where: str) -> None:
+    """An Arrow file of an artifact must be stamped with its manifest's major version (a 2.x manifest over shards a
+    1.x writer stamped, or the reverse, is two writers' files); :class:`FormatError` naming ``where`` otherwise."""
+    major, minor = check_schema_metadata(schema, where)
+    want = parse_version(manifest_version)[0]
+    if major != want:
+        raise FormatError(
+            f"{where}: stamped format version {major}.{minor}, but the manifest says {manifest_version}; an artifact's "
+            f"files carry its manifest's major version"
+        )
+
+
 def check_manifest(manifest: Mapping[str, Any], where: str) -> tuple[int, int]:
     """Check a parsed manifest's identity and version; return (major, minor)."""
     if manifest.get("format") != FORMAT_NAME:

@@ -149,6 +149,26 @@ def as_format_1(root: Path) -> None:
     write_manifest(root, m)
 
 
+@pytest.mark.parametrize("manifest_version", ["2.0", "2.1"])
+def test_a_format_2_manifest_over_shards_stamped_1_0_is_rejected(built: Path, tmp_path: Path, manifest_version) -> None:
+    """Issue 32: shards a 1.x writer stamped under a 2.x manifest (resealed: the checksums hold) are two writers' files;
+    verify names each shard (before: OK, exit 0)."""
+    corpus = built.parent / "corpus.jsonl"
+    out = tmp_path / "old"
+    build(corpus, out, *LONG_WORD_BUILD, "--num-shards", str(NUM_SHARDS), "--long-words", "dead-letter")
+    as_format_1(out)
+    m = manifest(out)
+    m["format_version"] = manifest_version
+    m["counts"].update(continuation_rows=0, long_words=0)
+    m["options"]["long_words"] = "dead-letter"
+    write_manifest(out, m)
+    code, output = run_verify(out)
+    assert code == 1, output
+    shards = [s["path"] for s in m["shards"]]
+    lines = [line for line in output.splitlines() if "stamped format version 1.0, but the manifest says" in line]
+    assert len(lines) == len(shards) == NUM_SHARDS and all(any(p in line for line in lines) for p in shards), output
+
+
 def test_a_format_1_artifact_with_continuation_rows_is_rejected(art: Path) -> None:
     as_format_1(art)
     code, output = run_verify(art)
