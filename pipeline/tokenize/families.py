@@ -119,6 +119,19 @@ def _normalizers(config: dict | None) -> list[str]:
     return [_component(config)]
 
 
+def lowercases(config: dict | None) -> bool:
+    """Whether a normalizer (its JSON; a Sequence's members too) lower-cases: a ``Lowercase`` member, or a
+    ``BertNormalizer`` with ``lowercase``. What the manifest's ``tokenizer.lowercase`` says."""
+    if not config:
+        return False
+    members = config.get("normalizers")
+    if config.get("type") == "Sequence" and isinstance(members, list):
+        return any(lowercases(m) for m in members if isinstance(m, dict))
+    return config.get("type") == "Lowercase" or (
+        config.get("type") == "BertNormalizer" and bool(config.get("lowercase"))
+    )
+
+
 def family(tok: Tokenizer) -> str:
     """The family of ``tok``, or :class:`TokenizerError` naming its model, pre-tokenizer and normalizer."""
     config = json.loads(tok.to_str())
@@ -184,7 +197,9 @@ def piece_cuts_allowed(added_tokens: list[dict]) -> bool:
 
 def special_roles(tok: Tokenizer, named: Mapping[str, str] | None = None) -> dict[str, str]:
     """The token of each role: what ``named`` (a tokenizer directory's files) names, the other roles from the first
-    of :data:`ROLE_NAMES` whose five tokens the tokenizer has."""
+    of :data:`ROLE_NAMES` whose five tokens the tokenizer has. A role token (unk aside) that is an added token not
+    marked special is refused: the text tokenizer (:func:`text_config`) would still match it in text, and rows
+    would hold the mask or separator id where the text wrote the string."""
     base = next(
         (names for names in ROLE_NAMES.values() if all(tok.token_to_id(t) is not None for t in names.values())), {}
     )
@@ -197,6 +212,13 @@ def special_roles(tok: Tokenizer, named: Mapping[str, str] | None = None) -> dic
     if missing:
         known = "; ".join(f"{name}'s {' '.join(names.values())}" for name, names in ROLE_NAMES.items())
         raise TokenizerError(f"the tokenizer lacks the special tokens {', '.join(missing)} (known sets: {known})")
+    plain = {t.content for t in tok.get_added_tokens_decoder().values() if not t.special}
+    unmarked = [f"{role} {token!r}" for role, token in roles.items() if role != "unk" and token in plain]
+    if unmarked:
+        raise TokenizerError(
+            f'the special tokens {", ".join(unmarked)} are added tokens marked "special": false, so text holding '
+            "them would get their ids (mark them special)"
+        )
     return roles
 
 
