@@ -70,6 +70,7 @@ from collections.abc import Mapping
 
 import numpy as np
 from tokenizers import Tokenizer
+from tokenizers.normalizers import Normalizer
 
 from schemas.format import SPECIAL_TOKENS
 
@@ -185,14 +186,28 @@ def hide_special_pieces(config: dict, tokens: set[str]) -> int:
     return hidden
 
 
-def piece_cuts_allowed(added_tokens: list[dict]) -> bool:
+def piece_cuts_allowed(added_tokens: list[dict], normalizer: Normalizer | None = None) -> bool:
     """Whether a long text may be cut in pieces for the added tokens a text tokenizer matches (every family): none
-    holds whitespace or strips it; else long texts stay whole. Every family's cut is at whitespace (a line feed or a
-    space), which such a token would match across (``"\n\n"``, ``"New York"``) or take into itself (``rstrip``)
-    in the whole text but not in the pieces (module docstring)."""
-    return not any(
-        t.get("lstrip") or t.get("rstrip") or any(c.isspace() for c in t.get("content", "")) for t in added_tokens
-    )
+    holds whitespace, holds a character that ``normalizer`` makes whitespace (when the token is matched in the
+    normalized text, ``normalized`` true: ``"of\u200bthe"`` under Nmt is ``"of the"``), or strips whitespace; else
+    long texts stay whole. Every family's cut is at whitespace of the raw text (a line feed or a space), which such
+    a token would match across (``"\n\n"``, ``"New York"``, ``"of\u200bthe"`` matching the normalized
+    ``"of the"``) or take into itself (``rstrip``) in the whole text but not in the pieces (module docstring). The
+    character test is exact for the accepted normalizers: each works per character, per normalization segment (the
+    NF forms: a segment's characters are a starter and what combines with it, and a character that becomes
+    whitespace in a segment is whitespace alone too, as U+00A0 or U+2000..U+200A under NFKC) or on runs of spaces
+    (the Replace, which keeps a space a space); so a token's normalized content holds whitespace exactly when one
+    of its characters normalizes to some."""
+
+    def spaced(token: dict) -> bool:
+        content = str(token.get("content", ""))
+        if any(c.isspace() for c in content):
+            return True
+        if normalizer is None or not token.get("normalized", True):
+            return False
+        return any(ch.isspace() for c in content for ch in normalizer.normalize_str(c))
+
+    return not any(t.get("lstrip") or t.get("rstrip") or spaced(t) for t in added_tokens)
 
 
 def special_roles(tok: Tokenizer, named: Mapping[str, str] | None = None) -> dict[str, str]:
