@@ -24,6 +24,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from pipeline.tokenize.families import word_continuing_ids
+from pipeline.tokenize.rust_calls import guarded
 from pipeline.verify_rows import check_shard_rows
 from pipeline.verify_tree import Listing, list_artifact, shown
 from schemas import format as fmt
@@ -95,11 +96,13 @@ def _check_tokenizer(art: Artifact, listing: Listing, report: Report) -> Tokeniz
     if not _check_file(art, listing, name, None, tok["sha256"], report):
         return None
     try:
-        t = Tokenizer.from_str(art.read_bytes(name).decode("utf-8"))
+        text = art.read_bytes(name).decode("utf-8")
+        # tokenizers raises a bare Exception for a file it cannot parse, or panics (rust_calls)
+        t = guarded(lambda: Tokenizer.from_str(text), ValueError)
     except UnicodeDecodeError as e:
         report.fail(f"{name}: not UTF-8 (byte {e.start}): {fmt.one_line(e)}")
         return None
-    except Exception as e:  # tokenizers raises a bare Exception for every file it cannot parse
+    except ValueError as e:
         report.fail(f"{name}: not a tokenizers JSON file: {fmt.one_line(e)}")
         return None
     ok = True

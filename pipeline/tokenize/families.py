@@ -70,6 +70,7 @@ from collections.abc import Mapping
 
 import numpy as np
 from tokenizers import Tokenizer
+from tokenizers.normalizers import Normalizer
 
 from schemas.format import SPECIAL_TOKENS
 
@@ -117,6 +118,19 @@ def _normalizers(config: dict | None) -> list[str]:
     if config.get("type") == "Sequence" and isinstance(members, list):
         return [name for m in members for name in _normalizers(m)]
     return [_component(config)]
+
+
+def lowercases(config: dict | None) -> bool:
+    """Whether a normalizer (its JSON; a Sequence's members too) lower-cases: a ``Lowercase`` member, or a
+    ``BertNormalizer`` with ``lowercase``. What the manifest's ``tokenizer.lowercase`` says."""
+    if not config:
+        return False
+    members = config.get("normalizers")
+    if config.get("type") == "Sequence" and isinstance(members, list):
+        return any(lowercases(m) for m in members if isinstance(m, dict))
+    return config.get("type") == "Lowercase" or (
+        config.get("type") == "BertNormalizer" and bool(config.get("lowercase"))
+    )
 
 
 def family(tok: Tokenizer) -> str:
@@ -172,19 +186,35 @@ def hide_special_pieces(config: dict, tokens: set[str]) -> int:
     return hidden
 
 
-def piece_cuts_allowed(added_tokens: list[dict]) -> bool:
+def piece_cuts_allowed(added_tokens: list[dict], normalizer: Normalizer | None = None) -> bool:
     """Whether a long text may be cut in pieces for the added tokens a text tokenizer matches (every family): none
-    holds whitespace or strips it; else long texts stay whole. Every family's cut is at whitespace (a line feed or a
-    space), which such a token would match across (``"\n\n"``, ``"New York"``) or take into itself (``rstrip``)
-    in the whole text but not in the pieces (module docstring)."""
-    return not any(
-        t.get("lstrip") or t.get("rstrip") or any(c.isspace() for c in t.get("content", "")) for t in added_tokens
-    )
+    holds whitespace, holds a character that ``normalizer`` makes whitespace (when the token is matched in the
+    normalized text, ``normalized`` true: ``"of\u200bthe"`` under Nmt is ``"of the"``), or strips whitespace; else
+    long texts stay whole. Every family's cut is at whitespace of the raw text (a line feed or a space), which such
+    a token would match across (``"\n\n"``, ``"New York"``, ``"of\u200bthe"`` matching the normalized
+    ``"of the"``) or take into itself (``rstrip``) in the whole text but not in the pieces (module docstring). The
+    character test is exact for the accepted normalizers: each works per character, per normalization segment (the
+    NF forms: a segment's characters are a starter and what combines with it, and a character that becomes
+    whitespace in a segment is whitespace alone too, as U+00A0 or U+2000..U+200A under NFKC) or on runs of spaces
+    (the Replace, which keeps a space a space); so a token's normalized content holds whitespace exactly when one
+    of its characters normalizes to some."""
+
+    def spaced(token: dict) -> bool:
+        content = str(token.get("content", ""))
+        if any(c.isspace() for c in content):
+            return True
+        if normalizer is None or not token.get("normalized", True):
+            return False
+        return any(ch.isspace() for c in content for ch in normalizer.normalize_str(c))
+
+    return not any(t.get("lstrip") or t.get("rstrip") or spaced(t) for t in added_tokens)
 
 
 def special_roles(tok: Tokenizer, named: Mapping[str, str] | None = None) -> dict[str, str]:
     """The token of each role: what ``named`` (a tokenizer directory's files) names, the other roles from the first
-    of :data:`ROLE_NAMES` whose five tokens the tokenizer has."""
+    of :data:`ROLE_NAMES` whose five tokens the tokenizer has. A role token (unk aside) that is an added token not
+    marked special is refused: the text tokenizer (:func:`text_config`) would still match it in text, and rows
+    would hold the mask or separator id where the text wrote the string."""
     base = next(
         (names for names in ROLE_NAMES.values() if all(tok.token_to_id(t) is not None for t in names.values())), {}
     )
@@ -197,6 +227,13 @@ def special_roles(tok: Tokenizer, named: Mapping[str, str] | None = None) -> dic
     if missing:
         known = "; ".join(f"{name}'s {' '.join(names.values())}" for name, names in ROLE_NAMES.items())
         raise TokenizerError(f"the tokenizer lacks the special tokens {', '.join(missing)} (known sets: {known})")
+    plain = {t.content for t in tok.get_added_tokens_decoder().values() if not t.special}
+    unmarked = [f"{role} {token!r}" for role, token in roles.items() if role != "unk" and token in plain]
+    if unmarked:
+        raise TokenizerError(
+            f'the special tokens {", ".join(unmarked)} are added tokens marked "special": false, so text holding '
+            "them would get their ids (mark them special)"
+        )
     return roles
 
 

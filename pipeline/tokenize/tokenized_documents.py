@@ -70,10 +70,10 @@ class _TokenizeFn(beam.DoFn):
         self._added = tuple(t["content"] for t in added)
         # where a long text may be cut (families.py): WordPiece anywhere at a line break or space, byte-level BPE at
         # a line feed before a non-space, Unigram at a space between ASCII characters; nowhere (encoded whole) when
-        # an added token holds whitespace or strips it
+        # an added token holds whitespace (or what the normalizer makes whitespace) or strips it
         family = self._spec.family
         self._metaspace = family == UNIGRAM
-        self._piece_limit = ENCODE_PIECE_CHARS if piece_cuts_allowed(added) else None
+        self._piece_limit = ENCODE_PIECE_CHARS if piece_cuts_allowed(added, self._tok.normalizer) else None
         self._dtype = np.dtype(self._ids_dtype)
         sentence_spans("Warm up. Punkt.", self._language)
         self._segmenter = None

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from pipeline.tokenize.families import WORDPIECE, TokenizerError, family, special_roles, text_config
+from pipeline.tokenize.families import WORDPIECE, TokenizerError, family, lowercases, special_roles, text_config
+from pipeline.tokenize.rust_calls import guarded
 from schemas.format import SPECIAL_TOKENS  # BERT's special tokens, by role: what this module builds and trains
 
 log = logging.getLogger(__name__)
@@ -46,18 +47,42 @@ def _add_post_processor(tok: Tokenizer) -> Tokenizer:
     return tok
 
 
-def from_vocab(path: str, lowercase: bool = False) -> Tokenizer:
-    """A BERT WordPiece tokenizer from a ``vocab.txt`` (one token per line, id = line number)."""
+# Rust's ``char::is_whitespace`` (Unicode White_Space): what ``tokenizers``' vocab.txt reader trims off each line's
+# end. Python's ``str.isspace`` differs (it counts U+001C..U+001F, which Rust keeps).
+_RUST_WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+def read_vocab_txt(path: str) -> dict[str, int]:
+    """A ``vocab.txt`` read as transformers reads it (``BertTokenizer`` hands the path to ``tokenizers``'
+    ``WordPiece``, whose reader is Rust's): lines end at a line feed only (not at U+2028, U+0085 or a lone carriage
+    return, which ``str.splitlines`` would also split at), each without its trailing whitespace; id = line number
+    from 0. A token on two lines (transformers keeps the later id, and the earlier id names nothing) and bytes
+    that are not UTF-8 are refused, naming the line."""
     with FileSystems.open(path) as f:
-        lines = f.read().decode("utf-8").splitlines()
+        raw = f.read()
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the line feed ending the last line
     vocab: dict[str, int] = {}
-    for i, token in enumerate(lines):
+    for i, line in enumerate(lines):
+        try:
+            token = line.decode("utf-8").rstrip(_RUST_WHITESPACE)
+        except UnicodeDecodeError as e:
+            raise TokenizerError(
+                f"{path}: line {i + 1}: not UTF-8 (byte {line[e.start]:#04x} at column {e.start + 1})"
+            ) from None
         if token in vocab:
             raise TokenizerError(f"{path}: line {i + 1}: token {token!r} already appears on line {vocab[token] + 1}")
         vocab[token] = i
     if not vocab:
         raise TokenizerError(f"{path}: empty vocabulary")
-    missing = [t for t in SPECIAL_TOKENS.values() if t not in vocab]
+    return vocab
+
+
+def from_vocab(path: str, lowercase: bool = False) -> Tokenizer:
+    """A BERT WordPiece tokenizer from a ``vocab.txt`` (:func:`read_vocab_txt`) with BERT's special tokens."""
+    vocab = read_vocab_txt(path)
+    missing = [f"{role} {t}" for role, t in SPECIAL_TOKENS.items() if t not in vocab]
     if missing:
         raise TokenizerError(f"{path}: vocabulary lacks the special tokens {', '.join(missing)}")
     tok = Tokenizer(models.WordPiece(vocab, unk_token=SPECIAL_TOKENS["unk"], max_input_chars_per_word=100))
@@ -68,11 +93,30 @@ def from_vocab(path: str, lowercase: bool = False) -> Tokenizer:
 def from_file(path: str) -> Tokenizer:
     """A tokenizer from a Hugging Face ``tokenizer.json`` (local or any Beam filesystem)."""
     with FileSystems.open(path) as f:
-        raw = f.read().decode("utf-8")
+        raw = f.read()
     try:
-        return Tokenizer.from_str(raw)
-    except Exception as e:  # tokenizers raises a bare Exception subclass from Rust
-        raise TokenizerError(f"{path}: not a Hugging Face tokenizers JSON file: {e}") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TokenizerError(f"{path}: not UTF-8 (byte {e.start})") from None
+    if _looks_like_tokenizer_config(text):
+        raise TokenizerError(
+            f"{path}: a tokenizer_config.json (transformers' settings), not a tokenizer.json: give its directory "
+            "with --tokenizer-from DIR"
+        )
+    return guarded(
+        lambda: Tokenizer.from_str(text),
+        lambda message: TokenizerError(f"{path}: not a Hugging Face tokenizers JSON file: {message}"),
+    )
+
+
+def _looks_like_tokenizer_config(text: str) -> bool:
+    """A JSON object without a tokenizer.json's ``model`` but with keys only transformers' tokenizer_config.json has."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    keys = ("tokenizer_class", "added_tokens_decoder", "do_lower_case", "model_max_length")
+    return isinstance(value, dict) and "model" not in value and any(k in value for k in keys)
 
 
 class _Continuation(dict):
@@ -205,12 +249,22 @@ def make_spec(
     tok: Tokenizer, source: str, lowercase: bool | None = None, roles: Mapping[str, str] | None = None
 ) -> TokenizerSpec:
     """Check that the job handles the tokenizer (``families.family``), find its special tokens by role (``roles``
-    names them, else a known set of names), disable truncation/padding, and freeze the tokenizer to JSON."""
+    names them, else a known set of names), disable truncation/padding, and freeze the tokenizer to JSON. The text
+    tokenizer encodes a probe text here, so a tokenizer that makes Rust panic when it encodes is refused now, in one
+    line, and not in a worker. ``lowercase`` (None: whether the normalizer lower-cases) goes to the manifest."""
     kind = family(tok)
     found = special_roles(tok, roles)
     tok.no_truncation()
     tok.no_padding()
     if lowercase is None:
-        norm = tok.normalizer
-        lowercase = bool(getattr(norm, "lowercase", False)) if norm is not None else False
-    return TokenizerSpec(json=tok.to_str(), source=source, lowercase=lowercase, family=kind, roles=tuple(found.items()))
+        lowercase = lowercases(json.loads(tok.to_str()).get("normalizer"))
+    spec = TokenizerSpec(json=tok.to_str(), source=source, lowercase=lowercase, family=kind, roles=tuple(found.items()))
+    guarded(
+        lambda: spec.load_for_text().encode(_PROBE, add_special_tokens=False),
+        lambda message: TokenizerError(f"it fails on a probe text: {message}"),
+    )
+    return spec
+
+
+# Letters, digits, punctuation, accents, CJK, spaces and a line feed: a first encode that reaches every component.
+_PROBE = "Probe text 123, naïve café.\n  An 漢字 sentence: [x] <y>; done!"

@@ -397,3 +397,30 @@ def test_verify_finds_an_unmarked_unigram_row_starting_inside_a_word(tmp_path, u
     write_manifest(out, m)
     code, output = run_verify(out)
     assert code == 1 and "are not marked as continuation rows" in output, output
+
+
+def test_an_added_token_the_normalizer_makes_hold_a_space_keeps_long_texts_whole(unigram_json, monkeypatch):
+    """Issue 32 item 5: an added ``"of\\u200bthe"`` is ``"of the"`` after Nmt and matches across the spaces that the
+    piece rule cuts at; such a tokenizer encodes long texts whole, and the rows are Tokenizer.encode's ids (with the
+    piece limit lowered to 2,000 characters the cuts fell inside its matches)."""
+    from pipeline.tokenize import tokenized_documents
+
+    monkeypatch.setattr(tokenized_documents, "ENCODE_PIECE_CHARS", 2000)
+    config = json.loads(unigram_json)
+    assert config["normalizer"]["normalizers"][0]["type"] == "Nmt"
+    tok = Tokenizer.from_str(json.dumps(config))
+    tok.add_tokens(["of\u200bthe"])
+    spec = tokenizer.make_spec(tok, "file")
+    opts = ReaderOptions(input_format="wikitext", wikitext_unk="<unk>")
+    docs = [d for d in read_file(str(wikitext2("test")), opts) if isinstance(d, Document)][:40]
+    text = "\n".join(d.text for d in docs)
+    assert len(text) > 100_000
+    fn = tokenized_documents._TokenizeFn(spec, "int32")
+    fn.setup()
+    out = list(fn.process([Document("long", text, docs[0].source)]))
+    [got] = out + [o.value for o in fn.finish_bundle()]
+    fn.teardown()
+    expected = spec.load_for_text().encode(text, add_special_tokens=False).ids
+    added = spec.load().token_to_id("of\u200bthe")
+    assert expected.count(added) > 50 and got.ids.tolist() == expected
+    assert fn._piece_limit is None
