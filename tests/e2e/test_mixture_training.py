@@ -141,3 +141,24 @@ def test_sources_that_cannot_be_mixed_are_one_line_and_exit_2(sources, demo_arti
     err = refused("--data", str(wt2), "--data", str(wiki))
     assert "name every source of a mixture" in err
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("scheme,kind", [("entity", "entities"), ("noun_phrase", "noun_phrases"), ("ngram", "ngrams")])
+def test_a_scheme_needing_candidates_is_refused_on_one_artifact_without_them(
+    demo_artifact, tmp_path, main_in_process, scheme, kind
+):
+    """As for a mixture: one artifact built without --mask-candidates would train as plain whole-word masking."""
+    import torch.distributed as dist
+
+    run = tmp_path / "run"
+    code, err = main_in_process(
+        "--data", str(demo_artifact), "--preset", "tiny", "--max-steps", "2", "--eval-every", "0",
+        "--num-workers", "0", "--output-dir", str(run), "--scheme", scheme,
+    )  # fmt: skip
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and lines == [
+        f"pretrain: error: --scheme {scheme} masks {kind} candidates, but {demo_artifact} was built without them (its "
+        f"manifest's candidates.kinds; pipeline --mask-candidates {kind}); rebuild it with them, or choose a scheme "
+        f"without candidates"
+    ], err
+    assert "Traceback" not in err and not dist.is_initialized() and not (run / "checkpoints").exists()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from schemas import format as fmt
 from schemas.artifact import Artifact
 from trainer.data.config import DataConfig
+from trainer.data.loader import missing_candidates
 from trainer.data.mixture_order import source_seed
 from trainer.data.stream import ArtifactStream
 from trainer.masking import MaskingConfig
@@ -104,12 +105,6 @@ def check_sources(
     first, art0 = sources[0], artifacts[0]
     sha0, vocab0, special0 = _tokenizer(art0)
     room = fmt.max_row_tokens(max_seq_len)
-    column = mask_cfg.candidate_column
-    kind = next((k for k, c in fmt.CANDIDATE_KINDS.items() if c == column), None)
-
-    def kinds(a: Artifact) -> list[str]:
-        return list((a.manifest.get("candidates") or {}).get("kinds") or [])
-
     for src, art in zip(sources, artifacts):
         sha, vocab, special = _tokenizer(art)
         if (sha, vocab, special) != (sha0, vocab0, special0):
@@ -125,8 +120,9 @@ def check_sources(
                 f"{art.manifest.get('max_seq_len')}), more than sequence length {max_seq_len} ({length_from}) leaves "
                 f"room for ({room}); raise --max-seq-len to at least {rows + fmt.SPECIAL_POSITIONS} or rebuild {src.name}"
             )
-        if kind is not None and kind not in kinds(art):
-            having = next((s for s, a in zip(sources, artifacts) if kind in kinds(a)), None)
+        kind = missing_candidates(art, mask_cfg)
+        if kind is not None:
+            having = next((s for s, a in zip(sources, artifacts) if missing_candidates(a, mask_cfg) is None), None)
             raise ValueError(
                 f"--scheme {mask_cfg.scheme} masks {kind} candidates, but {src.describe()} was built without them "
                 f"(pipeline --mask-candidates {kind})"
