@@ -7,8 +7,13 @@ mixture (``trainer.data.mixture``): NAME (letters, digits, ``_``, ``-``; it name
 ``:`` when it reads as a number, so ``s3://`` and ``gs://`` paths need no quoting. Weights are all given or all left
 out (then each source weighs its number of training rows).
 
-Every source must have the tokenizer of the first (same tokenizer.json sha256, vocabulary and special ids), rows
-that fit ``--max-seq-len``, and, for a scheme that masks candidate spans (entity, noun_phrase, ngram), those
+**The sources are kept in the order of their names, never in ``--data`` order** (:func:`by_name`): everything per
+source (the mixture's order and counts, its indices in batches, the loader state, the checkpoint's first source,
+whose ``max_seq_len`` is the default sequence length) follows the names, so any order of the same ``--data`` flags
+trains and resumes the same run.
+
+Every source must have the tokenizer of the first by name (same tokenizer.json sha256, vocabulary and special ids),
+rows that fit ``--max-seq-len``, and, for a scheme that masks candidate spans (entity, noun_phrase, ngram), those
 candidates (the manifest's ``candidates.kinds``); otherwise :func:`check_sources` raises a ``ValueError`` of one line
 naming both sources (the offending one and the first, or one that has the candidates).
 """
@@ -42,6 +47,12 @@ class Source:
         return f"--data {self.name} ({self.uri})"
 
 
+def by_name(sources: list[Source], *alongside: list) -> tuple[list, ...]:
+    """``sources`` sorted by name, and each list of ``alongside`` (one item per source) in the same order."""
+    order = sorted(range(len(sources)), key=lambda k: sources[k].name)
+    return tuple([items[k] for k in order] for items in (sources, *alongside))
+
+
 def parse_source(spec: str) -> Source | None:
     """A named source, or None for a plain path (``--data PATH``)."""
     head, eq, rest = spec.partition("=")
@@ -64,7 +75,8 @@ def parse_source(spec: str) -> Source | None:
 
 
 def parse_sources(specs: str | list[str] | tuple[str, ...]) -> list[Source] | None:
-    """The mixture's sources, or None when ``specs`` is one plain artifact path (the single-artifact loader)."""
+    """The mixture's sources in name order (:func:`by_name`), or None when ``specs`` is one plain artifact path (the
+    single-artifact loader)."""
     specs = [specs] if isinstance(specs, str) else list(specs)
     if not specs:
         raise ValueError("--data: give the artifact with --data ARTIFACT (or several with --data NAME=PATH[:WEIGHT])")
@@ -89,7 +101,7 @@ def parse_sources(specs: str | list[str] | tuple[str, ...]) -> list[Source] | No
             f"--data: give every source a weight (NAME=PATH:WEIGHT) or none (natural sizes); "
             f"{', '.join(missing)} {'has' if len(missing) == 1 else 'have'} none"
         )
-    return sources
+    return by_name(sources)[0]
 
 
 def _tokenizer(artifact: Artifact) -> tuple:
@@ -100,8 +112,10 @@ def _tokenizer(artifact: Artifact) -> tuple:
 def check_sources(
     sources: list[Source], artifacts: list[Artifact], max_seq_len: int, mask_cfg: MaskingConfig, length_from: str
 ) -> None:
-    """Refuse (ValueError, one line naming both sources) sources that cannot be mixed (module docstring).
-    ``length_from``: where ``max_seq_len`` comes from, for the message (the option, or the first source)."""
+    """Refuse (ValueError, one line naming both sources) sources that cannot be mixed (module docstring), checked in
+    name order (:func:`by_name`), so the source named does not depend on the order of ``--data``. ``length_from``:
+    where ``max_seq_len`` comes from, for the message (the option, or the first source by name)."""
+    sources, artifacts = by_name(sources, artifacts)
     first, art0 = sources[0], artifacts[0]
     sha0, vocab0, special0 = _tokenizer(art0)
     room = fmt.max_row_tokens(max_seq_len)
