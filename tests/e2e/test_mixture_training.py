@@ -73,17 +73,18 @@ def test_zero2_mixture_trains_evaluates_per_source_resumes_elastically_and_expor
     assert len(set(everything)) == len(everything) == MAX_STEPS * GLOBAL_BATCH  # first pass of both sources
     # the counts in the monitor and the checkpoint are the samples the ranks took, by source
     meta = json.loads((full / "checkpoints" / f"global_step{MAX_STEPS}" / "spanprep_trainer.json").read_text())
-    for k, name in enumerate(("wt2", "wiki")):
+    for k, name in enumerate(("wiki", "wt2")):  # batches' source indices are in name order
         taken = sum(1 for s, _ in everything if s == k)
         assert meta["source_counts"][name]["samples"] == taken == metric(full, f"train_{name}_samples")[MAX_STEPS]
         assert meta["data_state"]["sources"][name]["samples"] == taken
         assert meta["source_counts"][name]["tokens"] > 100 * taken  # real rows: hundreds of tokens each
 
-    # the step-4 checkpoint of 2 ranks, resumed on 1 rank: the same samples, nothing repeated or skipped
+    # the step-4 checkpoint of 2 ranks, resumed on 1 rank with the --data flags in the other order: the same
+    # samples, nothing repeated or skipped, and no option changed
     one = tmp_path / "one"
     resume_from(full, f"global_step{SAVED_AT}", one)
-    out = probe(one, 1, *data, *evals, "--resume")
-    assert "via the universal checkpoint" in out
+    out = probe(one, 1, *data[2:], *data[:2], *evals, "--resume")
+    assert "via the universal checkpoint" in out and "accepted: run.data" not in out and "accepted: mixture" not in out
     resumed = global_stream(one)
     assert sorted(resumed) == list(range(SAVED_AT + 1, MAX_STEPS + 1))
     assert all(resumed[s] == stream[s] for s in resumed)
@@ -121,10 +122,15 @@ def test_sources_that_cannot_be_mixed_are_one_line_and_exit_2(sources, demo_arti
         assert code == 2 and len(lines) == 1 and lines[0].startswith("pretrain: error: "), err
         return lines[0]
 
-    err = refused("--data", f"wt2={wt2}", "--data", f"demo={demo_artifact}")
-    assert f"--data demo ({demo_artifact}) and --data wt2 ({wt2}) have different tokenizers" in err
+    # the sources are checked in name order (demo before wt2, wiki before wt2), whatever the order of --data
+    for data in (
+        ["--data", f"wt2={wt2}", "--data", f"demo={demo_artifact}"],
+        ["--data", f"demo={demo_artifact}", "--data", f"wt2={wt2}"],
+    ):
+        err = refused(*data)
+        assert f"--data wt2 ({wt2}) and --data demo ({demo_artifact}) have different tokenizers" in err
     err = refused("--data", f"wt2={wt2}", "--data", f"wiki={wiki}", "--max-seq-len", "128")
-    assert f"--data wt2 ({wt2}) holds rows of up to" in err and "(--max-seq-len)" in err
+    assert f"--data wiki ({wiki}) holds rows of up to" in err and "(--max-seq-len)" in err
     short = tmp_path / "short"  # a copy that says it was built for 128-token sequences: it sets the default length
     shutil.copytree(wt2, short)
     manifest = json.loads((short / "manifest.json").read_text())
@@ -135,9 +141,30 @@ def test_sources_that_cannot_be_mixed_are_one_line_and_exit_2(sources, demo_arti
         f"128 (the max_seq_len of --data short ({short})) leaves room for (126)" in err
     )
     err = refused("--data", f"wt2={wt2}", "--data", f"wiki={wiki}", "--scheme", "noun_phrase")
-    assert f"--scheme noun_phrase masks noun_phrases candidates, but --data wt2 ({wt2}) was built without" in err
+    assert f"--scheme noun_phrase masks noun_phrases candidates, but --data wiki ({wiki}) was built without" in err
     err = refused("--data", str(wt2), "--samples-per-epoch", "100")
     assert "--samples-per-epoch sets the epoch of a mixture" in err
     err = refused("--data", str(wt2), "--data", str(wiki))
     assert "name every source of a mixture" in err
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("scheme,kind", [("entity", "entities"), ("noun_phrase", "noun_phrases"), ("ngram", "ngrams")])
+def test_a_scheme_needing_candidates_is_refused_on_one_artifact_without_them(
+    demo_artifact, tmp_path, main_in_process, scheme, kind
+):
+    """As for a mixture: one artifact built without --mask-candidates would train as plain whole-word masking."""
+    import torch.distributed as dist
+
+    run = tmp_path / "run"
+    code, err = main_in_process(
+        "--data", str(demo_artifact), "--preset", "tiny", "--max-steps", "2", "--eval-every", "0",
+        "--num-workers", "0", "--output-dir", str(run), "--scheme", scheme,
+    )  # fmt: skip
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and lines == [
+        f"pretrain: error: --scheme {scheme} masks {kind} candidates, but {demo_artifact} was built without them (its "
+        f"manifest's candidates.kinds; pipeline --mask-candidates {kind}); rebuild it with them, or choose a scheme "
+        f"without candidates"
+    ], err
+    assert "Traceback" not in err and not dist.is_initialized() and not (run / "checkpoints").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections import Counter
+from itertools import permutations
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,16 @@ def synthetic_pair(tmp_path_factory) -> tuple[Path, Path]:
         tmp / "large", [synthetic_rows(70, seed=13), synthetic_rows(80, seed=14), synthetic_rows(16, seed=15)]
     )
     return small, large
+
+
+@pytest.fixture(scope="module")
+def synthetic_triple(synthetic_pair, tmp_path_factory) -> dict[str, Path]:
+    """Three sources whose names sort in another order than the pair's: wiki (40 rows), books (150), code (60)."""
+    small, large = synthetic_pair
+    code = write_artifact(
+        tmp_path_factory.mktemp("mixture3") / "code", [synthetic_rows(60, seed=21), synthetic_rows(8, seed=22)]
+    )
+    return {"wiki": small, "books": large, "code": code}
 
 
 def loaders(sources: list[Source], **kw):
@@ -84,8 +95,8 @@ def stream_pairs(ds, n: int) -> list[tuple[int, int]]:
 def test_data_specs_parse_and_refuse_clearly():
     assert parse_sources("/data/wiki") is None and parse_sources(["s3://b/wiki"]) is None  # one artifact, as before
     got = parse_sources(["wiki=s3://bucket/wiki-v3:0.7", "books=/data/books:0.3"])
-    assert got == [Source("wiki", "s3://bucket/wiki-v3", 0.7), Source("books", "/data/books", 0.3)]
-    assert parse_sources(["a=gs://b/x", "b=/y"]) == [Source("a", "gs://b/x", None), Source("b", "/y", None)]
+    assert got == [Source("books", "/data/books", 0.3), Source("wiki", "s3://bucket/wiki-v3", 0.7)]  # name order
+    assert parse_sources(["b=/y", "a=gs://b/x"]) == [Source("a", "gs://b/x", None), Source("b", "/y", None)]
     for specs, words in [
         (["/a", "/b"], "name every source of a mixture"),
         (["a=/x:1", "/b"], "--data /b: name every source"),
@@ -103,12 +114,12 @@ def test_observed_proportions_are_the_weights_over_20000_samples(wikitext2_artif
     sources = [Source("wt2", str(wikitext2_artifact), 0.3), Source("wiki", str(wikipedia_slice), 0.7)]
     loader, ds, _ = loaders(sources, micro_batch_size=50, num_workers=0, eval_shards=1)
     got = take_pairs(loader, 400)
-    assert len(got) == 20_000
-    share = Counter(s for s, _ in got)
-    assert abs(share[0] / 20_000 - 0.3) < 0.01 and abs(share[1] / 20_000 - 0.7) < 0.01, share
+    assert len(got) == 20_000 and ds.names == ["wiki", "wt2"]  # name order
+    share = Counter(ds.names[s] for s, _ in got)
+    assert abs(share["wt2"] / 20_000 - 0.3) < 0.01 and abs(share["wiki"] / 20_000 - 0.7) < 0.01, share
     # each source's samples are its own stream: passes in a new order each, nothing repeated within a pass
     state = loader.state_dict()["sources"]
-    for k, name in enumerate(("wt2", "wiki")):
+    for k, name in enumerate(ds.names):
         ids = [i for s, i in got if s == k]
         n = ds.streams[k].num_samples
         assert ids == source_stream(ds, k, len(ids))
@@ -211,6 +222,120 @@ def test_two_ranks_resumed_on_one_continue_the_global_stream(synthetic_pair):
     assert after == everything[72:]  # nothing repeated, nothing skipped
 
 
+@pytest.mark.parametrize("weights", [(0.2, 0.5, 0.3), (1, 1, 1), None], ids=["weighted", "equal", "natural"])
+def test_every_order_of_data_gives_the_same_stream_and_resumes_every_other_exactly(synthetic_triple, weights):
+    """Stop after 5 micro-batches in any order of the three --data flags and resume in any order: the delivered
+    batches (sample ids, sources, masks) are the uninterrupted run's, nothing repeated or skipped."""
+    arts, names = synthetic_triple, list(synthetic_triple)
+    c = cfg(arts["wiki"], micro_batch_size=4, num_workers=0)
+
+    def sources(order) -> list[Source]:
+        return [Source(n, str(arts[n]), None if weights is None else weights[names.index(n)]) for n in order]
+
+    def take(loader, n: int) -> list[dict]:
+        it = iter(loader)
+        return [next(it) for _ in range(n)]
+
+    def named(batches: list[dict], ds) -> list[tuple[str, int]]:
+        return [(ds.names[s], i) for b in batches for s, i in pairs(b)]
+
+    head_n, rest_n = 5, 60  # 260 samples: past the end of the first epoch (M = 250 at natural sizes)
+    ref_loader, ref_ds, _ = build_mixture_loaders(sources(names), c, MASK)
+    reference = take(ref_loader, head_n + rest_n)
+    checked = 0
+    for first in permutations(names):
+        loader, ds, _ = build_mixture_loaders(sources(first), c, MASK)
+        head = take(loader, head_n)
+        assert named(head, ds) == named(reference[:head_n], ref_ds), first  # the same stream from the start
+        state = pickle.loads(pickle.dumps(loader.state_dict()))
+        for second in permutations(names):
+            resumed, ds2, _ = build_mixture_loaders(sources(second), c, MASK)
+            resumed.load_state_dict(state)
+            assert ds2.weights_changed_on_resume == [], (first, second)  # a plain continuation
+            rest = take(resumed, rest_n)
+            assert named(head + rest, ds2) == named(reference, ref_ds), (first, second)
+            for a, b in zip(reference[head_n:], rest):
+                assert all(torch.equal(a[k], b[k]) for k in a), (first, second)  # masks too
+            checked += 1
+    assert checked == 36
+    for k, name in enumerate(ref_ds.names):  # each source's samples are its own stream: none repeated or skipped
+        ids = [i for n, i in named(reference, ref_ds) if n == name]
+        assert ids and ids == source_stream(ref_ds, k, len(ids))
+
+
+def test_a_negligible_weight_is_refused_wherever_it_stands(synthetic_triple):
+    """A share of half a sample per epoch is refused in every place of --data and of the name order (the rounding of
+    the cumulative counts once gave it 0 or 1 sample depending on its neighbours)."""
+    arts = synthetic_triple
+    for order in permutations(arts):
+        sources = [Source(n, str(arts[n]), 0.05 if n == "code" else 0.475) for n in order]
+        with pytest.raises(ValueError, match=r"^source\(s\) code get less than one of the 10 samples"):
+            build_mixture_loaders(sources, cfg(arts["wiki"], samples_per_epoch=10), MASK)
+    for tiny in "abc":  # the tiny source first, middle or last by name
+        w = [0.05 if n == tiny else 0.475 for n in "abc"]
+        with pytest.raises(ValueError, match=rf"^source\(s\) {tiny} get less than one of the 10 samples"):
+            MixtureOrder(["a", "b", "c"], [100] * 3, w, seed=0, samples_per_epoch=10)
+
+
+def test_the_order_needs_no_more_memory_for_a_1_to_20_million_mixture():
+    """The interleaving's memory does not grow with the ratio of the weights (it took 1.0 GB at 1:2e7)."""
+    import tracemalloc
+
+    M = 20_000_001
+    tracemalloc.start()
+    try:
+        o = MixtureOrder(["rare", "vast"], [1000, 10**9], [1, 2e7], seed=0, samples_per_epoch=M)
+        assert o.n == [1, 20_000_000]
+        last = np.arange(M - 3 * o.K, M + 2 * o.K)  # the end of epoch 0 (the rare sample's window) into epoch 1
+        src, count = o.locate(last, epoch0=3)
+        assert np.array_equal(o.drawn(M, 3), [1, 20_000_000]) and np.array_equal(o.drawn(M + 10, 3)[0:1], [1])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20, f"{peak / 2**20:.1f} MB"
+    rare = last[src == 0]
+    assert len(rare) == 1 and M - o.K < rare[0] < M and count[src == 0].tolist() == [0]  # once, in its window
+
+
+def test_a_mixture_checkpoint_resumed_with_one_artifact_says_how_to_resume(synthetic_pair):
+    from trainer.config import ConfigError
+    from trainer.data import build_train_loader
+    from trainer.engine.resume_check import check_data_stream
+
+    small, large = synthetic_pair
+    loader, _, _ = build_mixture_loaders(mixture(small, large), cfg(small), MASK)
+    take_pairs(loader, 2)
+    single, _ = build_train_loader(cfg(small), MASK)
+    given = [f"large={large}:3", f"small={small}:1"]
+    for options, flags in [
+        ({"run": {"data": given}}, f"--data large={large}:3 --data small={small}:1"),  # as the run gave them
+        ({}, f"--data large={large}[:WEIGHT] --data small={small}[:WEIGHT]"),  # an older checkpoint: from the state
+    ]:
+        with pytest.raises(ConfigError) as e:
+            check_data_stream({"data_state": loader.state_dict(), "options": options}, single, "run/global_step2")
+        assert str(e.value) == (
+            "cannot resume run/global_step2 with one --data PATH: it was trained on a mixture of 2 sources (large, "
+            f"small); resume it with the same sources, one --data NAME=PATH[:WEIGHT] each: {flags}"
+        )
+
+
+def test_a_version_1_state_resumes_every_source_where_it_stopped(synthetic_pair):
+    """A checkpoint of the order that followed --data (version 1): its counts per source are by name, so every
+    source continues its own stream, in a new segment, nothing repeated or skipped."""
+    small, large = synthetic_pair
+    loader, ds, _ = build_mixture_loaders(mixture(small, large), cfg(small), MASK)
+    before = take_pairs(loader, 7)
+    state = {**loader.state_dict(), "version": 1}
+    resumed, ds2, _ = build_mixture_loaders(mixture(small, large), cfg(small), MASK)
+    resumed.load_state_dict(state)
+    assert "the checkpoint's loader state is version 1" in ds2.weights_changed_on_resume[0]
+    assert resumed.state_dict()["segment"]["epoch"] == 1 and resumed.state_dict()["version"] == 2
+    after = take_pairs(resumed, 30)
+    for k in (0, 1):
+        ids = [i for s, i in before + after if s == k]
+        assert len(ids) > 7 and ids == source_stream(ds, k, len(ids))
+
+
 def test_resume_with_other_weights_continues_every_source_where_it_stopped(synthetic_pair):
     small, large = synthetic_pair
     loader, ds, _ = build_mixture_loaders(mixture(small, large, 1, 3), cfg(small), MASK)
@@ -221,10 +346,11 @@ def test_resume_with_other_weights_continues_every_source_where_it_stopped(synth
     drawn = {n: state["sources"][n]["samples"] for n in ("small", "large")}
     assert sum(drawn.values()) == 80 and min(drawn.values()) > 0
     assert changed.state_dict()["segment"] == {"epoch": state["epoch"] + 1, "base": drawn}
-    assert f"(small 40 -> {ds2.order.n[0]}, large 120 -> {ds2.order.n[1]})" in ds2.weights_changed_on_resume[0]
+    assert ds2.names == ["large", "small"]  # name order
+    assert f"(large 120 -> {ds2.order.n[0]}, small 40 -> {ds2.order.n[1]})" in ds2.weights_changed_on_resume[0]
     after = take_pairs(changed, 40)
-    share = Counter(s for s, _ in after)
-    assert share[0] > 2 * share[1]  # the new proportions apply
+    share = Counter(ds2.names[s] for s, _ in after)
+    assert share["small"] > 2 * share["large"]  # the new proportions apply
     for k in (0, 1):
         ids = [i for s, i in before + after if s == k]
         assert ids == source_stream(ds, k, len(ids))  # each source's own stream, nothing repeated or skipped
@@ -308,7 +434,7 @@ def test_order_counts_are_exact_and_tiny_weights_are_refused():
         assert np.array_equal(o.drawn(x, 2), np.bincount(src[:x], minlength=3)), x
     for k in range(3):
         assert np.array_equal(np.sort(count[src == k]), np.arange(3 * o.n[k]))  # every draw counted once
-    with pytest.raises(ValueError, match="a get 0 of the 10000 samples"):
+    with pytest.raises(ValueError, match="a get less than one of the 10000 samples"):
         MixtureOrder(["a", "b"], [10, 10_000], [1e-9, 1], seed=0)
     with pytest.raises(ValueError, match="weights must be > 0"):
         MixtureOrder(["a", "b"], [10, 10], [1, -1], seed=0)

@@ -132,6 +132,10 @@ def write_artifact(
         },
         "unigram": {"file": fmt.UNIGRAM_FILE, "total": int(counts.sum())},
     }
+    # rows with candidate spans: the kinds say so, as a build with --mask-candidates KIND does
+    kinds = [k for k, col in fmt.CANDIDATE_KINDS.items() if any(r.get(col) for rows in shards for r in rows)]
+    if kinds:
+        manifest["candidates"] = {"kinds": kinds}
     (root / fmt.MANIFEST_FILE).write_text(fmt.dumps_manifest(manifest))
     return root
 

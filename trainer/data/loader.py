@@ -27,7 +27,8 @@ Interface (what ``trainer/pretrain.py`` calls)
 ``loader`` is a :class:`StreamLoader` (a ``torch.utils.data.DataLoader``); ``dataset`` an
 :class:`ArtifactStream` (a ``torch.utils.data.IterableDataset``). ``check_tokenizer(artifact, vocab_size=,
 special_token_ids=)`` raises :class:`TokenizerMismatchError` naming both sides; the builders call it when
-given ``expected_*``. Every artifact problem (missing, incomplete, unknown format version, corrupt shard)
+given ``expected_*``, and refuse a masking scheme whose candidate spans the artifact lacks
+(:func:`check_candidates`). Every artifact problem (missing, incomplete, unknown format version, corrupt shard)
 raises ``schemas.format.FormatError`` with a message naming the file; config mistakes raise ``ValueError``.
 Building a loader checks its split's shards against the manifest first (size, and sha256 as
 ``DataConfig.verify_shards`` says: once per node by default; ``schemas/integrity.py``).
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader
 
+from schemas import format as fmt
 from schemas.artifact import Artifact
 from trainer.data.blocks import open_artifact
 from trainer.data.config import DataConfig
@@ -79,6 +81,27 @@ def check_tokenizer(
             f"vocab_size={a_vocab}, special_token_ids={a_special}; the model config expects vocab_size={vocab_size}, "
             f"special_token_ids={dict(special_token_ids or {})}. Train with a model config of the artifact's tokenizer "
             f"(its tokenizer.json) or rebuild the artifact with the model's tokenizer."
+        )
+
+
+def missing_candidates(artifact: Artifact, mask_cfg: MaskingConfig) -> str | None:
+    """The candidate kind (``entities``, ``noun_phrases``, ``ngrams``) that ``mask_cfg``'s scheme masks and the
+    artifact was built without (its manifest's ``candidates.kinds``), or None."""
+    column = mask_cfg.candidate_column
+    kind = next((k for k, c in fmt.CANDIDATE_KINDS.items() if c == column), None)
+    kinds = (artifact.manifest.get("candidates") or {}).get("kinds") or []
+    return kind if kind is not None and kind not in kinds else None
+
+
+def check_candidates(artifact: Artifact, mask_cfg: MaskingConfig) -> None:
+    """Refuse (ValueError, one line) a scheme whose candidate spans the artifact was built without: it would
+    train as plain whole-word masking."""
+    kind = missing_candidates(artifact, mask_cfg)
+    if kind is not None:
+        raise ValueError(
+            f"--scheme {mask_cfg.scheme} masks {kind} candidates, but {artifact.uri} was built without them (its "
+            f"manifest's candidates.kinds; pipeline --mask-candidates {kind}); rebuild it with them, or choose a "
+            f"scheme without candidates"
         )
 
 
@@ -160,6 +183,7 @@ def _build(
     expected_special_token_ids,
 ):
     artifact = open_artifact(data_cfg.artifact)
+    check_candidates(artifact, mask_cfg)
     if expected_vocab_size is not None or expected_special_token_ids:
         check_tokenizer(
             artifact,

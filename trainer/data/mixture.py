@@ -6,15 +6,17 @@ cache, and its rows are masked with its own masker. Consumption, ranks and worke
 (``trainer.data.stream``): one global step takes ``G = micro_batch_size * world_size`` consecutive positions, rank
 ``r`` the ``r``-th ``B`` of them, DataLoader worker ``k`` the chunks ``m`` with ``m % num_workers == k``, so the
 batches do not depend on ``num_workers`` and the stream does not depend on the world size. Unlike one artifact,
-the stream is continuous across epochs (nothing is left out at an epoch's end). Batches carry ``source`` [B] (the
-source's index in ``--data`` order) next to ``sample_id`` [B] (the row's sample id in its own artifact). A
-micro-batch holds the rows of its ``B`` positions grouped by source (in ``--data`` order), each source's rows in
-stream order: the order within a micro-batch does not matter to training, and each source's rows are collated
+the stream is continuous across epochs (nothing is left out at an epoch's end). Everything per source is keyed by
+its name, never by its place in ``--data``: the sources are taken in name order (``trainer.data.sources.by_name``),
+so the order, the state and the batches are the same for any order of ``--data``. Batches carry ``source`` [B] (the
+source's index in name order, ``MixtureStream.names``) next to ``sample_id`` [B] (the row's sample id in its own
+artifact). A micro-batch holds the rows of its ``B`` positions grouped by source (in name order), each source's rows
+in stream order: the order within a micro-batch does not matter to training, and each source's rows are collated
 straight from its own masked chunk.
 
 State dict (plain dict)::
 
-    {"format": "spanprep-mixture-state", "version": 1, "split": "train",
+    {"format": "spanprep-mixture-state", "version": 2, "split": "train",
      "consumed_samples": 4096,            # positions delivered since the segment began (below)
      "epoch": 2,                          # the mixture epoch of the next position
      "total_consumed_samples": 123904,    # since the start of the run
@@ -32,6 +34,9 @@ Resuming with other weights or another ``--samples-per-epoch`` (the same sources
 samples drawn so far, so within each source nothing is repeated or skipped), the new proportions apply from there,
 and the epoch under way counts as ended (the segment starts at the next epoch number). Another set of sources,
 another content of a source, seed, shuffle window, segments or (strict) masking is refused naming the difference.
+
+Version 1 states (written while the order followed ``--data`` and its windows grew with the ratio of the weights)
+resume as a new segment too: their per-source counts are by name, so nothing is repeated or skipped.
 """
 
 from __future__ import annotations
@@ -50,12 +55,13 @@ from trainer.data.config import DataConfig
 from trainer.data.loader import StreamLoader, check_tokenizer
 from trainer.data.mixture_order import MixtureOrder
 from trainer.data.segments import add_pair_fields
-from trainer.data.sources import Source, check_sources, source_stream
+from trainer.data.sources import Source, by_name, check_sources, source_stream
 from trainer.data.stream import MAX_CHUNK_ROWS, ArtifactStream, this_workers_chunks
 from trainer.masking import Collator, Masked, MaskingConfig
 
 STATE_FORMAT = "spanprep-mixture-state"
-STATE_VERSION = 1
+STATE_VERSION = 2
+OLD_STATE_VERSIONS = (1,)  # resumed as a new segment (module docstring)
 
 
 def collate_grouped(collator: Collator, parts: list[Masked], part: np.ndarray, row: np.ndarray, src: np.ndarray,
@@ -108,7 +114,8 @@ class MixtureStream(IterableDataset):
         world_size: int = 1,
     ):
         super().__init__()
-        self.sources, self.streams = list(sources), list(streams)
+        sources, streams = by_name(list(sources), list(streams))  # name order, never --data order
+        self.sources, self.streams = sources, streams
         self.names = [s.name for s in sources]
         self.data_cfg, self.mask_cfg = data_cfg, mask_cfg
         self.rank, self.world_size, self.split = rank, world_size, "train"
@@ -203,8 +210,9 @@ class MixtureStream(IterableDataset):
                 f"the saved data position is not a mixture's (format {state.get('format') if isinstance(state, Mapping) else None!r}): "
                 f"a run trained on one artifact resumes with that one --data PATH"
             )
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"mixture state version {state.get('version')} is not supported (this code writes 1)")
+        version = state.get("version")
+        if version != STATE_VERSION and version not in OLD_STATE_VERSIONS:
+            raise ValueError(f"mixture state version {version} is not supported (this code writes {STATE_VERSION})")
         mine = self.state_dict()
         saved_names, names = sorted(state["sources"]), sorted(self.names)
         if saved_names != names:
@@ -230,7 +238,8 @@ class MixtureStream(IterableDataset):
         if consumed < 0:
             raise ValueError(f"mixture state has consumed_samples {consumed}")
         seg = state["segment"]
-        if state["samples_per_epoch"] == self.order.M and state["per_epoch"] == self.order.per_epoch:
+        same_order = version == STATE_VERSION
+        if same_order and state["samples_per_epoch"] == self.order.M and state["per_epoch"] == self.order.per_epoch:
             self._epoch0, self._consumed = int(seg["epoch"]), consumed
             self._base = np.asarray([int(seg["base"][n]) for n in self.names], dtype=np.int64)
             self.weights_changed_on_resume = []
@@ -240,9 +249,15 @@ class MixtureStream(IterableDataset):
             self._base = np.asarray([int(state["sources"][n]["samples"]) for n in self.names], dtype=np.int64)
             self._consumed = 0
             per_epoch = ", ".join(f"{n} {state['per_epoch'].get(n)} -> {self.order.per_epoch[n]}" for n in self.names)
+            what = (
+                f"mixture weights: samples per epoch {old_m} -> {self.order.M} ({per_epoch})"
+                if same_order
+                else f"mixture order: the checkpoint's loader state is version {version}, this code's order is "
+                f"version {STATE_VERSION} (sources in name order)"
+            )
             self.weights_changed_on_resume = [
-                f"mixture weights: samples per epoch {old_m} -> {self.order.M} ({per_epoch}); every source continues "
-                f"its own stream where it stopped, and epoch {self._epoch0} starts with the new proportions"
+                f"{what}; every source continues its own stream where it stopped, and epoch {self._epoch0} starts "
+                + ("with the new proportions" if same_order else "in the new order")
             ]
         self._total_consumed = int(state.get("total_consumed_samples", 0))
         self._generation += 1
@@ -311,9 +326,10 @@ def build_mixture_loaders(
     length_from: str = "DataConfig.max_seq_len",
 ) -> tuple[StreamLoader, MixtureStream, dict[str, StreamLoader]]:
     """(loader, dataset) of this rank's training stream over the mixture, and (``with_eval``) each source's
-    evaluation loader over its held-out shards, by name. The sources are checked against each other first
+    evaluation loader over its held-out shards, by name. The sources are taken in name order and checked against each other first
     (``trainer.data.sources.check_sources``; ``length_from`` says where ``data_cfg.max_seq_len`` came from)."""
     artifacts = artifacts if artifacts is not None else [open_artifact(s.uri) for s in sources]
+    sources, artifacts = by_name(sources, artifacts)  # name order, never --data order
     check_sources(sources, artifacts, data_cfg.max_seq_len, mask_cfg, length_from)
     if expected_vocab_size is not None or expected_special_token_ids:
         check_tokenizer(

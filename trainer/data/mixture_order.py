@@ -11,13 +11,19 @@ Definitions (what ``--data NAME=PATH:WEIGHT`` means; docs/TRAINING.md repeats th
   first is read once per epoch (all of it, or all but a sample or two of rounding) and the others are read partly (they continue where they stopped in the
   next epoch). Weights equal to the natural sizes give ``M = sum N_s`` and every sample of every source exactly
   once per epoch.
+* **Sources are taken in the order of their names** (``sorted(names)``), never in ``--data`` order: the counts,
+  the interleaving and the source indices below are functions of the names, so any order of ``--data`` gives the
+  same stream from the start and resumes any checkpoint of it.
 * **Counts per epoch are exact**: source ``s`` gets ``n_s = floor(M P_s / W) - floor(M P_{s-1} / W)`` samples of an
-  epoch (``P_s`` the cumulative weights, exact rational arithmetic), so ``sum n_s = M``.
-* **Interleaving**: an epoch is cut into windows of ``K`` positions (``K = max(4096, ceil(M / min n_s))``, so each
-  source has at least one sample per window on average); source ``s`` has ``floor(x Q_s / M) - floor(x Q_{s-1} / M)``
-  of the first ``x`` positions at every window boundary ``x`` (``Q_s = n_1 + ... + n_s``): the proportions hold
-  within one sample per source at every window boundary. Inside a window the window's source labels are shuffled
-  (``Philox(key=(mix_seed << 32 | epoch, w))``).
+  epoch (``P_s`` the cumulative weights in name order, exact rational arithmetic), so ``sum n_s = M``. A source
+  whose share of an epoch is below one sample (``M w_s < W``) is refused, whatever its place; every other source
+  gets ``n_s >= floor(M w_s / W) >= 1``.
+* **Interleaving**: an epoch is cut into windows of ``K = 4096`` positions; source ``s`` has
+  ``floor(x Q_s / M) - floor(x Q_{s-1} / M)`` of the first ``x`` positions at every window boundary ``x``
+  (``Q_s = n_1 + ... + n_s``): the proportions hold within one sample per source at every window boundary. Inside
+  a window the window's source labels are shuffled (``Philox(key=(mix_seed << 32 | epoch, w))``). A window is built
+  when it is read (a few are kept), so the order's memory is ``O(K + number of sources)`` whatever the weights and
+  ``M`` (a 1:20,000,000 mixture needs no more than 1:1).
 * **Each source is an endless stream of its own passes**: the ``k``-th sample the mixture draws from ``s`` (counted
   from the start of training) is position ``k mod N_s`` of pass ``k // N_s`` of ``s``; pass ``p`` of ``s`` is the
   single-artifact epoch order (``trainer.data.order``) with epoch ``p`` and seed ``source_seed(seed, name)``, and
@@ -36,7 +42,7 @@ from fractions import Fraction
 
 import numpy as np
 
-MIX_WINDOW = 4096  # positions whose source labels are shuffled together (at least)
+MIX_WINDOW = 4096  # positions whose source labels are shuffled together
 
 
 def source_seed(seed: int, name: str) -> int:
@@ -58,6 +64,8 @@ class MixtureOrder:
     ):
         if len(names) != len(sizes) or not names:
             raise ValueError("a mixture needs one size per source and at least one source")
+        if list(names) != sorted(names):
+            raise ValueError(f"a mixture's sources are taken in name order: give them sorted, not {list(names)}")
         if any(int(n) <= 0 for n in sizes):
             raise ValueError(f"every source of a mixture needs training rows; sizes {dict(zip(names, sizes))}")
         self.names, self.sizes = list(names), [int(n) for n in sizes]
@@ -69,17 +77,18 @@ class MixtureOrder:
         if samples_per_epoch is None:
             samples_per_epoch = int(min(Fraction(n) * total / x for n, x in zip(self.sizes, w)))
         self.M = int(samples_per_epoch)
+        # a share below one sample is refused by the weight alone (not by rounding, which depends on the neighbours)
+        tiny = [nm for nm, x in zip(names, w) if self.M * x < total]
+        if tiny:
+            raise ValueError(
+                f"source(s) {', '.join(tiny)} get less than one of the {self.M} samples of a mixture epoch: raise "
+                f"their weight or --samples-per-epoch"
+            )
         cum = [sum(w[:i], Fraction(0)) for i in range(len(w) + 1)]
         bounds = [int(self.M * c / total) for c in cum]  # floor of an exact rational (non-negative)
-        self.n = [bounds[i + 1] - bounds[i] for i in range(len(w))]
-        zero = [nm for nm, k in zip(names, self.n) if k == 0]
-        if zero:
-            raise ValueError(
-                f"source(s) {', '.join(zero)} get 0 of the {self.M} samples of a mixture epoch: raise their weight "
-                f"or --samples-per-epoch"
-            )
+        self.n = [bounds[i + 1] - bounds[i] for i in range(len(w))]  # each >= floor(M w / total) >= 1
         self.Q = [sum(self.n[:i]) for i in range(len(self.n) + 1)]  # cumulative counts, Q[-1] == M
-        self.K = max(MIX_WINDOW, -(-self.M // min(self.n)))
+        self.K = MIX_WINDOW  # not the weights': a window's labels are all the order ever holds (module docstring)
         self.mix_seed = source_seed(seed, "\0mixture")
         self._cache: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
 

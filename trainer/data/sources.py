@@ -7,8 +7,13 @@ mixture (``trainer.data.mixture``): NAME (letters, digits, ``_``, ``-``; it name
 ``:`` when it reads as a number, so ``s3://`` and ``gs://`` paths need no quoting. Weights are all given or all left
 out (then each source weighs its number of training rows).
 
-Every source must have the tokenizer of the first (same tokenizer.json sha256, vocabulary and special ids), rows
-that fit ``--max-seq-len``, and, for a scheme that masks candidate spans (entity, noun_phrase, ngram), those
+**The sources are kept in the order of their names, never in ``--data`` order** (:func:`by_name`): everything per
+source (the mixture's order and counts, its indices in batches, the loader state, the checkpoint's first source,
+whose ``max_seq_len`` is the default sequence length) follows the names, so any order of the same ``--data`` flags
+trains and resumes the same run.
+
+Every source must have the tokenizer of the first by name (same tokenizer.json sha256, vocabulary and special ids),
+rows that fit ``--max-seq-len``, and, for a scheme that masks candidate spans (entity, noun_phrase, ngram), those
 candidates (the manifest's ``candidates.kinds``); otherwise :func:`check_sources` raises a ``ValueError`` of one line
 naming both sources (the offending one and the first, or one that has the candidates).
 """
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 from schemas import format as fmt
 from schemas.artifact import Artifact
 from trainer.data.config import DataConfig
+from trainer.data.loader import missing_candidates
 from trainer.data.mixture_order import source_seed
 from trainer.data.stream import ArtifactStream
 from trainer.masking import MaskingConfig
@@ -39,6 +45,12 @@ class Source:
 
     def describe(self) -> str:
         return f"--data {self.name} ({self.uri})"
+
+
+def by_name(sources: list[Source], *alongside: list) -> tuple[list, ...]:
+    """``sources`` sorted by name, and each list of ``alongside`` (one item per source) in the same order."""
+    order = sorted(range(len(sources)), key=lambda k: sources[k].name)
+    return tuple([items[k] for k in order] for items in (sources, *alongside))
 
 
 def parse_source(spec: str) -> Source | None:
@@ -63,7 +75,8 @@ def parse_source(spec: str) -> Source | None:
 
 
 def parse_sources(specs: str | list[str] | tuple[str, ...]) -> list[Source] | None:
-    """The mixture's sources, or None when ``specs`` is one plain artifact path (the single-artifact loader)."""
+    """The mixture's sources in name order (:func:`by_name`), or None when ``specs`` is one plain artifact path (the
+    single-artifact loader)."""
     specs = [specs] if isinstance(specs, str) else list(specs)
     if not specs:
         raise ValueError("--data: give the artifact with --data ARTIFACT (or several with --data NAME=PATH[:WEIGHT])")
@@ -88,7 +101,7 @@ def parse_sources(specs: str | list[str] | tuple[str, ...]) -> list[Source] | No
             f"--data: give every source a weight (NAME=PATH:WEIGHT) or none (natural sizes); "
             f"{', '.join(missing)} {'has' if len(missing) == 1 else 'have'} none"
         )
-    return sources
+    return by_name(sources)[0]
 
 
 def _tokenizer(artifact: Artifact) -> tuple:
@@ -99,17 +112,13 @@ def _tokenizer(artifact: Artifact) -> tuple:
 def check_sources(
     sources: list[Source], artifacts: list[Artifact], max_seq_len: int, mask_cfg: MaskingConfig, length_from: str
 ) -> None:
-    """Refuse (ValueError, one line naming both sources) sources that cannot be mixed (module docstring).
-    ``length_from``: where ``max_seq_len`` comes from, for the message (the option, or the first source)."""
+    """Refuse (ValueError, one line naming both sources) sources that cannot be mixed (module docstring), checked in
+    name order (:func:`by_name`), so the source named does not depend on the order of ``--data``. ``length_from``:
+    where ``max_seq_len`` comes from, for the message (the option, or the first source by name)."""
+    sources, artifacts = by_name(sources, artifacts)
     first, art0 = sources[0], artifacts[0]
     sha0, vocab0, special0 = _tokenizer(art0)
     room = fmt.max_row_tokens(max_seq_len)
-    column = mask_cfg.candidate_column
-    kind = next((k for k, c in fmt.CANDIDATE_KINDS.items() if c == column), None)
-
-    def kinds(a: Artifact) -> list[str]:
-        return list((a.manifest.get("candidates") or {}).get("kinds") or [])
-
     for src, art in zip(sources, artifacts):
         sha, vocab, special = _tokenizer(art)
         if (sha, vocab, special) != (sha0, vocab0, special0):
@@ -125,8 +134,9 @@ def check_sources(
                 f"{art.manifest.get('max_seq_len')}), more than sequence length {max_seq_len} ({length_from}) leaves "
                 f"room for ({room}); raise --max-seq-len to at least {rows + fmt.SPECIAL_POSITIONS} or rebuild {src.name}"
             )
-        if kind is not None and kind not in kinds(art):
-            having = next((s for s, a in zip(sources, artifacts) if kind in kinds(a)), None)
+        kind = missing_candidates(art, mask_cfg)
+        if kind is not None:
+            having = next((s for s, a in zip(sources, artifacts) if missing_candidates(a, mask_cfg) is None), None)
             raise ValueError(
                 f"--scheme {mask_cfg.scheme} masks {kind} candidates, but {src.describe()} was built without them "
                 f"(pipeline --mask-candidates {kind})"

@@ -6,6 +6,8 @@ of the artifact, different for any other artifact), the options of the run that 
 position. On resume:
 
 * another artifact (another fingerprint) is refused, naming both;
+* a mixture's checkpoint resumed with one ``--data PATH`` is refused naming its sources and the ``--data NAME=PATH``
+  flags that resume it;
 * a data-stream change the loader cannot continue (held-out shards, seed, shuffle window, masking scheme or mask
   seed) is refused with the loader's own reason;
 * a ZeRO stage DeepSpeed cannot load the checkpoint into (anything but 1 <-> 2) is refused;
@@ -22,6 +24,7 @@ from typing import Any
 
 from trainer.config import ConfigError
 from trainer.data.mixture import STATE_FORMAT as MIXTURE_STATE
+from trainer.data.mixture import MixtureStream
 
 # Differ on every resume by design: not worth a line.
 NOT_OPTIONS = {"run.resume"}
@@ -52,11 +55,35 @@ def check_same_artifact(meta: Mapping[str, Any], artifact, where: str) -> None:
     )
 
 
+def _mixture_flags(meta: Mapping[str, Any], state: Mapping[str, Any]) -> str:
+    """What a mixture's checkpoint was trained on and the ``--data`` flags that resume it (one line)."""
+    saved = state.get("sources")
+    sources: Mapping[str, Any] = saved if isinstance(saved, Mapping) else {}
+    names = sorted(sources)
+    run = (meta.get("options") or {}).get("run") or {}
+    given = run.get("data") if isinstance(run, Mapping) else None
+    if isinstance(given, list) and all(isinstance(d, str) for d in given) and len(given) == len(names):
+        flags = [f"--data {d}" for d in given]  # as the run gave them, weights included
+    else:
+        uris = {n: s.get("uri", "PATH") if isinstance(s, Mapping) else "PATH" for n, s in sources.items()}
+        flags = [f"--data {n}={uris[n]}[:WEIGHT]" for n in names]
+    return (
+        f"it was trained on a mixture of {len(names)} sources ({', '.join(names)}); resume it with the same sources, "
+        f"one --data NAME=PATH[:WEIGHT] each: {' '.join(flags)}"
+    )
+
+
 def check_data_stream(meta: Mapping[str, Any], train_loader, where: str) -> None:
     """Refuse (ConfigError, one line) when the loader cannot continue the checkpoint's sample stream."""
     state = meta.get("data_state")
     if state is None:
         return
+    if (
+        isinstance(state, Mapping)
+        and state.get("format") == MIXTURE_STATE
+        and not isinstance(train_loader.dataset, MixtureStream)
+    ):
+        raise ConfigError(f"cannot resume {where} with one --data PATH: {_mixture_flags(meta, state)}")
     try:
         train_loader.load_state_dict(state)  # the same state Trainer.resume loads again from DeepSpeed's files
     except ValueError as e:

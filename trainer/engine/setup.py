@@ -131,8 +131,11 @@ def _mixture_record(dataset: Any) -> dict:
 
 def run_options(run, optim, data, masking, ds: dict, world_size: int) -> dict:
     """The options a checkpoint records, to list what a resume changes (``trainer.engine.resume_check``)."""
+    recorded = to_jsonable(run)
+    if isinstance(recorded.get("data"), list):  # a mixture's --data flags in name order: their order is no change
+        recorded["data"] = sorted(recorded["data"], key=lambda spec: str(spec).partition("=")[0])
     return {
-        "run": to_jsonable(run),
+        "run": recorded,
         "optim": to_jsonable(optim),
         "data": to_jsonable(data),
         "masking": to_jsonable(masking),
@@ -236,7 +239,8 @@ def prepare(args) -> TrainSetup:
 
     sources = parse_sources(run.data)  # None: one artifact (--data PATH)
     artifacts = [Artifact.open(src.uri) for src in sources] if sources else [Artifact.open(str(run.data))]
-    artifact = artifacts[0]  # a mixture's tokenizer, sequence length and checkpoint identity: its first source's
+    # a mixture's tokenizer, sequence length and checkpoint identity: its first source's by name (parse_sources)
+    artifact = artifacts[0]
     # Sequence length: the artifact's (its rows hold at most max_row_tokens(max_seq_len) tokens) unless --max-seq-len says otherwise.
     max_seq_len = getattr(args, "data.max_seq_len", None) or int(artifact.manifest.get("max_seq_len", 512))
     if init is not None:
