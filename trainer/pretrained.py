@@ -3,9 +3,9 @@
 PATH is
 
 - a Hugging Face BERT directory: ``config.json`` + ``model.safetensors`` or ``pytorch_model.bin`` (names mapped by
-  ``trainer.hf_bert``, the one table of them), its tokenizer from ``tokenizer.json`` or ``vocab.txt``, with
-  lower-casing, accent stripping and CJK splitting from ``tokenizer_config.json`` when it says (as transformers'
-  ``BertTokenizer`` does: those keys override the ``tokenizer.json`` normalizer);
+  ``trainer.hf_bert``, the one table of them), its tokenizer read as ``transformers.AutoTokenizer`` reads the
+  directory (``pipeline.tokenize.hf_directory``, the one reader: ``tokenizer.json`` or ``vocab.txt``, the class and
+  casing ``tokenizer_config.json`` gives, added tokens), or refused in one line;
 - a spanprep pre-training run: ``RUN_DIR``, ``RUN_DIR/checkpoints`` or one ``RUN_DIR/checkpoints/global_stepN``
   (weights consolidated from any ZeRO stage by ``trainer.export``, tokenizer and model configuration from the
   checkpoint's ``tokenizer.json`` and ``spanprep_trainer.json``).
@@ -62,8 +62,7 @@ class CheckpointTokenizer:
     source: str  # the file(s) it was read from, for messages
     tokens: list[str]
     normalization: dict  # lowercase, strip_accents, tokenize_chinese_chars (or the normalizer's JSON)
-    text: str | None = None  # its tokenizers JSON; None: a WordPiece tokenizer of vocab_path, built when needed
-    vocab_path: str | None = None
+    text: str  # its tokenizers JSON
     named_roles: dict[str, str] = field(default_factory=dict)  # role -> token, as the checkpoint's files name them
 
     def roles(self) -> dict[str, str]:
@@ -81,16 +80,7 @@ class CheckpointTokenizer:
             raise PretrainedError(f"{self.source}: {e}") from None
 
     def json(self) -> str:
-        """The ``tokenizers`` JSON (from ``vocab.txt``: the pipeline's WordPiece tokenizer with this normalization)."""
-        if self.text is None:
-            from pipeline.tokenize.tokenizer import TokenizerError, from_vocab  # imports Beam: only when needed
-
-            assert self.vocab_path is not None  # a tokenizer without JSON comes from a vocab.txt
-            try:
-                tok = from_vocab(self.vocab_path, lowercase=bool(self.normalization["lowercase"]))
-            except TokenizerError as e:
-                raise PretrainedError(str(e)) from None
-            self.text = _with_normalization(tok.to_str(), self.normalization)
+        """The ``tokenizers`` JSON."""
         return self.text
 
 
@@ -222,12 +212,16 @@ def tokenizer_from_json(text: str, source: str) -> CheckpointTokenizer:
     ``schemas.tokenizer_json``; a hub tokenizer.json often sets them, and fine-tuning would cut every text)."""
     from tokenizers import Tokenizer
 
+    from pipeline.tokenize.rust_calls import guarded  # imports neither Beam nor torch
+
     text = without_truncation_and_padding(text)
-    try:
-        tok = Tokenizer.from_str(text)
-        normalizer = json.loads(text).get("normalizer")
-    except Exception as e:  # tokenizers raises a bare Exception subclass from Rust
-        raise PretrainedError(f"{source}: not a Hugging Face tokenizers JSON file ({str(e).splitlines()[0]})") from None
+
+    def refused(message: str) -> PretrainedError:
+        return PretrainedError(f"{source}: not a Hugging Face tokenizers JSON file ({message})")
+
+    # tokenizers raises a bare Exception from Rust, or panics (a BaseException): one line either way
+    tok = guarded(lambda: Tokenizer.from_str(text), refused)
+    normalizer = json.loads(text).get("normalizer")
     # By id, not from get_vocab(): a Unigram's piece list may hold a piece twice (its trainer's <unk>), so the
     # token -> id map has fewer entries than the ids.
     size = tok.get_vocab_size(with_added_tokens=True)
@@ -240,20 +234,6 @@ def tokenizer_from_json(text: str, source: str) -> CheckpointTokenizer:
     return CheckpointTokenizer(source, [str(t) for t in tokens], _normalization(normalizer), text=text)
 
 
-def _with_normalization(text: str, normalization: dict) -> str:
-    """A tokenizers JSON whose BertNormalizer does what ``normalization`` says (tokenizer_config.json's keys)."""
-    config = json.loads(text)
-    norm = config.get("normalizer")
-    if not norm or norm.get("type") != "BertNormalizer" or "lowercase" not in normalization:
-        return text
-    norm.update(
-        lowercase=normalization["lowercase"],
-        strip_accents=normalization["strip_accents"],
-        handle_chinese_chars=normalization["tokenize_chinese_chars"],
-    )
-    return json.dumps(config, ensure_ascii=False)
-
-
 def _json_object(path: str) -> dict:
     try:
         return read_json_object(path)
@@ -261,61 +241,38 @@ def _json_object(path: str) -> dict:
         raise PretrainedError(str(e)) from None
 
 
-def hf_named_roles(path: str, tokenizer_config: dict) -> dict[str, str]:
-    """Role -> token as a Hugging Face directory names them: ``special_tokens_map.json``'s ``cls_token`` ...
-    ``mask_token``, then tokenizer_config.json's own (which win, as in transformers:
-    ``pipeline.tokenize.families.named_roles``, the files read here without Beam). Roles neither names are left out."""
-    map_path = os.path.join(path, "special_tokens_map.json")
-    sources = [_json_object(map_path)] if os.path.isfile(map_path) else []
-    from pipeline.tokenize.families import named_roles
-
-    return named_roles([*sources, tokenizer_config])
-
-
 def hf_tokenizer(path: str) -> CheckpointTokenizer:
-    """The tokenizer of a Hugging Face directory: ``tokenizer.json``, or a WordPiece tokenizer from ``vocab.txt``;
-    ``tokenizer_config.json``'s do_lower_case, strip_accents and tokenize_chinese_chars override the normalizer."""
+    """The tokenizer of a Hugging Face directory, read as ``transformers.AutoTokenizer`` reads it, by the one reader
+    of such directories (``pipeline.tokenize.hf_directory.from_directory``: the class the files name, added tokens,
+    ``vocab.txt`` lines, the config's casing; what it cannot read as transformers does it refuses in one line), with
+    truncation and padding off. One refusal of its own: a ``vocab.txt`` with no ``tokenizer.json`` and neither
+    ``do_lower_case`` nor ``tokenizer_class`` in ``tokenizer_config.json`` (transformers lower-cases it after
+    config.json's model type, which is wrong for a cased model such as SpanBERT's released one: the user says)."""
     tc_path = os.path.join(path, "tokenizer_config.json")
     tc = _json_object(tc_path) if os.path.isfile(tc_path) else {}
-    overrides = {k: tc[k] for k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars") if k in tc}
-    named = hf_named_roles(path, tc)
-    tok_path, vocab_path = os.path.join(path, "tokenizer.json"), os.path.join(path, "vocab.txt")
-    if os.path.isfile(tok_path):
-        with open(tok_path, encoding="utf-8") as f:
-            tok = tokenizer_from_json(f.read(), tok_path)
-        tok.named_roles = named
-        if not overrides or "lowercase" not in tok.normalization:
-            return tok
-        settings = {
-            "do_lower_case": tok.normalization["lowercase"],
-            "tokenize_chinese_chars": tok.normalization["tokenize_chinese_chars"],
-            **overrides,
-        }
-        source = f"{tok_path} with {os.path.basename(tc_path)}"
-    elif os.path.isfile(vocab_path):
-        if "do_lower_case" not in tc:
-            raise PretrainedError(
-                f"{path}: vocab.txt without a tokenizer.json or a tokenizer_config.json saying do_lower_case: cannot "
-                f"tell whether the model lower-cases (transformers would assume it does); write {tc_path} with "
-                f'{{"do_lower_case": false}} for a cased model, true for an uncased one'
-            )
-        with open(vocab_path, encoding="utf-8") as f:  # as transformers reads it: one token a line
-            tokens = [line.rstrip("\n") for line in f]
-        tok = CheckpointTokenizer(vocab_path, tokens, {}, vocab_path=vocab_path, named_roles=named)
-        settings, source = overrides, f"{vocab_path} with {os.path.basename(tc_path)}"
-    else:
-        raise PretrainedError(f"{path}: neither tokenizer.json nor vocab.txt; cannot tokenize like the model")
-    lower = bool(settings["do_lower_case"])
-    accents = settings.get("strip_accents")
-    tok.normalization = {
-        "lowercase": lower,
-        "strip_accents": lower if accents is None else bool(accents),  # None: strip when lower-casing (BERT)
-        "tokenize_chinese_chars": bool(settings.get("tokenize_chinese_chars", True)),
-    }
-    tok.source = source
-    if tok.text is not None:
-        tok.text = _with_normalization(tok.text, tok.normalization)
-    return tok
+    has_json = os.path.isfile(os.path.join(path, "tokenizer.json"))
+    if (
+        not has_json
+        and os.path.isfile(os.path.join(path, "vocab.txt"))
+        and not {"do_lower_case", "tokenizer_class"} & set(tc)
+    ):
+        raise PretrainedError(
+            f"{path}: vocab.txt without a tokenizer.json or a tokenizer_config.json saying do_lower_case: cannot "
+            f"tell whether the model lower-cases (transformers would assume it does); write {tc_path} with "
+            f'{{"do_lower_case": false}} for a cased model, true for an uncased one'
+        )
+    import pipeline.jobs  # noqa: F401  (first: hides the warning Beam logs while it is imported)
+    from pipeline.tokenize.families import TokenizerError  # imports Beam: only when a directory is read
+    from pipeline.tokenize.hf_directory import from_directory
+
+    try:
+        tok, source, roles = from_directory(path)
+    except TokenizerError as e:
+        raise PretrainedError(str(e)) from None
+    where = os.path.join(path, source) + (f" with {os.path.basename(tc_path)}" if tc else "")
+    result = tokenizer_from_json(tok.to_str(), where)
+    result.named_roles = dict(roles or {})
+    return result
 
 
 def vocabulary_difference(ours: CheckpointTokenizer, theirs: CheckpointTokenizer) -> str | None:

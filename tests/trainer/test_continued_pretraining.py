@@ -344,7 +344,8 @@ def test_another_architecture_is_refused(cased, tmp_path, capsys, model_type):
 
 def test_fewer_positions_than_the_rows_are_refused(cased, tmp_path, capsys):
     short = save_bert(tmp_path / "short", len(cased["vocab"].read_text().splitlines()), max_position_embeddings=64)
-    shutil.copy(cased["safetensors"] / "tokenizer.json", short / "tokenizer.json")
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # without its config, BERT's class lower-cases
+        shutil.copy(cased["safetensors"] / name, short / name)
     line = refusal(argv(cased["artifact"], short, tmp_path / "run"), capsys)
     assert f"64 position embeddings (max_position_embeddings) are fewer than the sequence length {MAX_SEQ_LEN}" in line
 
@@ -352,7 +353,8 @@ def test_fewer_positions_than_the_rows_are_refused(cased, tmp_path, capsys):
 def test_a_vocabulary_that_is_not_the_embedding_matrix_is_refused(cased, tmp_path, capsys):
     vocab = len(cased["vocab"].read_text().splitlines())
     padded = save_bert(tmp_path / "padded", vocab + 8)  # embedding rows padded beyond the tokenizer
-    shutil.copy(cased["safetensors"] / "tokenizer.json", padded / "tokenizer.json")
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # without its config, BERT's class lower-cases
+        shutil.copy(cased["safetensors"] / name, padded / name)
     line = refusal(argv(cased["artifact"], padded, tmp_path / "run"), capsys)
     assert f"its embedding matrix has {vocab + 8} rows (vocab_size) but the artifact's tokenizer {vocab} tokens" in line
 
