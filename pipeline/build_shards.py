@@ -42,6 +42,7 @@ from pipeline.tokenize.tokenized_documents import TokenizeDocuments
 from pipeline.write.dead_letters import WriteDeadLetters
 from pipeline.write.manifest import WriteManifest, library_versions
 from pipeline.write.shards import ShardSpec, WriteShards
+from schemas import commands
 from schemas import format as fmt
 from schemas.artifact import Artifact
 from schemas.ngram_dictionary import NgramDictionary
@@ -53,7 +54,7 @@ MIN_SPLIT_BYTES = 4096  # a smaller --split-bytes is almost surely a unit mistak
 
 def _job_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline.build_shards",
+        prog=commands.module("pipeline.build_shards"),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Any Apache Beam pipeline option is accepted too (--runner, --direct_running_mode, --direct_num_workers, "
@@ -124,7 +125,8 @@ def _candidate_kinds(o) -> tuple[str, ...]:
         )
     if "ngrams" in kinds and not o.ngram_dictionary:
         raise UsageError(
-            "--mask-candidates ngrams needs --ngram-dictionary DIR (built by python -m pipeline.build_ngram_dictionary)"
+            "--mask-candidates ngrams needs --ngram-dictionary DIR "
+            f"(built by {commands.module('pipeline.build_ngram_dictionary')})"
         )
     if o.ngram_dictionary and "ngrams" not in kinds:
         raise UsageError("--ngram-dictionary is only used with --mask-candidates ngrams")
@@ -380,7 +382,7 @@ def _summary(manifest: dict, output: str) -> str:
         ),
         f"  shards: {len(manifest['shards'])} in {output}/{fmt.SHARDS_DIR}/ ({sum(s['bytes'] for s in manifest['shards']):,} bytes)",
         f"  tokenizer: {manifest['tokenizer']['source']}, vocabulary {manifest['tokenizer']['vocab_size']:,}",
-        f"  check it: python -m pipeline.verify {output}",
+        f"  check it: {commands.module('pipeline.verify')} {output}",
     ]
     return "\n".join(lines)
 

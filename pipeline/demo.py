@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from pipeline import build_shards, verify
+from schemas import commands
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "pipeline" / "data" / "demo_corpus.jsonl"
@@ -111,7 +112,7 @@ def print_losses(run_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=commands.module("pipeline.demo"), description=__doc__.split("\n\n")[0])
     ap.add_argument("--workdir", default="demo", help="where the artifact and the run go (default: ./demo)")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--no-train", action="store_true", help="only build and verify the artifact")
@@ -125,10 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = train(artifact, workdir, args.steps)
     _banner("losses")
     print_losses(run_dir)
-    print(f"\nartifact:    {artifact}\n             (python -m pipeline.verify {artifact}; schemas/FORMAT.md)")
+    print(
+        f"\nartifact:    {artifact}\n             ({commands.module('pipeline.verify')} {artifact}; schemas/FORMAT.md)"
+    )
     print(f"report:      {artifact}/report/index.html and the dataset card {artifact}/README.md")
     print(f"training run: {run_dir}\n             (checkpoints, monitor CSV/TensorBoard, resolved config)")
-    print(f"export:      python -m trainer.export {run_dir}/checkpoints --out {workdir}/hf_model")
+    print(f"export:      {commands.module('trainer.export')} {run_dir}/checkpoints --out {workdir}/hf_model")
     return 0
 
 

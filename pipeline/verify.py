@@ -26,6 +26,7 @@ from tokenizers import Tokenizer
 from pipeline.tokenize.families import word_continuing_ids
 from pipeline.verify_rows import check_shard_rows
 from pipeline.verify_tree import Listing, list_artifact, shown
+from schemas import commands
 from schemas import format as fmt
 from schemas import invariants as inv
 from schemas import manifest as mf
@@ -284,7 +285,7 @@ def verify(uri: str, quick: bool = False) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.verify", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=commands.module("pipeline.verify"), description=__doc__.split("\n\n")[0])
     parser.add_argument("artifact", help="artifact directory or URI")
     parser.add_argument("--quick", action="store_true", help="checksums, sizes and counts only")
     args = parser.parse_args(argv)

@@ -37,6 +37,7 @@ import tempfile
 import pyarrow as pa
 import torch
 
+from schemas import commands
 from schemas.format import split_uri
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ConfigError, ModelConfig
 from trainer.engine.checkpoint_files import UntrustedCheckpointError, load_tensors
@@ -196,7 +197,7 @@ def export(checkpoint_dir: str, out: str, tag: str | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.export", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=commands.module("trainer.export"), description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "checkpoint_dir", help="DeepSpeed checkpoint directory (holds 'latest'), e.g. RUN_DIR/checkpoints"
     )
