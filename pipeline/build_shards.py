@@ -33,7 +33,7 @@ from pipeline.build_shards_options import BuildShardsOptions
 from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
 from pipeline.elements import Document
-from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, UsageError, redact_argv
+from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, JobFailed, UsageError, redact_argv
 from pipeline.read.documents import ReadDocuments
 from pipeline.read.records import ReaderOptions, read_file
 from pipeline.segmenter import Segmenter
@@ -306,6 +306,19 @@ def build_pipeline(
     } | "WriteManifest" >> WriteManifest(o.output, spec, static)
 
 
+def _nothing_written(manifest: dict, output: str) -> str:
+    """The one line of a build that wrote no document: why each was dead-lettered, by reason and count."""
+    c = manifest["counts"]
+    if not c["documents_read"]:
+        return f"no document written: the input holds no documents; {output} holds no rows"
+    reasons = ", ".join(f"{k}: {v:,}" for k, v in sorted(c["dead_lettered_by_reason"].items(), key=lambda kv: -kv[1]))
+    return (
+        f"no document written: all {c['documents_read']:,} documents were dead-lettered ({reasons}; "
+        f"{output}/{fmt.DEAD_LETTER_DIR}/ holds them with their positions); the artifact holds no rows and "
+        "pipeline.verify refuses it"
+    )
+
+
 def _warn_empty_shards(manifest: dict) -> None:
     """Most shards empty: --num-shards is far above the number of documents (each shard costs a file and a bundle)."""
     shards = manifest["shards"]
@@ -358,6 +371,8 @@ def run(argv: list[str] | None = None) -> dict:
         jobs.run_pipeline(options, build, total_bytes)  # WriteManifest checks the lock
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
+    if manifest["counts"]["documents_written"] == 0:
+        raise JobFailed(_nothing_written(manifest, o.output))
     _warn_empty_shards(manifest)
     if o.report:
         report.write_report(o.output)

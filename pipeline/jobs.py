@@ -91,13 +91,17 @@ class UsageError(Exception):
     """A problem with the user's options or inputs; reported as one line without a traceback (exit 2)."""
 
 
+class JobFailed(Exception):
+    """The job ran but its work failed (every document dead-lettered); reported as one line (exit 1)."""
+
+
 def exit_code(job: str, run: Callable[[], object]) -> int:
     """Call ``run()`` (without pandas, see above); 0 when it returns, 2 after one ``<job>: error:`` line for a user
-    error, 1 for a bad artifact."""
+    error, 1 for a bad artifact or a job whose work failed."""
     try:
         with without_pandas():
             run()
-    except (UsageError, fmt.FormatError) as e:
+    except (UsageError, JobFailed, fmt.FormatError) as e:
         print(f"{job}: error: {e}", file=sys.stderr)
         return 2 if isinstance(e, UsageError) else 1
     return 0

@@ -177,6 +177,12 @@ def _check_dead_letters(art: Artifact, listing: Listing, report: Report) -> None
 
 def _check_counts(m: dict[str, Any], report: Report) -> None:
     c = m["counts"]
+    if c["documents_written"] == 0:  # an artifact without rows is a failed build, not a dataset
+        reasons = ", ".join(f"{k}: {v:,}" for k, v in sorted(c["dead_lettered_by_reason"].items()))
+        report.fail(
+            f"counts: no document written ({c['documents_read']:,} read, {c['documents_dead_lettered']:,} "
+            f"dead-lettered{': ' + reasons if reasons else ''}): the artifact holds no rows"
+        )
     if c["documents_read"] != c["documents_written"] + c["documents_dead_lettered"]:
         report.fail(
             f"counts: documents_read {c['documents_read']:,} != documents_written {c['documents_written']:,} + documents_dead_lettered {c['documents_dead_lettered']:,}"
