@@ -60,9 +60,9 @@ def _launcher_command(artifact: Path, run_dir: Path, steps: int) -> tuple[list[s
     if torch.cuda.is_available():
         config, ranks = "trainer/configs/zero2.json", ["--num_gpus", str(torch.cuda.device_count())]
     else:
-        config, ranks = "trainer/configs/zero2_cpu.json", ["--num_gpus", "2"]
+        config, ranks = "trainer/configs/zero2_cpu.json", ["--num_gpus", "2"]  # two CPU ranks
         env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
+        env.setdefault("DS_ACCELERATOR", "cpu")  # the launcher's own processes too (trainer/engine/runtime.py)
     cmd = [
         str(deepspeed), *ranks, "--master_port", str(_free_port()), "trainer/pretrain.py",
         "--deepspeed_config", config, "--data", str(artifact), "--preset", "tiny", "--max-seq-len", "128",
@@ -85,10 +85,8 @@ def train(artifact: Path, workdir: Path, steps: int) -> Path:
         shutil.rmtree(run_dir)
     cmd, env = _launcher_command(artifact, run_dir, steps)
     _banner(f"3/3 pre-training the tiny preset for {steps} steps under the deepspeed launcher")
-    print(
-        "   " + " ".join(c if c != str(Path(sys.executable).parent / "deepspeed") else "deepspeed" for c in cmd),
-        flush=True,
-    )
+    set_here = [f"{k}={env[k]}" for k in ("OMP_NUM_THREADS", "DS_ACCELERATOR") if env.get(k) != os.environ.get(k)]
+    print("   " + " ".join([*set_here, commands.program(cmd[0]), *cmd[1:]]), flush=True)
     started = time.time()
     proc = subprocess.run(cmd, cwd=REPO, env=env)
     if proc.returncode:

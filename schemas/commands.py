@@ -14,13 +14,18 @@ import shlex
 import sys
 
 
-def python() -> str:
-    """This process's interpreter as a shell word, relative to the working directory when it lies inside it."""
-    executable = os.path.abspath(sys.executable or "python")
+def program(path: str) -> str:
+    """``path`` as a shell word, relative to the working directory when it lies inside it."""
+    path = os.path.abspath(path)
     cwd = os.getcwd()
-    if executable.startswith(cwd.rstrip(os.sep) + os.sep):
-        executable = os.path.relpath(executable, cwd)
-    return shlex.quote(executable)
+    if path.startswith(cwd.rstrip(os.sep) + os.sep):
+        path = os.path.relpath(path, cwd)
+    return shlex.quote(path)
+
+
+def python() -> str:
+    """This process's interpreter as a shell word (:func:`program`)."""
+    return program(sys.executable or "python")
 
 
 def module(name: str) -> str:
