@@ -7,14 +7,14 @@ directory or a Hugging Face export; the tokenizer is the one it carries. docs/FI
 
 Two CPU ranks (gloo), RTE with Span Fine-tuning, from a pre-training run:
 
-    OMP_NUM_THREADS=1 deepspeed --num_gpus 2 trainer/finetune.py --deepspeed_config trainer/configs/zero1_cpu.json \\
+    OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu .venv/bin/deepspeed --num_gpus 2 trainer/finetune.py --deepspeed_config trainer/configs/zero1_cpu.json \\
         --init runs/tiny --task rte --head span-ft --ngram-dictionary dictionaries/wikitext103 \\
         --data-dir ../shared/data/finetune --output-dir runs/rte-spanft
 
 One process without the launcher (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT are filled in), SpEx-BERT on RTE
 from a Hugging Face export:
 
-    python trainer/finetune.py --init hf_model --task rte --head spex --data-dir ../shared/data/finetune \\
+    .venv/bin/python trainer/finetune.py --init hf_model --task rte --head spex --data-dir ../shared/data/finetune \\
         --output-dir runs/rte-spex
 
 Extractive QA (SQuAD v1.1 JSON; v2.0 with ``--task squad2``), 512-token windows with stride 128; writes
