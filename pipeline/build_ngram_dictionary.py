@@ -149,6 +149,7 @@ def _print_help() -> None:
         epilog="Beam's pipeline options are accepted too, e.g. --direct_running_mode multi_processing "
         "--direct_num_workers 2, or --runner DataflowRunner ... (default runner: FnApiRunner, in-process). "
         "Rules and output format: dictionaries/README.md.",
+        formatter_class=jobs.HelpFormatter,
     )
     NgramDictionaryOptions._add_argparse_args(parser)  # pylint: disable=protected-access
     parser.print_help()

@@ -56,7 +56,7 @@ def _job_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=commands.module("pipeline.build_shards"),
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=jobs.HelpFormatter,
         epilog="Any Apache Beam pipeline option is accepted too (--runner, --direct_running_mode, --direct_num_workers, "
         "Dataflow's --project/--region/--temp_location, ...); see docs/RUNNING.md.",
     )

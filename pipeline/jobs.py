@@ -17,6 +17,7 @@ below), for the same reason of import order.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -89,6 +90,18 @@ SECRET_OPTION = re.compile(
 
 class UsageError(Exception):
     """A problem with the user's options or inputs; reported as one line without a traceback (exit 2)."""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The jobs' ``--help``: the description as written, and each option's default after its help, unless the help
+    names it already or there is none (None, False, an empty list)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if default in (None, False, [], argparse.SUPPRESS) or "default" in text.lower() or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 class JobFailed(Exception):
