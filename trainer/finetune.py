@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     default_single_process_env(args.local_rank)
-    exit_on_sigterm("finetune", say=env_rank()[1] == 0)
+    if env_rank()[0] == 0:  # rank 0 says it; the other ranks keep the default (a rank blocked in C stays killable)
+        exit_on_sigterm("finetune")
     try:
         cfg = dataclass_from_args(FinetuneConfig, args, deepspeed_config=args.deepspeed_config or "auto")
         optim_flags = given_fields(args, OptimConfig, dest_prefix="optim.")

@@ -116,12 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     engine.default_single_process_env(args.local_rank)
     rank, local_rank, _ = engine.env_rank()
     lock = None
-    # until training's own handler (save, then exit) takes over; the lock is released on the way out
-    exit_on_sigterm("pretrain", say=local_rank == 0)
     try:  # the lock is released on every way out that Python sees (errors and tracebacks included)
         try:
             if rank == 0 and args.output_dir:  # one rank owns the run directory's lock, before anything is written
                 lock = engine.acquire_run_lock(args.output_dir)
+                # until training's own handler (save, then exit) takes over: the lock is released on the way out
+                exit_on_sigterm("pretrain")
             setup = engine.prepare(args)
         except engine.SETUP_ERRORS as e:
             if local_rank == 0:  # every rank of a node fails the same way: say it once per node
