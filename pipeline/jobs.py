@@ -73,7 +73,7 @@ with without_pandas():
     from apache_beam.io.filesystem import BeamIOError
     from apache_beam.io.filesystems import FileSystems
 
-from pipeline import output, progress  # noqa: E402
+from pipeline import output, progress, sdk_worker  # noqa: E402
 from schemas import format as fmt  # noqa: E402
 
 DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner may try to download a runner binary
@@ -136,7 +136,7 @@ class _StderrHandler(logging.StreamHandler):
 def configure_logging(level: int | None = None) -> None:
     """INFO-level progress lines on stderr for the command-line jobs, Beam's own chatter at WARNING."""
     handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(sdk_worker.LOG_FORMAT))
     logging.basicConfig(level=logging.INFO if level is None else level, handlers=[handler], force=True)
     for noisy in ("apache_beam", "absl"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -263,15 +263,15 @@ def worker_logging(options) -> None:
         sdk.default_sdk_harness_log_level = level or "WARNING"
     overrides = {"pipeline": level or "INFO"}
     if level is None:  # "No semi_persistent_directory found", logged as a warning by every worker of a local run
-        overrides["__main__"] = (
-            "ERROR"  # the worker's module, run as python -m apache_beam.runners.worker.sdk_worker_main
-        )
+        overrides["__main__"] = "ERROR"  # Beam's worker module, when it runs as python -m (portable runners)
+        overrides["apache_beam.runners.worker.sdk_worker_main"] = "ERROR"  # the same, run by pipeline.sdk_worker
     sdk.sdk_harness_log_level_overrides = {**overrides, **(sdk.sdk_harness_log_level_overrides or {})}
 
 
 def _runner_for(options):
     """The runner of ``options``; for the FnApiRunner's worker processes (``multi_processing``), one that hands them
-    the options that set their logging (the FnApiRunner gives its worker processes no pipeline options)."""
+    the options that set their logging (the FnApiRunner gives its worker processes no pipeline options) and starts
+    them as ``pipeline.sdk_worker`` (the jobs' log format, without Beam's two start-up lines)."""
     from apache_beam.options.pipeline_options import DirectOptions, StandardOptions, WorkerOptions
 
     runner = options.view_as(StandardOptions).runner
@@ -290,7 +290,28 @@ def _runner_for(options):
     info = beam_provision_api_pb2.ProvisionInfo(
         retrieval_token="unused-retrieval-token", pipeline_options=job_utils.dict_to_struct(worker_options)
     )
-    return FnApiRunner(provision_info=ExtendedProvisionInfo(info))
+
+    class FnApiRunnerWithOurWorkers(FnApiRunner):
+        """Its worker processes run ``pipeline.sdk_worker`` (:func:`_worker_command`)."""
+
+        def run_via_runner_api(self, pipeline_proto, options):
+            return super().run_via_runner_api(_worker_command(pipeline_proto), options)
+
+    return FnApiRunnerWithOurWorkers(provision_info=ExtendedProvisionInfo(info))
+
+
+BEAM_WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"  # the FnApiRunner's
+
+
+def _worker_command(pipeline_proto):
+    """``pipeline_proto`` with its local worker processes started by ``pipeline.sdk_worker`` instead of Beam's
+    module (the same worker, with the jobs' log format and a quiet start-up)."""
+    from apache_beam.portability import python_urns
+
+    for env in pipeline_proto.components.environments.values():
+        if env.urn == python_urns.SUBPROCESS_SDK and env.payload == BEAM_WORKER_COMMAND.encode():
+            env.payload = f"{sys.executable} -m pipeline.sdk_worker".encode()
+    return pipeline_proto
 
 
 def run_pipeline(

@@ -61,3 +61,15 @@ def test_a_cpu_run_does_not_warn_that_it_found_no_accelerator(demo_artifact, tmp
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (tmp_path / "run" / "checkpoints").is_dir()
     assert DS_WARNING not in proc.stdout + proc.stderr
+
+
+def test_a_run_logged_to_a_file_has_no_carriage_returns(demo_artifact, tmp_path):
+    """tqdm's bar is for terminals: redrawn with carriage returns, it fills a log with one long line."""
+    cmd = [sys.executable, str(PRETRAIN), "--data", str(demo_artifact), "--preset", "tiny", "--max-steps", "3",
+           "--warmup-steps", "1", "--eval-every", "0", "--log-every", "1", "--num-workers", "0",
+           "--deepspeed_config", str(ds_config(tmp_path, 1)), "--output-dir", str(tmp_path / "run")]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, env=run_env(), capture_output=True, timeout=600)  # bytes: \r as written
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert b"\r" not in proc.stdout + proc.stderr
+    steps = [line for line in proc.stdout.splitlines() if line.startswith(b"step ")]
+    assert len(steps) == 3, proc.stdout[-3000:]  # the plain periodic lines instead
