@@ -8,7 +8,7 @@ directory or a Hugging Face export; the tokenizer is the one it carries. docs/FI
 Two CPU ranks (gloo), RTE with Span Fine-tuning, from a pre-training run:
 
     OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu .venv/bin/deepspeed --num_gpus 2 trainer/finetune.py --deepspeed_config trainer/configs/zero1_cpu.json \\
-        --init runs/tiny --task rte --head span-ft --ngram-dictionary dictionaries/wikitext103 \\
+        --init runs/tiny --task rte --head span-ft --ngram-dictionary dictionaries/wikitext2 \\
         --data-dir ../shared/data/finetune --output-dir runs/rte-spanft
 
 One process without the launcher (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT are filled in), SpEx-BERT on RTE
