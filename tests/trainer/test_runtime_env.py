@@ -73,3 +73,13 @@ def test_a_run_logged_to_a_file_has_no_carriage_returns(demo_artifact, tmp_path)
     assert b"\r" not in proc.stdout + proc.stderr
     steps = [line for line in proc.stdout.splitlines() if line.startswith(b"step ")]
     assert len(steps) == 3, proc.stdout[-3000:]  # the plain periodic lines instead
+
+
+@no_gpu
+def test_the_demos_launcher_is_told_the_cpu_path(tmp_path, monkeypatch):
+    """The deepspeed launcher imports DeepSpeed before any of our code: the demo gives its CPU launch the variable."""
+    from pipeline import demo
+
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    cmd, env = demo._launcher_command(tmp_path / "artifact", tmp_path / "run", 4)
+    assert env["DS_ACCELERATOR"] == "cpu" and cmd[cmd.index("--num_gpus") + 1] == "2"
