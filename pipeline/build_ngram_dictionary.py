@@ -49,6 +49,7 @@ from pipeline.ngrams.frequent_ngrams import FrequentNgrams
 from pipeline.ngrams.lines import ReadLines
 from pipeline.ngrams.rules import PRUNING_MODES, NgramRules
 from pipeline.ngrams.source_files import SourceFiles
+from schemas import commands
 from schemas.ngram_dictionary import DEAD_LETTER_FILE, NgramDictionary
 
 _LOG = logging.getLogger("spanprep.build_ngram_dictionary")
@@ -143,11 +144,12 @@ def _unknown_flags(options: PipelineOptions, argv: list[str]) -> list[str]:
 
 def _print_help() -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline.build_ngram_dictionary",
+        prog=commands.module("pipeline.build_ngram_dictionary"),
         description="Build an n-gram dictionary (Span Fine-tuning) from WikiText files with Apache Beam.",
         epilog="Beam's pipeline options are accepted too, e.g. --direct_running_mode multi_processing "
         "--direct_num_workers 2, or --runner DataflowRunner ... (default runner: FnApiRunner, in-process). "
         "Rules and output format: dictionaries/README.md.",
+        formatter_class=jobs.HelpFormatter,
     )
     NgramDictionaryOptions._add_argparse_args(parser)  # pylint: disable=protected-access
     parser.print_help()

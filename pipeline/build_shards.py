@@ -33,7 +33,7 @@ from pipeline.build_shards_options import BuildShardsOptions
 from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
 from pipeline.elements import Document
-from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, UsageError, redact_argv
+from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, JobFailed, UsageError, redact_argv
 from pipeline.read.documents import ReadDocuments
 from pipeline.read.records import ReaderOptions, read_file
 from pipeline.segmenter import Segmenter
@@ -42,6 +42,7 @@ from pipeline.tokenize.tokenized_documents import TokenizeDocuments
 from pipeline.write.dead_letters import WriteDeadLetters
 from pipeline.write.manifest import WriteManifest, library_versions
 from pipeline.write.shards import ShardSpec, WriteShards
+from schemas import commands
 from schemas import format as fmt
 from schemas.artifact import Artifact
 from schemas.ngram_dictionary import NgramDictionary
@@ -53,9 +54,9 @@ MIN_SPLIT_BYTES = 4096  # a smaller --split-bytes is almost surely a unit mistak
 
 def _job_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline.build_shards",
+        prog=commands.module("pipeline.build_shards"),
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=jobs.HelpFormatter,
         epilog="Any Apache Beam pipeline option is accepted too (--runner, --direct_running_mode, --direct_num_workers, "
         "Dataflow's --project/--region/--temp_location, ...); see docs/RUNNING.md.",
     )
@@ -124,7 +125,8 @@ def _candidate_kinds(o) -> tuple[str, ...]:
         )
     if "ngrams" in kinds and not o.ngram_dictionary:
         raise UsageError(
-            "--mask-candidates ngrams needs --ngram-dictionary DIR (built by python -m pipeline.build_ngram_dictionary)"
+            "--mask-candidates ngrams needs --ngram-dictionary DIR "
+            f"(built by {commands.module('pipeline.build_ngram_dictionary')})"
         )
     if o.ngram_dictionary and "ngrams" not in kinds:
         raise UsageError("--ngram-dictionary is only used with --mask-candidates ngrams")
@@ -304,6 +306,19 @@ def build_pipeline(
     } | "WriteManifest" >> WriteManifest(o.output, spec, static)
 
 
+def _nothing_written(manifest: dict, output: str) -> str:
+    """The one line of a build that wrote no document: why each was dead-lettered, by reason and count."""
+    c = manifest["counts"]
+    if not c["documents_read"]:
+        return f"no document written: the input holds no documents; {output} holds no rows"
+    reasons = ", ".join(f"{k}: {v:,}" for k, v in sorted(c["dead_lettered_by_reason"].items(), key=lambda kv: -kv[1]))
+    return (
+        f"no document written: all {c['documents_read']:,} documents were dead-lettered ({reasons}; "
+        f"{output}/{fmt.DEAD_LETTER_DIR}/ holds them with their positions); the artifact holds no rows and "
+        "pipeline.verify refuses it"
+    )
+
+
 def _warn_empty_shards(manifest: dict) -> None:
     """Most shards empty: --num-shards is far above the number of documents (each shard costs a file and a bundle)."""
     shards = manifest["shards"]
@@ -356,6 +371,8 @@ def run(argv: list[str] | None = None) -> dict:
         jobs.run_pipeline(options, build, total_bytes)  # WriteManifest checks the lock
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
+    if manifest["counts"]["documents_written"] == 0:
+        raise JobFailed(_nothing_written(manifest, o.output))
     _warn_empty_shards(manifest)
     if o.report:
         report.write_report(o.output)
@@ -380,7 +397,7 @@ def _summary(manifest: dict, output: str) -> str:
         ),
         f"  shards: {len(manifest['shards'])} in {output}/{fmt.SHARDS_DIR}/ ({sum(s['bytes'] for s in manifest['shards']):,} bytes)",
         f"  tokenizer: {manifest['tokenizer']['source']}, vocabulary {manifest['tokenizer']['vocab_size']:,}",
-        f"  check it: python -m pipeline.verify {output}",
+        f"  check it: {commands.module('pipeline.verify')} {output}",
     ]
     return "\n".join(lines)
 

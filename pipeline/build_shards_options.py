@@ -195,7 +195,14 @@ class BuildShardsOptions(PipelineOptions):
             default=100_000,
             help="longer documents go through spaCy in pieces cut at paragraph breaks",
         )
-        g.add_argument("--spacy-batch-size", "--spacy_batch_size", dest="spacy_batch_size", type=int, default=32)
+        g.add_argument(
+            "--spacy-batch-size",
+            "--spacy_batch_size",
+            dest="spacy_batch_size",
+            type=int,
+            default=32,
+            help="texts per spaCy batch (nlp.pipe)",
+        )
         g = parser.add_argument_group("resources")
         g.add_argument(
             "--spill-buffer-mb",

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from pipeline import build_shards, verify
+from schemas import commands
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "pipeline" / "data" / "demo_corpus.jsonl"
@@ -59,9 +60,9 @@ def _launcher_command(artifact: Path, run_dir: Path, steps: int) -> tuple[list[s
     if torch.cuda.is_available():
         config, ranks = "trainer/configs/zero2.json", ["--num_gpus", str(torch.cuda.device_count())]
     else:
-        config, ranks = "trainer/configs/zero2_cpu.json", ["--num_gpus", "2"]
+        config, ranks = "trainer/configs/zero2_cpu.json", ["--num_gpus", "2"]  # two CPU ranks
         env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
+        env.setdefault("DS_ACCELERATOR", "cpu")  # the launcher's own processes too (trainer/engine/runtime.py)
     cmd = [
         str(deepspeed), *ranks, "--master_port", str(_free_port()), "trainer/pretrain.py",
         "--deepspeed_config", config, "--data", str(artifact), "--preset", "tiny", "--max-seq-len", "128",
@@ -84,10 +85,8 @@ def train(artifact: Path, workdir: Path, steps: int) -> Path:
         shutil.rmtree(run_dir)
     cmd, env = _launcher_command(artifact, run_dir, steps)
     _banner(f"3/3 pre-training the tiny preset for {steps} steps under the deepspeed launcher")
-    print(
-        "   " + " ".join(c if c != str(Path(sys.executable).parent / "deepspeed") else "deepspeed" for c in cmd),
-        flush=True,
-    )
+    set_here = [f"{k}={env[k]}" for k in ("OMP_NUM_THREADS", "DS_ACCELERATOR") if env.get(k) != os.environ.get(k)]
+    print("   " + " ".join([*set_here, commands.program(cmd[0]), *cmd[1:]]), flush=True)
     started = time.time()
     proc = subprocess.run(cmd, cwd=REPO, env=env)
     if proc.returncode:
@@ -111,7 +110,7 @@ def print_losses(run_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=commands.module("pipeline.demo"), description=__doc__.split("\n\n")[0])
     ap.add_argument("--workdir", default="demo", help="where the artifact and the run go (default: ./demo)")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--no-train", action="store_true", help="only build and verify the artifact")
@@ -125,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = train(artifact, workdir, args.steps)
     _banner("losses")
     print_losses(run_dir)
-    print(f"\nartifact:    {artifact}\n             (python -m pipeline.verify {artifact}; schemas/FORMAT.md)")
+    print(
+        f"\nartifact:    {artifact}\n             ({commands.module('pipeline.verify')} {artifact}; schemas/FORMAT.md)"
+    )
     print(f"report:      {artifact}/report/index.html and the dataset card {artifact}/README.md")
     print(f"training run: {run_dir}\n             (checkpoints, monitor CSV/TensorBoard, resolved config)")
-    print(f"export:      python -m trainer.export {run_dir}/checkpoints --out {workdir}/hf_model")
+    print(f"export:      {commands.module('trainer.export')} {run_dir}/checkpoints --out {workdir}/hf_model")
     return 0
 
 

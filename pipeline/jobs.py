@@ -17,6 +17,7 @@ below), for the same reason of import order.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -72,7 +73,7 @@ with without_pandas():
     from apache_beam.io.filesystem import BeamIOError
     from apache_beam.io.filesystems import FileSystems
 
-from pipeline import output, progress  # noqa: E402
+from pipeline import output, progress, sdk_worker  # noqa: E402
 from schemas import format as fmt  # noqa: E402
 
 DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner may try to download a runner binary
@@ -91,13 +92,29 @@ class UsageError(Exception):
     """A problem with the user's options or inputs; reported as one line without a traceback (exit 2)."""
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The jobs' ``--help``: the description as written, and each option's default after its help, unless the help
+    names it already or there is none (None, False, an empty list)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if default in (None, False, [], argparse.SUPPRESS) or "default" in text.lower() or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class JobFailed(Exception):
+    """The job ran but its work failed (every document dead-lettered); reported as one line (exit 1)."""
+
+
 def exit_code(job: str, run: Callable[[], object]) -> int:
     """Call ``run()`` (without pandas, see above); 0 when it returns, 2 after one ``<job>: error:`` line for a user
-    error, 1 for a bad artifact."""
+    error, 1 for a bad artifact or a job whose work failed."""
     try:
         with without_pandas():
             run()
-    except (UsageError, fmt.FormatError) as e:
+    except (UsageError, JobFailed, fmt.FormatError) as e:
         print(f"{job}: error: {e}", file=sys.stderr)
         return 2 if isinstance(e, UsageError) else 1
     return 0
@@ -119,7 +136,7 @@ class _StderrHandler(logging.StreamHandler):
 def configure_logging(level: int | None = None) -> None:
     """INFO-level progress lines on stderr for the command-line jobs, Beam's own chatter at WARNING."""
     handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(sdk_worker.LOG_FORMAT))
     logging.basicConfig(level=logging.INFO if level is None else level, handlers=[handler], force=True)
     for noisy in ("apache_beam", "absl"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -246,15 +263,15 @@ def worker_logging(options) -> None:
         sdk.default_sdk_harness_log_level = level or "WARNING"
     overrides = {"pipeline": level or "INFO"}
     if level is None:  # "No semi_persistent_directory found", logged as a warning by every worker of a local run
-        overrides["__main__"] = (
-            "ERROR"  # the worker's module, run as python -m apache_beam.runners.worker.sdk_worker_main
-        )
+        overrides["__main__"] = "ERROR"  # Beam's worker module, when it runs as python -m (portable runners)
+        overrides["apache_beam.runners.worker.sdk_worker_main"] = "ERROR"  # the same, run by pipeline.sdk_worker
     sdk.sdk_harness_log_level_overrides = {**overrides, **(sdk.sdk_harness_log_level_overrides or {})}
 
 
 def _runner_for(options):
     """The runner of ``options``; for the FnApiRunner's worker processes (``multi_processing``), one that hands them
-    the options that set their logging (the FnApiRunner gives its worker processes no pipeline options)."""
+    the options that set their logging (the FnApiRunner gives its worker processes no pipeline options) and starts
+    them as ``pipeline.sdk_worker`` (the jobs' log format, without Beam's two start-up lines)."""
     from apache_beam.options.pipeline_options import DirectOptions, StandardOptions, WorkerOptions
 
     runner = options.view_as(StandardOptions).runner
@@ -273,7 +290,28 @@ def _runner_for(options):
     info = beam_provision_api_pb2.ProvisionInfo(
         retrieval_token="unused-retrieval-token", pipeline_options=job_utils.dict_to_struct(worker_options)
     )
-    return FnApiRunner(provision_info=ExtendedProvisionInfo(info))
+
+    class FnApiRunnerWithOurWorkers(FnApiRunner):
+        """Its worker processes run ``pipeline.sdk_worker`` (:func:`_worker_command`)."""
+
+        def run_via_runner_api(self, pipeline_proto, options):
+            return super().run_via_runner_api(_worker_command(pipeline_proto), options)
+
+    return FnApiRunnerWithOurWorkers(provision_info=ExtendedProvisionInfo(info))
+
+
+BEAM_WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"  # the FnApiRunner's
+
+
+def _worker_command(pipeline_proto):
+    """``pipeline_proto`` with its local worker processes started by ``pipeline.sdk_worker`` instead of Beam's
+    module (the same worker, with the jobs' log format and a quiet start-up)."""
+    from apache_beam.portability import python_urns
+
+    for env in pipeline_proto.components.environments.values():
+        if env.urn == python_urns.SUBPROCESS_SDK and env.payload == BEAM_WORKER_COMMAND.encode():
+            env.payload = f"{sys.executable} -m pipeline.sdk_worker".encode()
+    return pipeline_proto
 
 
 def run_pipeline(

@@ -33,15 +33,19 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.runners.runner import PipelineRunner, create_runner
 
 from pipeline.jobs import UsageError, runner_name
+from schemas import commands
 
 log = logging.getLogger("pipeline.runner_checks")
 
 CONNECT_TIMEOUT_S = 10.0  # a listening service on a reachable host answers a TCP connect within this
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0")
-JOB_SERVICE_HINT = (
-    "a Beam job service: Flink's or Spark's job server, or python -m apache_beam.runners.portability."
-    "local_job_service_main --port PORT"
-)
+
+
+def job_service_hint() -> str:
+    return (
+        "a Beam job service: Flink's or Spark's job server, or "
+        f"{commands.module('apache_beam.runners.portability.local_job_service_main')} --port PORT"
+    )
 
 
 def check_runner(options: PipelineOptions) -> None:
@@ -55,13 +59,13 @@ def check_runner(options: PipelineOptions) -> None:
     portable = options.view_as(PortableOptions)
     endpoint = portable.job_endpoint
     if endpoint and endpoint != "embed":
-        _check_listening("--job_endpoint", endpoint, f"start {JOB_SERVICE_HINT}, or fix the address")
+        _check_listening("--job_endpoint", endpoint, f"start {job_service_hint()}, or fix the address")
     elif not endpoint and name in ("FlinkRunner", "SparkRunner"):
         _fetch_job_server_jar(name, options)
     elif not endpoint and name == "PrismRunner":
         _fetch_prism(options)
     elif not endpoint and type(runner) is PortableRunner:
-        raise UsageError(f"--runner PortableRunner needs --job_endpoint HOST:PORT ({JOB_SERVICE_HINT})")
+        raise UsageError(f"--runner PortableRunner needs --job_endpoint HOST:PORT ({job_service_hint()})")
     if (portable.environment_type or "").upper() == "EXTERNAL":
         _check_worker_pool(portable.environment_config, endpoint, name, options)
 
@@ -159,7 +163,7 @@ def _check_worker_pool(config: str | None, endpoint: str | None, name: str, opti
     if not config:
         raise UsageError(
             "--environment_type EXTERNAL needs --environment_config HOST:PORT of a Beam worker pool "
-            "(python -m apache_beam.runners.worker.worker_pool_main --service_port PORT)"
+            f"({commands.module('pipeline.worker_pool')} --service_port PORT)"
         )
     address = config
     if config.lstrip().startswith("{"):
@@ -173,6 +177,6 @@ def _check_worker_pool(config: str | None, endpoint: str | None, name: str, opti
     _check_listening(
         "--environment_config",
         address,
-        "start the Beam worker pool there (python -m apache_beam.runners.worker.worker_pool_main --service_port "
-        f"{host_port[1]}) or use --environment_type LOOPBACK",
+        f"start the Beam worker pool there ({commands.module('pipeline.worker_pool')} --service_port {host_port[1]}) "
+        "or use --environment_type LOOPBACK",
     )

@@ -27,6 +27,7 @@ from pipeline.tokenize.families import word_continuing_ids
 from pipeline.tokenize.rust_calls import guarded
 from pipeline.verify_rows import check_shard_rows
 from pipeline.verify_tree import Listing, list_artifact, shown
+from schemas import commands
 from schemas import format as fmt
 from schemas import invariants as inv
 from schemas import manifest as mf
@@ -179,6 +180,12 @@ def _check_dead_letters(art: Artifact, listing: Listing, report: Report) -> None
 
 def _check_counts(m: dict[str, Any], report: Report) -> None:
     c = m["counts"]
+    if c["documents_written"] == 0:  # an artifact without rows is a failed build, not a dataset
+        reasons = ", ".join(f"{k}: {v:,}" for k, v in sorted(c["dead_lettered_by_reason"].items()))
+        report.fail(
+            f"counts: no document written ({c['documents_read']:,} read, {c['documents_dead_lettered']:,} "
+            f"dead-lettered{': ' + reasons if reasons else ''}): the artifact holds no rows"
+        )
     if c["documents_read"] != c["documents_written"] + c["documents_dead_lettered"]:
         report.fail(
             f"counts: documents_read {c['documents_read']:,} != documents_written {c['documents_written']:,} + documents_dead_lettered {c['documents_dead_lettered']:,}"
@@ -287,7 +294,7 @@ def verify(uri: str, quick: bool = False) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.verify", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=commands.module("pipeline.verify"), description=__doc__.split("\n\n")[0])
     parser.add_argument("artifact", help="artifact directory or URI")
     parser.add_argument("--quick", action="store_true", help="checksums, sizes and counts only")
     args = parser.parse_args(argv)

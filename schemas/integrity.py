@@ -29,6 +29,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from schemas import commands
 from schemas import format as fmt
 
 HASH_CHUNK = 8 << 20
@@ -70,7 +71,7 @@ def check_size(entry: Mapping[str, Any], actual: int, where: str) -> None:
     if expected is not None and int(expected) != actual:
         raise ShardMismatchError(
             f"{where}: {actual:,} bytes, the manifest says {int(expected):,} (truncated, appended to or replaced); "
-            f"run python -m pipeline.verify on the artifact"
+            f"run {commands.module('pipeline.verify')} on the artifact"
         )
 
 
@@ -81,7 +82,7 @@ def check_sha256(fs: pafs.FileSystem, path: str, entry: Mapping[str, Any], where
     if entry.get("sha256") != sha:
         raise ShardMismatchError(
             f"{where}: sha256 {sha[:16]}… differs from the manifest's {str(entry.get('sha256'))[:16]}… (the file "
-            f"was modified or corrupted); rebuild or re-copy the artifact, and run python -m pipeline.verify on it"
+            f"was modified or corrupted); rebuild or re-copy the artifact, and run {commands.module('pipeline.verify')} on it"
         )
 
 

@@ -251,7 +251,7 @@ class RunConfig:
         0.0,
         "peak dense TFLOP/s of one accelerator for model FLOPs utilisation; 0 = look it up for known GPUs (A100, H100, ...); never on CPU",
     )
-    progress: bool = opt(True, "show a progress bar on rank 0")
+    progress: bool = opt(True, "show a progress bar on rank 0 when stderr is a terminal")
     log_level: Literal["debug", "info", "warning", "error"] = opt("warning", "level of DeepSpeed's own log messages")
 
     def __post_init__(self) -> None:

@@ -10,7 +10,8 @@ DIR receives what ``transformers.BertForMaskedLM.from_pretrained(DIR)`` and
 
     config.json             BertConfig (architectures: BertForMaskedLM)
     model.safetensors       encoder + MLM head in Hugging Face's names (the decoder is tied, as HF saves it)
-    tokenizer.json          the artifact's tokenizer, byte for byte (truncation and padding off, as it has them)
+    tokenizer.json          the artifact's tokenizer, byte for byte (truncation and padding off, as it has them);
+                            one without a post-processor gets one that adds cls/sep as the trainer's inputs had them
     tokenizer_config.json   BertTokenizer, lower-casing and accents as the artifact's tokenizer, model_max_length
     vocab.txt               the vocabulary (WordPieces, BPE tokens, Unigram pieces) in id order
     special_tokens_map.json
@@ -37,6 +38,7 @@ import tempfile
 import pyarrow as pa
 import torch
 
+from schemas import commands
 from schemas.format import split_uri
 from schemas.tokenizer_json import without_truncation_and_padding
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, ConfigError, ModelConfig
@@ -133,10 +135,35 @@ def _tokenizer_class(tokenizer_json: str, tokenizer_meta: dict) -> dict:
     }
 
 
+def with_the_trainers_wrapping(tokenizer_json: str, tokenizer_meta: dict) -> str:
+    """``tokenizer_json`` with a post-processor that adds the special tokens as the trainer's inputs had them, when it
+    has none: ``cls A sep`` and, for pairs, ``cls A sep B sep`` with type ids 0 and 1 (trainer/masking/collate.py,
+    trainer/data/segments.py). Without one (a SentencePiece-style Unigram, a BPE trained without it), the export
+    encoded text with no ``cls``/``sep`` at all, which the model never saw. A tokenizer with a post-processor is
+    kept byte for byte."""
+    data = json.loads(tokenizer_json)
+    if data.get("post_processor") is not None:
+        return tokenizer_json
+    from tokenizers import processors
+
+    cls, sep = (tokenizer_meta["special_tokens"][role] for role in ("cls", "sep"))
+    ids = tokenizer_meta["special_token_ids"]
+    if any(not token or token.split() != [token] for token in (cls, sep)):
+        raise ExportError(f"cannot write a post-processor for the special tokens {cls!r} / {sep!r} (whitespace)")
+    template = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, int(ids["cls"])), (sep, int(ids["sep"]))],
+    )
+    # into the JSON as it is (a round trip through Tokenizer would rewrite a Unigram's scores in another precision)
+    data["post_processor"] = json.loads(template.__getstate__())
+    return json.dumps(data, ensure_ascii=False)
+
+
 def write_tokenizer_files(tokenizer_json: str, tokenizer_meta: dict, max_seq_len: int, out: str) -> None:
-    """tokenizer.json as trained (truncation and padding off: ``schemas.tokenizer_json``), plus the files
-    BertTokenizer / AutoTokenizer expect next to it."""
-    tokenizer_json = without_truncation_and_padding(tokenizer_json)
+    """tokenizer.json as trained (truncation and padding off: ``schemas.tokenizer_json``; with the trainer's
+    wrapping when it has no post-processor), plus the files BertTokenizer / AutoTokenizer expect next to it."""
+    tokenizer_json = with_the_trainers_wrapping(without_truncation_and_padding(tokenizer_json), tokenizer_meta)
     with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
         f.write(tokenizer_json)
     vocab = json.loads(tokenizer_json)["model"]["vocab"]
@@ -208,7 +235,7 @@ def export(checkpoint_dir: str, out: str, tag: str | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.export", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=commands.module("trainer.export"), description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "checkpoint_dir", help="DeepSpeed checkpoint directory (holds 'latest'), e.g. RUN_DIR/checkpoints"
     )

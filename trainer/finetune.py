@@ -7,14 +7,14 @@ directory or a Hugging Face export; the tokenizer is the one it carries. docs/FI
 
 Two CPU ranks (gloo), RTE with Span Fine-tuning, from a pre-training run:
 
-    OMP_NUM_THREADS=1 deepspeed --num_gpus 2 trainer/finetune.py --deepspeed_config trainer/configs/zero1_cpu.json \\
-        --init runs/tiny --task rte --head span-ft --ngram-dictionary dictionaries/wikitext103 \\
+    OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu .venv/bin/deepspeed --num_gpus 2 trainer/finetune.py --deepspeed_config trainer/configs/zero1_cpu.json \\
+        --init runs/tiny --task rte --head span-ft --ngram-dictionary dictionaries/wikitext2 \\
         --data-dir ../shared/data/finetune --output-dir runs/rte-spanft
 
 One process without the launcher (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT are filled in), SpEx-BERT on RTE
 from a Hugging Face export:
 
-    python trainer/finetune.py --init hf_model --task rte --head spex --data-dir ../shared/data/finetune \\
+    .venv/bin/python trainer/finetune.py --init hf_model --task rte --head spex --data-dir ../shared/data/finetune \\
         --output-dir runs/rte-spex
 
 Extractive QA (SQuAD v1.1 JSON; v2.0 with ``--task squad2``), 512-token windows with stride 128; writes
@@ -30,10 +30,13 @@ User errors (missing files, bad options, a wrong header) are one line on stderr 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
+from schemas.ngram_dictionary import NgramDictionary
 from trainer.config import OptimConfig, add_dataclass_arguments, dataclass_from_args, given_fields
 from trainer.engine import default_single_process_env, env_rank
+from trainer.engine.signals import exit_on_sigterm
 from trainer.finetuning import loop
 from trainer.finetuning.checkpoint import load_pretrained
 from trainer.finetuning.options import FinetuneConfig
@@ -61,16 +64,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     default_single_process_env(args.local_rank)
+    if env_rank()[0] == 0:  # rank 0 says it; the other ranks keep the default (a rank blocked in C stays killable)
+        exit_on_sigterm("finetune")
     try:
         cfg = dataclass_from_args(FinetuneConfig, args, deepspeed_config=args.deepspeed_config or "auto")
         optim_flags = given_fields(args, OptimConfig, dest_prefix="optim.")
         OptimConfig(**optim_flags)  # a bad optimizer option is reported before any work
+        if cfg.head == "span-ft" and cfg.segmentation == "ngram":  # before the checkpoint loads, not after
+            try:
+                NgramDictionary.open(cfg.ngram_dictionary)
+            except ValueError as e:
+                raise ValueError(f"--ngram-dictionary {e}") from None
         encoder, tokenizer, source = load_pretrained(cfg.init)
         setup = loop.prepare(cfg, optim_flags, encoder, tokenizer, source)
     except (ValueError, OSError) as e:  # ConfigError, DataError, CheckpointError, unreadable files
         if env_rank()[1] == 0:  # every rank of a node fails the same way: say it once per node
             print(f"finetune: error: {e}", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # start-up is over: SIGTERM ends the run as before
     loop.run(setup)
     return 0
 

@@ -27,6 +27,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from schemas import commands
+
 MONITOR_DIR = "monitor"
 PLOTS_DIR = "plots"
 SMOOTH_FROM = 50  # with at least this many points, draw an exponential moving average over the raw curve
@@ -260,7 +262,7 @@ def plot_run(run_dir: str, out: str | None = None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.plot", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=commands.module("trainer.plot"), description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", metavar="RUN_DIR", help="the trainer's --output-dir (or its monitor/ directory)")
     p.add_argument("--out", default=None, help="directory for the PNG files (default: RUN_DIR/plots)")
     args = p.parse_args(argv)

@@ -12,12 +12,12 @@ Several nodes (a hostfile of ``hostname slots=8`` lines; RUN_DIR on a shared fil
 
 CPU, two processes (gloo), the tiny preset (what the tests and ``make demo`` run):
 
-    OMP_NUM_THREADS=1 deepspeed --num_gpus 2 trainer/pretrain.py --deepspeed_config trainer/configs/zero2_cpu.json \\
+    OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu .venv/bin/deepspeed --num_gpus 2 trainer/pretrain.py --deepspeed_config trainer/configs/zero2_cpu.json \\
         --data demo/artifact --preset tiny --max-steps 40 --warmup-steps 4 --lr 1e-3 --output-dir runs/tiny
 
 One process without the launcher (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT are filled in):
 
-    python trainer/pretrain.py --data demo/artifact --preset tiny --max-steps 40 --warmup-steps 4 --output-dir runs/tiny
+    .venv/bin/python trainer/pretrain.py --data demo/artifact --preset tiny --max-steps 40 --warmup-steps 4 --output-dir runs/tiny
 
 Continued pre-training from a Hugging Face BERT directory (or a spanprep run); sizes and vocabulary are the
 checkpoint's, the artifact must be built with its vocab.txt (docs/TRAINING.md, "Continued pre-training"):
@@ -31,7 +31,7 @@ A weighted mixture of artifacts (same tokenizer; proportions of samples; docs/TR
 Resume after a stop (SIGTERM/SIGINT save a checkpoint and exit 0): add ``--resume``; with another number of ranks
 than the checkpoint's, it goes through a DeepSpeed universal checkpoint (docs/TRAINING.md, elastic resume). The BERT-1seq baseline:
 ``--objective mlm``; BERT's two segments with next sentence prediction: ``--segments 2 --nsp``. Masking scheme: ``--scheme span|whole_word|subword|entity|noun_phrase|ngram``.
-Export: ``python -m trainer.export RUN_DIR/checkpoints --out hf_model``. All options: ``--help``;
+Export: ``.venv/bin/python -m trainer.export RUN_DIR/checkpoints --out hf_model``. All options: ``--help``;
 docs/TRAINING.md explains them.
 """
 
@@ -50,6 +50,7 @@ from trainer.config import (
     add_dataclass_arguments,
 )
 from trainer.data import DataConfig
+from trainer.engine.signals import exit_on_sigterm
 from trainer.masking import SCHEMES, MaskingConfig
 
 # Filled in from other options, so they cannot disagree.
@@ -119,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if rank == 0 and args.output_dir:  # one rank owns the run directory's lock, before anything is written
                 lock = engine.acquire_run_lock(args.output_dir)
-                lock.exit_on_sigterm()  # until training's own handler (save, then exit) takes over
+                # until training's own handler (save, then exit) takes over: the lock is released on the way out
+                exit_on_sigterm("pretrain")
             setup = engine.prepare(args)
         except engine.SETUP_ERRORS as e:
             if local_rank == 0:  # every rank of a node fails the same way: say it once per node

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from schemas import commands
 from schemas import format as fmt
 from trainer.data import BlockReader, index_blocks, open_artifact
 from trainer.masking import IGNORE_INDEX, SCHEMES, Masker, MaskingConfig, masking_stats
@@ -35,7 +36,7 @@ from trainer.masking.sbo_targets import boundary_stats
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m trainer.preview_masking", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=commands.module("trainer.preview_masking"), description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="artifact directory or URI")
     p.add_argument("--scheme", default="span", choices=SCHEMES, help="masking scheme (default: span)")
     p.add_argument("--num", type=int, default=100, help="number of examples (the artifact's first rows)")

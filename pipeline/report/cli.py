@@ -12,11 +12,12 @@ from typing import Any
 
 from pipeline.report.common import DEFAULT_EXAMPLES, DEFAULT_MAX_ROWS, ReportError
 from pipeline.report.writer import write_report
+from schemas import commands
 from schemas import format as fmt
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=commands.module("pipeline.report"), description=__doc__.split("\n\n")[0])
     p.add_argument("artifact", help="artifact directory or URI (gs://, s3://, hdfs://)")
     p.add_argument(
         "--license",

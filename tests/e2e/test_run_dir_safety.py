@@ -225,6 +225,10 @@ def test_sigterm_while_the_run_sets_up_releases_the_lock(demo_artifact, tmp_path
     assert not (run_dir / "monitor" / "train_loss.csv").exists(), "the signal came after set-up: nothing was tested"
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert not lock.exists()
+    assert "Traceback" not in err  # and it says so, where it ended without a word
+    assert err.strip().splitlines()[-1] == (
+        "pretrain: stopped by SIGTERM during start-up, before the first step (no checkpoint written)"
+    )
 
 
 def test_checkpoints_beyond_the_resumed_step_do_not_count_for_keep_checkpoints(

@@ -10,8 +10,8 @@ bases it on the interpreter that environment was made from, not on the environme
 its model, the punkt model, tokenizers, ...) as a plain path in a ``.pth`` file, which adds the directory without
 running the ``.pth`` files in it (so not the editable install's finder that points at a checkout), and then the
 wheel (``pip --python VENV install --no-deps``). The worker pool runs from a directory outside the checkout, without
-PYTHONPATH, with the venv first on PATH (it starts each SDK worker as ``python -c ...``); the test checks that
-``import pipeline`` there resolves into the venv's site-packages.
+PYTHONPATH (it is the wheel's ``pipeline.worker_pool``, which starts each SDK worker on its own interpreter); the
+test checks that ``import pipeline`` there resolves into the venv's site-packages.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def environments(wheel_venv, tmp_path_factory):
         beam_services.WORKER_POOL, logs / "worker_pool.log", python=str(python), env=env, cwd=workdir
     )
     try:
-        # the pool (and the SDK workers it starts as `python -c`, with its PATH and directory) is the venv's python,
+        # the pool (and the SDK workers it starts on its interpreter, in its directory) is the venv's python,
         # outside the checkout, without PYTHONPATH
         proc = Path(f"/proc/{pool_proc.pid}")
         assert (proc / "cmdline").read_bytes().split(b"\0")[0] == str(python).encode()

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 
 from pipeline import verify
 from pipeline.elements import Document
+from pipeline.jobs import JobFailed
 from pipeline.read.records import ReaderOptions, read_file
 from schemas import format as fmt
 from schemas.artifact import Artifact
@@ -229,7 +230,9 @@ def test_wikipedia_articles_with_500_token_words_are_kept_with_byte_level_bpe(tm
     corpus.write_text("".join(json.dumps(a) + "\n" for a in articles), encoding="utf-8")
     (tmp_path / "tokenizer.json").write_text(tok.to_str(), encoding="utf-8")
     common = ["--input-format", "jsonl", "--tokenizer", str(tmp_path / "tokenizer.json"), "--num-shards", "2"]
-    old = build(corpus, tmp_path / "old", *common, "--long-words", "dead-letter")["counts"]
+    with pytest.raises(JobFailed, match=r"all 17 documents were dead-lettered \(word_too_long: 17;"):
+        build(corpus, tmp_path / "old", *common, "--long-words", "dead-letter")  # wrote no document: exit 1
+    old = json.loads((tmp_path / "old" / fmt.MANIFEST_FILE).read_text(encoding="utf-8"))["counts"]
     assert old["dead_lettered_by_reason"] == {"word_too_long": 17} and old["documents_written"] == 0
     m = build(corpus, tmp_path / "new", *common)
     assert m["tokenizer"]["special_tokens"] == ROBERTA

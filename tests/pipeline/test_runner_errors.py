@@ -105,7 +105,7 @@ def test_an_external_worker_pool_that_is_not_there(tmp_path):
                 f"localhost:{pool_port}",
             )
             assert f"--environment_config localhost:{pool_port}: nothing accepts connections there" in line
-            assert f"worker_pool_main --service_port {pool_port}" in line
+            assert f"python -m pipeline.worker_pool --service_port {pool_port}" in line  # this venv's python
 
 
 def test_a_remote_runners_worker_pool_is_not_checked_from_here():

@@ -20,7 +20,8 @@ from tests.conftest import REPO, free_port
 
 STARTUP_TIMEOUT_S = 60
 JOB_SERVICE = ("apache_beam.runners.portability.local_job_service_main", "--port", "the local job service")
-WORKER_POOL = ("apache_beam.runners.worker.worker_pool_main", "--service_port", "the Beam worker pool")
+# spanprep's worker pool: Beam's, its SDK workers on the pool's own interpreter (pipeline/worker_pool.py)
+WORKER_POOL = ("pipeline.worker_pool", "--service_port", "the Beam worker pool")
 
 
 def tail(log: Path, chars: int = 3000) -> str:
@@ -63,9 +64,9 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def checkout_env() -> dict[str, str]:
-    """This interpreter first on PATH (the worker pool starts SDK workers as ``python -c``), the checkout importable."""
+    """The environment with the checkout importable (the worker pool's SDK workers run on its interpreter, whatever
+    ``PATH`` holds)."""
     env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 

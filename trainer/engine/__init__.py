@@ -11,6 +11,11 @@ resume and universal conversion in ``checkpoints``, what a resume may change in 
 are what the entry points and the fine-tuning code import from ``trainer.engine``.
 """
 
+# First, before any module imports DeepSpeed: the environment DeepSpeed reads at import (trainer/engine/runtime.py).
+from trainer.engine import runtime  # noqa: F401
+
+# isort: split
+
 from trainer.engine.checkpoints import (
     UNIVERSAL_MARKER,
     ElasticResume,

@@ -9,10 +9,13 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 import warnings
 from dataclasses import dataclass
 
 import torch
+
+from trainer.engine import runtime
 
 # DeepSpeed's ZeRO calls a torch.distributed function that torch marks deprecated, once per step and rank.
 warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*is deprecated", category=FutureWarning)
@@ -130,6 +133,9 @@ def init_distributed() -> Dist:
     import torch.distributed as torch_dist
 
     accelerator = deepspeed.get_accelerator()
+    notice = runtime.extensions_notice()
+    if notice and env_rank()[0] == 0:
+        print(f"trainer: {notice}", file=sys.stderr, flush=True)
     with environment_ninja():  # the CPU backend JIT-builds its shared-memory op here
         deepspeed.init_distributed()  # backend: the accelerator's (nccl on GPUs, gloo on CPU)
     rank, world = torch_dist.get_rank(), torch_dist.get_world_size()

@@ -197,7 +197,8 @@ class Trainer:
             self._print(f"step {self.step} >= --max-steps {run.max_steps}: nothing to do")
             return 0
         progress = None
-        if self.dist.is_main and run.progress:
+        # a bar on a terminal only: in a log file it is a line of carriage returns; there the --log-every lines tell it
+        if self.dist.is_main and run.progress and sys.stderr.isatty():
             from tqdm import tqdm
 
             progress = tqdm(

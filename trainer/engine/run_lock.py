@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import signal
 import socket
 import sys
 import uuid
@@ -81,16 +80,6 @@ class RunLock:
     holder: dict[str, Any]
     created_dir: str | None = None  # the run directory, when taking the lock created it
     released: bool = field(default=False)
-
-    def exit_on_sigterm(self) -> None:
-        """Make SIGTERM end this process with ``SystemExit`` (exit 143), so that the lock is released on the way out
-        (Python's default ends it without unwinding). The training loop installs its own handler meanwhile."""
-
-        def stop(signum: int, frame: object) -> None:
-            if os.getpid() == self.holder["pid"]:  # not in a forked child that has not set its own handler yet
-                raise SystemExit(128 + signum)
-
-        signal.signal(signal.SIGTERM, stop)
 
     def release(self) -> None:
         if self.released or os.getpid() != self.holder["pid"]:  # a forked child (DataLoader worker) does not own it

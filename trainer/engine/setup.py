@@ -283,6 +283,12 @@ def prepare(args) -> TrainSetup:
         raise ConfigError(
             "--eval-every needs held-out shards: set --eval-shards >= 1, or --eval-every 0 to not evaluate"
         )
+    for art in artifacts:  # the data layer says it of DataConfig; here it is said of the command line
+        if data.eval_shards >= len(art.manifest["shards"]):
+            raise ConfigError(
+                f"--eval-shards {data.eval_shards}: {art.uri} has {len(art.manifest['shards'])} shard(s), and at least "
+                "one must remain for training (lower --eval-shards, or rebuild the artifact with more --num-shards)"
+            )
     rank, _, world_size = env_rank()
     elastic, resume_meta, checkpoint, resume_point = _check_resume(run, model, artifact, world_size, ds)
     # --init's weights; a resumed run continues from its own checkpoint instead

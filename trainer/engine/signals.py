@@ -4,7 +4,27 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from typing import Any
+
+STARTUP = "during start-up, before the first step (no checkpoint written)"
+
+
+def exit_on_sigterm(program: str, when: str = STARTUP) -> None:
+    """Until the loop's :class:`StopRequested` takes over: SIGTERM ends this process with exit status 143 and one line
+    ``<program>: stopped by SIGTERM <when>``. It raises ``SystemExit``, so ``finally`` blocks (the run lock's release)
+    run; Python's default ends the process without unwinding and without a word. Only for rank 0: a Python handler
+    runs when the main thread is back in Python, so a rank blocked in a C call would outlive the signal; rank 0
+    needs it anyway, for its run lock."""
+    pid = os.getpid()
+
+    def stop(signum: int, frame: object) -> None:
+        if os.getpid() != pid:  # a forked child that has not set its own handler yet
+            return
+        print(f"{program}: stopped by {signal.Signals(signum).name} {when}", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 class StopRequested:

@@ -1,0 +1,47 @@
+"""The SDK worker process of a local multi-process run (``--direct_running_mode multi_processing``): Beam's
+``apache_beam.runners.worker.sdk_worker_main``, with the jobs' log format and without two start-up lines.
+
+Beam's worker process logs "apitools not found, and bigquery client libraries are not available ..." while Beam is
+imported (its GCP extras are absent: not our users' concern) through ``logging.warning``, which gives the root logger
+a handler in ``logging.BASIC_FORMAT`` as a side effect; every later line of the worker then had no timestamp
+(``INFO:pipeline.read.documents:reading ...``). Then it logs "Logging handler created." before it knows its log
+level. Here the root logger gets a handler in the jobs' format (:data:`LOG_FORMAT`) that drops those two lines
+*before* Beam is imported, then Beam's worker runs as it would. ``pipeline.jobs`` starts the FnApiRunner's worker
+processes with this module, and ``pipeline.worker_pool`` its workers with :func:`install_logging`. Importing it does
+not import Beam.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every job's lines, launcher and workers
+QUIET = ("apitools not found", "Logging handler created.")
+
+
+class QuietStartup(logging.Filter):
+    """Drops Beam's two start-up lines (see the module docstring)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(QUIET)
+
+
+def install_logging() -> None:
+    """The root logger's handler in :data:`LOG_FORMAT` on stderr, quiet about Beam's start-up; call it before Beam is
+    imported (then Beam's import adds no ``BASIC_FORMAT`` handler of its own)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.addFilter(QuietStartup())
+    logging.getLogger().addHandler(handler)
+
+
+def main() -> None:
+    install_logging()
+    from apache_beam.runners.worker import sdk_worker_main
+
+    sdk_worker_main.main(sys.argv)
+
+
+if __name__ == "__main__":
+    main()
