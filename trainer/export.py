@@ -95,11 +95,14 @@ def consolidated_state_dict(checkpoint_dir: str, tag: str) -> dict[str, torch.Te
             raise ExportError(str(e)) from None
         state = {k: v.float() for k, v in states["module"].items()}
     else:
-        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+        from deepspeed.utils import zero_to_fp32
 
         source = tag_dir
-        with contextlib.redirect_stdout(io.StringIO()):  # it prints progress lines
-            state = get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag=tag)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.ExitStack() as stack:  # it prints progress lines
+            if not sys.stderr.isatty():  # and its tqdm bars: a line of carriage returns in a log
+                stack.callback(setattr, zero_to_fp32, "tqdm", zero_to_fp32.tqdm)
+                zero_to_fp32.tqdm = lambda iterable, **_: iterable
+            state = zero_to_fp32.get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag=tag)
     try:
         check_finite(state, source)
     except NonFiniteWeightsError as e:

@@ -6,6 +6,7 @@ from the DeepSpeed checkpoint and from its Hugging Face export. Skips without ..
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -183,6 +184,8 @@ def test_bad_rows_reported_and_user_errors_exit_2(pretrained, tmp_path):
     out = tmp_path / "bad"
     proc = run([sys.executable, *finetune_cmd(pretrained, "cls", out, "run", "--train-file", str(train))])
     assert "train: 40 rows read, 38 used, 2 bad" in proc.stdout
+    # not a terminal: no progress bar (a line of carriage returns in a log), the --log-every lines instead
+    assert "\r" not in proc.stderr and re.search(r"^step \d+/\d+: loss \d", proc.stdout, re.M), proc.stdout
     m = json.loads((out / "metrics.json").read_text())
     assert m["data"]["train"]["by_reason"] == {"unknown_label": 1, "wrong_column_count": 1}
     records = [json.loads(line) for line in (out / "bad_rows.jsonl").read_text().splitlines()]

@@ -234,7 +234,8 @@ class FineTuner:
             print(message, flush=True)
 
     def _bar(self, total: int, desc: str):
-        if not (self.dist.is_main and self.cfg.progress):
+        # a bar on a terminal only: in a log file it is a line of carriage returns; there the --log-every lines tell it
+        if not (self.dist.is_main and self.cfg.progress and sys.stderr.isatty()):
             return None
         from tqdm import tqdm
 
@@ -281,6 +282,8 @@ class FineTuner:
                     [("finetune/train_loss", mean, step + 1), ("finetune/lr", lr, step + 1)]
                 )
                 log.append({"step": step + 1, "loss": round(mean, 6)})
+                if bar is None:
+                    self._print(f"step {step + 1}/{self.max_steps}: loss {mean:.4f}, lr {lr:.3g}")
                 window = []
         if bar is not None:
             bar.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from schemas import commands
 from trainer.config import opt, require
 from trainer.finetuning.heads import HEADS
 from trainer.finetuning.span_ft import SEGMENTATIONS
@@ -104,7 +105,8 @@ class FinetuneConfig:
             require(
                 bool(self.ngram_dictionary),
                 "--head span-ft --segmentation ngram needs --ngram-dictionary DIR "
-                "(python -m pipeline.build_ngram_dictionary; or --segmentation random|none for the ablations)",
+                f"({commands.module('pipeline.build_ngram_dictionary')}; or --segmentation random|none for the "
+                "ablations)",
             )
         if self.task == "squad2" or self.null_threshold:
             require(self.task == "squad2", "--null-threshold applies to squad2 only")
