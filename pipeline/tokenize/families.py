@@ -272,6 +272,28 @@ def text_config(config: dict, roles: Mapping[str, str]) -> dict:
     return config
 
 
+def text_tokenizer(config: dict, roles: Mapping[str, str]) -> Tokenizer:
+    """The tokenizer for text (:func:`text_config` of ``config``, changed in place), built; a :class:`TokenizerError`
+    in one line when it would give a plain added token another id. ``tokenizers`` numbers the added tokens beyond
+    its model's vocabulary in their order, whatever ids the file gives, so a special added token dropped from that
+    range shifts every later one down by one: the rows would hold the next token's id (``<ent>`` added as special,
+    then ``<new>``, ``<old>``: ``<old>`` would get ``<new>``'s id). Such a tokenizer is refused, not shifted."""
+    declared = {str(t.get("content")): t.get("id") for t in config.get("added_tokens") or []}
+    tok = Tokenizer.from_str(json.dumps(text_config(config, roles)))
+    kept = [str(t.get("content")) for t in config.get("added_tokens") or []]
+    moved = [(c, declared[c], tok.token_to_id(c)) for c in kept if tok.token_to_id(c) != declared[c]]
+    if moved:
+        content, was, now = moved[0]
+        dropped = sorted((i, c) for c, i in declared.items() if c not in kept and isinstance(i, int) and i < was)
+        raise TokenizerError(
+            f"the added token {content!r} (id {was}) follows the special added token(s) "
+            f"{', '.join(repr(c) for _, c in dropped) or '?'}: spanprep reads special tokens written in text as text, "
+            f"and without them the tokenizers library numbers {content!r} {now}; not supported (declare plain added "
+            "tokens before special ones)"
+        )
+    return tok
+
+
 def word_continuing_ids(tokenizer: Tokenizer) -> np.ndarray | None:
     """Per token id, whether the token can only continue a word (a row starting with it starts inside a word):
     WordPiece's ``##`` tokens behind ``BertPreTokenizer``, which never begin one of its words; a Unigram's pieces

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from pipeline.tokenize.families import WORDPIECE, TokenizerError, family, lowercases, special_roles, text_config
+from pipeline.tokenize.families import (
+    WORDPIECE,
+    TokenizerError,
+    family,
+    lowercases,
+    special_roles,
+    text_tokenizer,
+)
 from pipeline.tokenize.rust_calls import guarded
 from schemas.format import SPECIAL_TOKENS  # BERT's special tokens, by role: what this module builds and trains
 
@@ -228,8 +235,7 @@ class TokenizerSpec:
         A Unigram model also holds them as pieces its Viterbi would pick: those are renamed out of reach
         (``families.hide_special_pieces``; same ids and scores).
         """
-        config = text_config(json.loads(self.json), self.special_tokens)
-        return Tokenizer.from_str(json.dumps(config))
+        return text_tokenizer(json.loads(self.json), self.special_tokens)
 
     def describe(self) -> dict:
         tok = self.load()
@@ -259,8 +265,9 @@ def make_spec(
     if lowercase is None:
         lowercase = lowercases(json.loads(tok.to_str()).get("normalizer"))
     spec = TokenizerSpec(json=tok.to_str(), source=source, lowercase=lowercase, family=kind, roles=tuple(found.items()))
+    text_tok = guarded(spec.load_for_text, TokenizerError)  # refuses one whose added tokens' ids would move
     guarded(
-        lambda: spec.load_for_text().encode(_PROBE, add_special_tokens=False),
+        lambda: text_tok.encode(_PROBE, add_special_tokens=False),
         lambda message: TokenizerError(f"it fails on a probe text: {message}"),
     )
     return spec

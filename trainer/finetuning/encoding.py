@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from tokenizers import Encoding, Tokenizer
 
-from pipeline.tokenize.families import TokenizerError, special_roles, text_config
+from pipeline.tokenize.families import TokenizerError, special_roles
+from pipeline.tokenize.families import text_tokenizer as families_text_tokenizer
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,10 @@ def text_tokenizer(tokenizer: Tokenizer, roles: Mapping[str, str]) -> Tokenizer:
     in a sentence are split like other text), as pre-training's rows were made: the rule of
     ``families.text_config``, which ``TokenizerSpec.load_for_text`` uses too. Same ids: a tokenizer whose special
     tokens are not in its model's vocabulary (their ids would be gone) is kept as it is."""
-    unmatched = Tokenizer.from_str(json.dumps(text_config(json.loads(tokenizer.to_str()), roles)))
+    try:
+        unmatched = families_text_tokenizer(json.loads(tokenizer.to_str()), roles)
+    except TokenizerError as e:
+        raise ValueError(str(e)) from None
     ids = [tokenizer.token_to_id(token) for token in roles.values()]
     if any(i is None or unmatched.id_to_token(i) is None for i in ids):
         return tokenizer
