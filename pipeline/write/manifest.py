@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import __version__
-from pipeline.files import atomic_write, delete_tree
+from pipeline.files import atomic_write, delete_tree, remove_abandoned_temporaries
 from pipeline.output import check_lock, release_lock
 from pipeline.tokenize.tokenizer import TokenizerSpec
 from pipeline.write.shards import HISTOGRAM_BIN_WIDTH, TMP_DIR, write_arrow_file
@@ -143,6 +143,9 @@ class _WriteManifestFn(beam.DoFn):
             static, tokenizer, [i.as_dict() for i in inputs], list(shards), list(dead_letters), unigram
         )
         delete_tree(f"{out}/{TMP_DIR}")  # sorted runs of the shard writer, all merged by now
+        for directory in (out, f"{out}/{fmt.SHARDS_DIR}", f"{out}/{fmt.DEAD_LETTER_DIR}"):
+            for name in remove_abandoned_temporaries(directory):  # left by writers killed mid-file, then retried
+                log.warning("removed %s/%s, left by a writer that was killed and retried", directory, name)
         build_id = static.get("build_id")
         if build_id:
             check_lock(out, build_id)  # another build took the output over: write no manifest
