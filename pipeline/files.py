@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -100,10 +101,19 @@ def temporary_name(path: str) -> str:
 
 
 def move_into_place(tmp: str, path: str) -> None:
-    """Rename the finished ``tmp`` to ``path``, replacing a file a retried bundle wrote before (same bytes)."""
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([tmp], [path])
+    """Rename the finished ``tmp`` to ``path``, replacing a file that an earlier attempt of the same bundle wrote,
+    or that a duplicate attempt (a runner's speculative copy, a worker presumed dead) writes at the same time:
+    same bytes either way. Locally one ``os.replace``, atomic, with no moment without ``path``; object stores copy
+    over an existing object; a filesystem whose rename refuses an existing target gets it deleted first."""
+    if "://" not in path:
+        os.replace(tmp, path)
+        return
+    try:
+        FileSystems.rename([tmp], [path])
+    except BeamIOError:
+        with contextlib.suppress(BeamIOError):
+            FileSystems.delete([path])
+        FileSystems.rename([tmp], [path])
 
 
 @contextlib.contextmanager

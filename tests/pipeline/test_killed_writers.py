@@ -151,3 +151,29 @@ def test_writers_killed_mid_file_then_retried_leave_the_artifact_of_an_uninterru
     files = _files(retried)
     assert [f for f in files if ".tmp-" in f] == [], "the killed writers' files are still in the artifact"
     assert files == _files(clean) and len(files) >= 5
+
+
+_DUPLICATE_WRITER = textwrap.dedent(
+    """
+    import sys
+    from pipeline.files import atomic_write
+    for _ in range(int(sys.argv[2])):
+        atomic_write(sys.argv[1], b"the same bytes from every attempt\\n" * 100)
+    """
+)
+
+
+def test_two_attempts_writing_the_same_file_at_once_both_succeed(tmp_path):
+    """A runner's speculative copy of a bundle, or a worker presumed dead that still runs, writes the same file
+    as the attempt that replaced it, at the same time: neither may fail, and one whole file must remain."""
+    target = tmp_path / "part-00000-of-00001.arrow"
+    attempts = [
+        subprocess.Popen(
+            [sys.executable, "-c", _DUPLICATE_WRITER, str(target), "1500"], cwd=REPO, stderr=subprocess.PIPE
+        )
+        for _ in range(2)
+    ]
+    errors = [a.communicate(timeout=120)[1].decode(errors="replace") for a in attempts]
+    assert [a.returncode for a in attempts] == [0, 0], errors
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+    assert target.read_bytes() == b"the same bytes from every attempt\n" * 100
