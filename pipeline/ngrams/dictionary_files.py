@@ -16,7 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline import __version__
 from pipeline.files import HashingSink, atomic_create, remove_abandoned_temporaries
 from pipeline.ngrams.rules import NgramRules
-from pipeline.output import check_lock, release_lock
+from pipeline.output import check_lock, finished_earlier, release_lock
 from schemas.ngram_dictionary import (
     ARROW_FILE,
     ARROW_SCHEMA,
@@ -132,10 +132,15 @@ class _WriteDictionaryFiles(beam.DoFn):
             _LOG.warning(
                 "removed %s, left by a writer that was killed and retried", FileSystems.join(self._output, name)
             )
+        data = (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        if self._build_id and finished_earlier(self._output, self._build_id, MANIFEST_FILE, data):
+            _LOG.warning("%s: already written by an earlier attempt of this step (a retry)", MANIFEST_FILE)
+            yield manifest
+            return
         if self._build_id:
             check_lock(self._output, self._build_id)  # another build took the output over: write no manifest
         with atomic_create(FileSystems.join(self._output, MANIFEST_FILE), "application/json") as f:
-            f.write((json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+            f.write(data)
         if self._build_id:
             release_lock(self._output)
         _LOG.info("wrote %d entries to %s in %.1f s", len(entries), self._output, time.monotonic() - started)

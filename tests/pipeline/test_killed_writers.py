@@ -83,7 +83,7 @@ def _create(items, label):
     return label >> (beam.Create(range(len(items))) | beam.Map(lambda i: items[i]).with_output_types(typing.Any))
 
 
-def _write_artifact(out: Path, spec) -> None:
+def _write_artifact(out: Path, spec, build_id: str | None = None) -> None:
     """The writing half of build_shards (shards, dead letters, then manifest) on a few documents."""
     docs = [
         TokenizedDocument(
@@ -107,7 +107,7 @@ def _write_artifact(out: Path, spec) -> None:
         separator_id=3,
     )
     static = {"created_by": {}, "command": [], "options": {}, "max_seq_len": 12, "pack": "doc-sentences",
-              "candidates": {"kinds": []}}  # fmt: skip
+              "candidates": {"kinds": []}, "build_id": build_id}  # fmt: skip
     with TestPipeline(runner="FnApiRunner") as p:
         results = {
             "input_summaries": p | _create([InputSummary("in.jsonl", 700, "abc", 7)], "Inputs"),
@@ -177,3 +177,45 @@ def test_two_attempts_writing_the_same_file_at_once_both_succeed(tmp_path):
     assert [a.returncode for a in attempts] == [0, 0], errors
     assert [p.name for p in tmp_path.iterdir()] == [target.name]
     assert target.read_bytes() == b"the same bytes from every attempt\n" * 100
+
+
+def test_a_retried_last_step_of_build_shards_accepts_its_own_finished_manifest(tmp_path, spec):
+    """The worker that wrote the manifest and released the lock is lost before the runner hears it finish; the
+    runner retries the step, which must find its own build's manifest and succeed, not fail on the released lock."""
+    from pipeline.output import prepare_output
+
+    out = tmp_path / "artifact"
+    build_id = prepare_output(str(out), overwrite=False)
+    _write_artifact(out, spec, build_id)
+    manifest = (out / fmt.MANIFEST_FILE).read_bytes()
+    assert not (out / fmt.LOCK_FILE).exists() and b'"build_id": "' + build_id.encode() in manifest
+    _write_artifact(out, spec, build_id)  # the retry
+    assert (out / fmt.MANIFEST_FILE).read_bytes() == manifest
+    assert not (out / fmt.LOCK_FILE).exists()
+
+
+def test_a_retried_last_step_of_the_ngram_dictionary_accepts_its_own_finished_manifest(tmp_path):
+    from pipeline.ngrams.dictionary_files import WriteNgramDictionary
+    from pipeline.ngrams.rules import NgramRules
+    from pipeline.output import prepare_output
+    from schemas.ngram_dictionary import MANIFEST_FILE
+
+    out = tmp_path / "dictionary"
+    build_id = prepare_output(str(out), overwrite=False, subdirs=())
+
+    def write() -> None:
+        with TestPipeline(runner="FnApiRunner") as p:
+            entries = p | _create([("new york", 12), ("of the", 30)], "Entries")
+            sources = p | _create([{"path": "in.tokens", "bytes": 10, "sha256": "abc"}], "Sources")
+            summary = p | _create([{"lines": 3, "undecodable_lines": 0}], "Summary")
+            dead = p | _create([], "Dead")
+            rules = NgramRules(min_count=11)
+            _ = (entries, sources, summary, dead) | WriteNgramDictionary(
+                output=str(out), options={}, rules=rules, build_id=build_id
+            )
+
+    write()
+    manifest = (out / MANIFEST_FILE).read_bytes()
+    assert not (out / fmt.LOCK_FILE).exists() and b"new york" not in manifest and len(manifest) > 100
+    write()  # the retry
+    assert (out / MANIFEST_FILE).read_bytes() == manifest
