@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import re
 import uuid
+from collections.abc import Iterator
 from typing import BinaryIO
 
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
@@ -85,18 +89,67 @@ class HashingSink:
         return {"bytes": self.bytes, "sha256": self.sha256}
 
 
+# The temporary name of a file being written: a killed writer (a worker lost mid-bundle, whose bundle the
+# runner retries elsewhere) leaves one behind, which the job's last step removes (remove_abandoned_temporaries).
+_TEMPORARY = re.compile(r"\..+\.tmp-[0-9a-f]{32}")
+
+
+def temporary_name(path: str) -> str:
+    """A fresh name beside ``path`` to write it under before :func:`move_into_place` (unique per attempt)."""
+    directory, name = path.rsplit("/", 1)
+    return f"{directory}/.{name}.tmp-{uuid.uuid4().hex}"
+
+
+def move_into_place(tmp: str, path: str) -> None:
+    """Rename the finished ``tmp`` to ``path``, replacing a file that an earlier attempt of the same bundle wrote,
+    or that a duplicate attempt (a runner's speculative copy, a worker presumed dead) writes at the same time:
+    same bytes either way. Locally one ``os.replace``, atomic, with no moment without ``path``; object stores copy
+    over an existing object; a filesystem whose rename refuses an existing target gets it deleted first."""
+    if "://" not in path:
+        os.replace(tmp, path)
+        return
+    try:
+        FileSystems.rename([tmp], [path])
+    except BeamIOError:
+        with contextlib.suppress(BeamIOError):
+            FileSystems.delete([path])
+        FileSystems.rename([tmp], [path])
+
+
+@contextlib.contextmanager
+def atomic_create(path: str, mime_type: str = "application/octet-stream") -> Iterator[BinaryIO]:
+    """A file to write ``path`` through: written under a temporary name and renamed when the block ends without
+    an error, so no reader and no retry ever sees a partial ``path``; on an error the temporary file is deleted."""
+    tmp = temporary_name(path)
+    try:
+        with create(tmp, mime_type) as f:
+            yield f
+    except BaseException:
+        with contextlib.suppress(Exception):
+            FileSystems.delete([tmp])
+        raise
+    move_into_place(tmp, path)
+
+
 def atomic_write(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` under a temporary name, then rename: readers never see a partial file.
 
     A retried bundle rewrites identical bytes, so replacing an existing file is safe.
     """
-    directory, name = path.rsplit("/", 1)
-    tmp = f"{directory}/.{name}.tmp-{uuid.uuid4().hex}"
-    with create(tmp) as f:
+    with atomic_create(path) as f:
         f.write(data)
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([tmp], [path])
+
+
+def remove_abandoned_temporaries(directory: str) -> list[str]:
+    """Delete the temporary files that killed writers left directly in ``directory``; return their names.
+
+    Called by a job's last step, once every writer has finished: any temporary file left then belongs to an
+    attempt that died (its bundle was retried and wrote the file under its final name)."""
+    matched = FileSystems.match([directory.rstrip("/") + "/.*.tmp-*"])[0].metadata_list
+    stale = sorted(m.path for m in matched if _TEMPORARY.fullmatch(m.path.rsplit("/", 1)[1]))
+    if stale:
+        FileSystems.delete(stale)
+    return [p.rsplit("/", 1)[1] for p in stale]
 
 
 def read_bytes(path: str) -> bytes:

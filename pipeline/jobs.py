@@ -108,13 +108,22 @@ class JobFailed(Exception):
     """The job ran but its work failed (every document dead-lettered); reported as one line (exit 1)."""
 
 
+class WorkerLost(Exception):
+    """The runner lost a worker process under a bundle and the job failed without writing its manifest; reported
+    as one line without a traceback (exit 1)."""
+
+
+# What Beam's runners raise when an SDK worker process dies under a bundle (killed, out of memory).
+_LOST_WORKER = re.compile(r"Channel closed prematurely|Worker subprocess exited with return code|Socket closed")
+
+
 def exit_code(job: str, run: Callable[[], object]) -> int:
     """Call ``run()`` (without pandas, see above); 0 when it returns, 2 after one ``<job>: error:`` line for a user
-    error, 1 for a bad artifact or a job whose work failed."""
+    error, 1 for a bad artifact, a job whose work failed or a lost worker."""
     try:
         with without_pandas():
             run()
-    except (UsageError, JobFailed, fmt.FormatError) as e:
+    except (UsageError, JobFailed, fmt.FormatError, WorkerLost) as e:
         print(f"{job}: error: {e}", file=sys.stderr)
         return 2 if isinstance(e, UsageError) else 1
     return 0
@@ -334,3 +343,10 @@ def run_pipeline(
                 build(p)
     except output.OutputError as e:
         raise UsageError(str(e).split(" [while running")[0]) from None
+    except Exception as e:
+        if not _LOST_WORKER.search(str(e)):
+            raise
+        raise WorkerLost(
+            f"the runner lost a worker process and the job failed ({_first_line(e)}); it wrote no manifest, so "
+            "the output is an incomplete build that pipeline.verify rejects: rerun with --overwrite"
+        ) from None

@@ -204,6 +204,24 @@ def check_lock(output: str, build_id: str) -> None:
         )
 
 
+def finished_earlier(output: str, build_id: str, manifest_file: str, manifest: bytes | None = None) -> bool:
+    """True when an earlier attempt of this build's last step already finished: the lock is released and
+    ``manifest_file`` is this build's (it names ``build_id``, or, for a manifest without one, it is exactly
+    ``manifest``). A runner retries that step when the worker that ran it is lost before the runner heard it
+    finish; the retry must then not fail on the released lock."""
+    path = f"{output.rstrip('/')}/{manifest_file}"
+    if read_lock(output) is not None or not FileSystems.exists(path):
+        return False
+    with FileSystems.open(path) as f:
+        written = f.read()
+    if manifest is not None:
+        return written == manifest
+    try:
+        return json.loads(written.decode("utf-8")).get("build_id") == build_id
+    except ValueError:
+        return False
+
+
 def describe_lock(lock: dict) -> str:
     """Whose lock it is, for a message: build id, start, host, and on this host whether its process still runs."""
     text = f"build {lock.get('build_id')} started {lock.get('started_at')} on {lock.get('host')}"

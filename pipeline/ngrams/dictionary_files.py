@@ -14,9 +14,9 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline import __version__
-from pipeline.files import HashingSink, create
+from pipeline.files import HashingSink, atomic_create, remove_abandoned_temporaries
 from pipeline.ngrams.rules import NgramRules
-from pipeline.output import check_lock, release_lock
+from pipeline.output import check_lock, finished_earlier, release_lock
 from schemas.ngram_dictionary import (
     ARROW_FILE,
     ARROW_SCHEMA,
@@ -43,7 +43,7 @@ def _sorted_entries(ngram_to_count) -> list[tuple[str, int]]:
 
 def write_arrow(path: str, entries: list[tuple[str, int]]) -> dict[str, Any]:
     """Write ``ngrams.arrow`` (entries already in dictionary order) batch by batch; its size and sha256."""
-    with create(path, "application/vnd.apache.arrow.file") as f:
+    with atomic_create(path, "application/vnd.apache.arrow.file") as f:
         out = HashingSink(f)
         with pa.ipc.new_file(pa.PythonFile(out, mode="w"), ARROW_SCHEMA) as writer:
             for start in range(0, len(entries), ARROW_BATCH_ROWS):
@@ -63,7 +63,7 @@ def write_arrow(path: str, entries: list[tuple[str, int]]) -> dict[str, Any]:
 
 def write_lines(path: str, lines, mime_type: str) -> dict[str, Any]:
     """Write text lines (each ending in a newline) as UTF-8, in blocks; the file's size and sha256."""
-    with create(path, mime_type) as f:
+    with atomic_create(path, mime_type) as f:
         out = HashingSink(f)
         block: list[str] = []
         for line in lines:
@@ -128,10 +128,19 @@ class _WriteDictionaryFiles(beam.DoFn):
             "total_entries": len(entries),
             "files": files,
         }
+        for name in remove_abandoned_temporaries(self._output):  # left by a writer killed mid-file, then retried
+            _LOG.warning(
+                "removed %s, left by a writer that was killed and retried", FileSystems.join(self._output, name)
+            )
+        data = (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        if self._build_id and finished_earlier(self._output, self._build_id, MANIFEST_FILE, data):
+            _LOG.warning("%s: already written by an earlier attempt of this step (a retry)", MANIFEST_FILE)
+            yield manifest
+            return
         if self._build_id:
             check_lock(self._output, self._build_id)  # another build took the output over: write no manifest
-        with create(FileSystems.join(self._output, MANIFEST_FILE), "application/json") as f:
-            f.write((json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+        with atomic_create(FileSystems.join(self._output, MANIFEST_FILE), "application/json") as f:
+            f.write(data)
         if self._build_id:
             release_lock(self._output)
         _LOG.info("wrote %d entries to %s in %.1f s", len(entries), self._output, time.monotonic() - started)

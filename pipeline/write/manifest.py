@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import __version__
-from pipeline.files import atomic_write, delete_tree
-from pipeline.output import check_lock, release_lock
+from pipeline.files import atomic_write, delete_tree, read_bytes, remove_abandoned_temporaries
+from pipeline.output import check_lock, finished_earlier, release_lock
 from pipeline.tokenize.tokenizer import TokenizerSpec
 from pipeline.write.shards import HISTOGRAM_BIN_WIDTH, TMP_DIR, write_arrow_file
 from schemas import format as fmt
@@ -122,6 +122,11 @@ class _WriteManifestFn(beam.DoFn):
 
     def process(self, _, inputs, shards, dead_letters, spacy_models=()):
         out = self._output
+        build_id = self._static.get("build_id")
+        if build_id and finished_earlier(out, build_id, fmt.MANIFEST_FILE):
+            log.warning("%s/%s: already written by an earlier attempt of this step (a retry)", out, fmt.MANIFEST_FILE)
+            yield json.loads(read_bytes(f"{out}/{fmt.MANIFEST_FILE}"))
+            return
         tokenizer = self._spec.describe()
         atomic_write(f"{out}/{fmt.TOKENIZER_FILE}", self._spec.json.encode("utf-8"))
         counts = np.zeros(tokenizer["vocab_size"], dtype=np.int64)
@@ -143,7 +148,9 @@ class _WriteManifestFn(beam.DoFn):
             static, tokenizer, [i.as_dict() for i in inputs], list(shards), list(dead_letters), unigram
         )
         delete_tree(f"{out}/{TMP_DIR}")  # sorted runs of the shard writer, all merged by now
-        build_id = static.get("build_id")
+        for directory in (out, f"{out}/{fmt.SHARDS_DIR}", f"{out}/{fmt.DEAD_LETTER_DIR}"):
+            for name in remove_abandoned_temporaries(directory):  # left by writers killed mid-file, then retried
+                log.warning("removed %s/%s, left by a writer that was killed and retried", directory, name)
         if build_id:
             check_lock(out, build_id)  # another build took the output over: write no manifest
         atomic_write(f"{out}/{fmt.MANIFEST_FILE}", fmt.dumps_manifest(manifest).encode("utf-8"))

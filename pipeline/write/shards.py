@@ -32,7 +32,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.elements import Row, TokenizedDocument
-from pipeline.files import HashingSink
+from pipeline.files import HashingSink, move_into_place, temporary_name
 from pipeline.write.packing import NO_SPANS, pack_doc_sentences, pack_full_sentences
 from schemas import format as fmt
 
@@ -129,9 +129,8 @@ class ArrowFileWriter:
         file_format: bool = True,
         background: bool = False,
     ):
-        directory, name = path.rsplit("/", 1)
         self._path = path
-        self._tmp = f"{directory}/.{name}.tmp-{uuid.uuid4().hex}"
+        self._tmp = temporary_name(path)
         self._raw = FileSystems.create(self._tmp)
         self._sink = HashingSink(self._raw)
         options = pa.ipc.IpcWriteOptions(compression=compression)
@@ -161,9 +160,7 @@ class ArrowFileWriter:
                 self._thread.shutdown(wait=True, cancel_futures=True)
         self._writer.close()
         self._raw.close()
-        if FileSystems.exists(self._path):  # a retried bundle: the content is identical
-            FileSystems.delete([self._path])
-        FileSystems.rename([self._tmp], [self._path])
+        move_into_place(self._tmp, self._path)  # a retried bundle: the content is identical
         return self._sink.bytes, self._sink.sha256
 
 
