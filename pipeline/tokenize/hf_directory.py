@@ -255,7 +255,7 @@ def from_directory(directory: str) -> tuple[Tokenizer, str, dict[str, str] | Non
     vocab_json, merges_txt = _join(directory, "vocab.json"), _join(directory, "merges.txt")
     tokenizer_json, vocab_txt = _join(directory, "tokenizer.json"), _join(directory, "vocab.txt")
     has_json = _exists(tokenizer_json)
-    kind = _tokenizer_class(directory, config, _exists(vocab_txt))
+    kind = _tokenizer_class(directory, config, _exists(vocab_txt) and not has_json)  # vocab.txt rule: no json
     _check_booleans(config, config_path)
     bert, roberta = kind in BERT_CLASSES, kind in ROBERTA_CLASSES
     # with an added_tokens_decoder, transformers reads no special_tokens_map.json

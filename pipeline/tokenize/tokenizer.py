@@ -63,10 +63,15 @@ def read_vocab_txt(path: str) -> dict[str, int]:
     """A ``vocab.txt`` read as transformers reads it (``BertTokenizer`` hands the path to ``tokenizers``'
     ``WordPiece``, whose reader is Rust's): lines end at a line feed only (not at U+2028, U+0085 or a lone carriage
     return, which ``str.splitlines`` would also split at), each without its trailing whitespace; id = line number
-    from 0. A token on two lines (transformers keeps the later id, and the earlier id names nothing) and bytes
-    that are not UTF-8 are refused, naming the line."""
+    from 0. A token on two lines (transformers keeps the later id, and the earlier id names nothing), bytes
+    that are not UTF-8 and a leading byte-order mark are refused, naming the line."""
     with FileSystems.open(path) as f:
         raw = f.read()
+    if raw.startswith(b"\xef\xbb\xbf"):  # transformers would make it part of the first token ("\ufeff[PAD]")
+        raise TokenizerError(
+            f"{path}: line 1 starts with a byte-order mark (U+FEFF), which would be part of its token: save the file "
+            "as UTF-8 without a BOM"
+        )
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()  # the line feed ending the last line

@@ -188,6 +188,27 @@ ROWS: dict[str, tuple[Callable[[dict, dict], dict], str]] = {
         lambda wp, bpe: {"tokenizer.json": wp, "config.json": {"model_type": "albert"}},
         "config.json: model_type 'albert': its tokenizer is not supported",
     ),
+    # attack round on issue 32: F2 (the vocab.txt rule made it BERT's class and lower-cased), F1 (shifted ids), F5
+    "tokenizer.json + vocab.txt + do_lower_case true, no class (tokenizer.json as it is)": (
+        lambda wp, bpe: {
+            "tokenizer.json": _with(wp, lambda c: c["normalizer"].update(lowercase=False)),
+            "vocab.txt": _vocab_txt(wp),
+            "tokenizer_config.json": {"do_lower_case": True},
+        },
+        "auto",
+    ),
+    "a plain added token after a special one": (
+        lambda wp, bpe: {
+            "tokenizer.json": _with(
+                wp, lambda c: c["added_tokens"].extend([_added("<ent>", 3000, special=True), _added("<new>", 3001)])
+            ),
+        },
+        "the added token '<new>' (id 3001) follows the special added token(s)",
+    ),
+    "vocab.txt starting with a byte-order mark": (
+        lambda wp, bpe: {"vocab.txt": "\ufeff" + _vocab_txt(wp), "tokenizer_config.json": BERT},
+        "vocab.txt: line 1 starts with a byte-order mark (U+FEFF)",
+    ),
     "an added token off its declared id": (
         lambda wp, bpe: {
             "vocab.txt": _vocab_txt(wp),

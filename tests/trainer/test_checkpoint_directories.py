@@ -112,3 +112,24 @@ def test_pretrain_init_from_a_checkpoint_whose_tokenizer_panics_is_one_line(tmp_
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and "the tokenizers library panicked" in err[0], captured.err
     assert "Traceback" not in captured.err and "panicked at" not in captured.err
+
+
+def test_a_checkpoint_with_a_plain_added_token_after_a_special_one_is_refused(tmp_path, base):
+    """Fine-tuning reads special tokens in text as text (the rows' rule): dropping ``<ent>`` from the text tokenizer
+    would renumber ``<new>`` to ``<ent>``'s id (attack round, F1); refused in one line."""
+    n = _size(base)
+    flags = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False}
+    decoder = {
+        str(n): {"content": "<ent>", "special": True, **flags},
+        str(n + 1): {"content": "<new>", "special": False, **flags},
+    }
+    directory = _directory(
+        tmp_path, base, {"tokenizer_config.json": {"do_lower_case": False, "added_tokens_decoder": decoder}}
+    )
+    theirs = transformers.AutoTokenizer.from_pretrained(str(directory))
+    assert theirs.convert_tokens_to_ids("<new>") == n + 1  # what a shifted id would contradict
+    with pytest.raises(CheckpointError) as e:
+        load_pretrained(str(directory))
+    message = str(e.value)
+    assert len(message.splitlines()) == 1 and "the added token '<new>' (id " in message, message
+    assert "follows the special added token(s)" in message
