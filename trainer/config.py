@@ -36,6 +36,8 @@ class ConfigError(ValueError):
     """An option has a value the trainer cannot run with; the message says which and why."""
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max
+
 def opt(default: Any, help: str, **kwargs: Any) -> Any:
     """A dataclass field with a default and the help text the command line shows."""
     return field(default=default, metadata={"help": help, **kwargs})
@@ -175,7 +177,8 @@ class OptimConfig:
     grad_clip: float = opt(1.0, "clip the global gradient norm to this value; 0 disables (BERT 1.0)")
 
     def __post_init__(self) -> None:
-        require(self.lr > 0, f"optim.lr must be > 0, got {self.lr!r}")
+        # float32's largest value: the optimizer holds the rate in float32 (above it: an overflow traceback)
+        require(0 < self.lr <= FLOAT32_MAX, f"optim.lr (--lr) must be > 0 and finite, got {self.lr!r}")
         require(
             self.warmup_steps is None
             or (

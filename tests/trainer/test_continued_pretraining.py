@@ -264,6 +264,13 @@ def test_a_loss_that_becomes_non_finite_stops_without_saving(cased, tmp_path):
     assert len(state) > 20
 
 
+@pytest.mark.parametrize("lr", ["inf", "nan", "1e39"])
+def test_a_learning_rate_that_is_not_a_finite_float32_is_refused(cased, tmp_path, capsys, lr):
+    assert pretrain.main(argv(cased["artifact"], cased["safetensors"], tmp_path / "run", "--lr", lr)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"must be > 0 and finite, got {float(lr)!r}" in err[0], err
+
+
 # -- a damaged directory is one line, exit 2 (issue 32, item 8 and the sharded index's paths) ---------------
 def _sharded(cased, directory: Path) -> Path:
     """The cased checkpoint saved again by transformers in shards of 60 KB (model.safetensors.index.json)."""

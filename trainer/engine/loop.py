@@ -29,6 +29,7 @@ from trainer.engine.checkpoints import (
     repair_universal_load,
 )
 from trainer.engine.distributed import Dist, environment_ninja, finish_distributed, init_distributed
+from trainer.engine.divergence import Diverged, stops_on, weights_finite
 from trainer.engine.ds_config import parameter_groups
 from trainer.engine.elastic import universal_checkpoint
 from trainer.engine.evaluate import MODEL_INPUTS, SourceCounts, eval_metrics, eval_sums, to_device
@@ -110,6 +111,9 @@ class Trainer:
         }
 
     def save(self, data_state: dict) -> str:
+        """Save a checkpoint of this step; :class:`Diverged` (nothing written) when the weights are not finite."""
+        if not weights_finite(self.engine.module, self.dist.device):
+            raise Diverged(f"the weights are not finite after step {self.step}")
         tag = f"{TAG_PREFIX}{self.step}"
         if self.dist.is_main:
             os.makedirs(os.path.join(self.ckpt_dir, tag), exist_ok=True)
@@ -213,11 +217,14 @@ class Trainer:
         self._progress = progress
         self.engine.train()
         window = _Window()
-        code = 0
         data_state = self.train_loader.state_dict()
         # The workers fork inside the signal context. Closing the iterator on the way out, whatever the way, stops
         # them: they ignore SIGTERM (signals.py), so a live iterator at interpreter exit hangs it in their join.
-        with StopRequested() as stop, contextlib.closing(iter(self.train_loader)) as batches:
+        with (
+            StopRequested() as stop,
+            contextlib.closing(iter(self.train_loader)) as batches,
+            stops_on(Diverged, self._diverged) as diverged,
+        ):
             step_start = time.perf_counter()
             while self.step < run.max_steps:
                 if not self._data_left():
@@ -232,9 +239,7 @@ class Trainer:
                 host["stop"] = 1.0 if stop.requested else 0.0
                 totals = self._all_reduce(device_sums, host)
                 if not math.isfinite(totals["loss"]):  # the same sums on every rank: every rank stops here
-                    self._diverged(totals["loss"])
-                    code = 1
-                    break
+                    raise Diverged(f"the training loss is {totals['loss']} at step {self.step}")
                 self.source_counts.absorb(totals)
                 now = time.perf_counter()  # after the all-reduce's sync: the step's work is done
                 totals["seconds"], totals["lr"] = now - step_start, lr  # data wait included, eval and saves not
@@ -254,22 +259,23 @@ class Trainer:
                 if self.step == run.max_steps or (run.save_every and self.step % run.save_every == 0):
                     self.save(data_state)
                 step_start = time.perf_counter()
+        code = 1 if diverged else 0
         if progress is not None:
             progress.close()
         if self.step >= run.max_steps and not code:
             self._print(f"done: {self.step} steps; checkpoint {self.ckpt_dir}/{latest_tag(self.ckpt_dir)}")
         return code
 
-    def _diverged(self, loss: float) -> None:
-        """A non-finite loss: this step's update made the weights NaN (or came from them), so nothing is saved, not
-        even on a stop signal; the last checkpoint stays the last good one. One line on stderr (rank 0)."""
+    def _diverged(self, what: Exception) -> None:
+        """A non-finite loss or weights: an update made the weights NaN or infinite (or came from them), so nothing is
+        saved, not even on a stop signal; the last checkpoint stays the last good one. One line on stderr (rank 0)."""
         if not self.dist.is_main:
             return
         tag = latest_tag(self.ckpt_dir)
         last = f"the last checkpoint, {self.ckpt_dir}/{tag}, is kept" if tag else "no checkpoint was saved"
         print(
-            f"pretrain: error: the training loss is {loss} at step {self.step} (not finite: training diverged; a "
-            f"lower --lr, or a longer --warmup-steps, may help); stopped without saving: {last}",
+            f"pretrain: error: {what} (not finite: training diverged; a lower --lr, or a longer --warmup-steps, may "
+            f"help); stopped without saving: {last}",
             file=sys.stderr,
             flush=True,
         )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from schemas import commands
-from trainer.config import opt, require
+from trainer.config import FLOAT32_MAX, opt, require
 from trainer.finetuning.heads import HEADS
 from trainer.finetuning.span_ft import SEGMENTATIONS
 from trainer.finetuning.tasks import TASKS, check_head, get_task
@@ -98,7 +98,7 @@ class FinetuneConfig:
                 isinstance(value, int) and value > 0,
                 f"--{name.replace('_', '-')} must be a positive integer, got {value!r}",
             )
-        require(self.lr > 0, f"--lr must be > 0, got {self.lr!r}")
+        require(0 < self.lr <= FLOAT32_MAX, f"--lr must be > 0 and finite, got {self.lr!r}")
         require(0.0 <= self.warmup_ratio < 1.0, f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio!r}")
         require(0 <= self.seed < 2**32, f"--seed must be in [0, 2**32), got {self.seed!r}")
         if self.head == "span-ft" and self.segmentation == "ngram":
