@@ -32,6 +32,7 @@ from pipeline import progress, report, runner_checks
 from pipeline.build_shards_options import BuildShardsOptions
 from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
+from pipeline.dedup import removal
 from pipeline.elements import Document
 from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, UsageError, redact_argv
 from pipeline.read.documents import ReadDocuments
@@ -108,6 +109,10 @@ def _validate(o: argparse.Namespace) -> None:
         raise UsageError("give only one of --tokenizer, --vocab, --tokenizer-from, --train-tokenizer")
     if o.vocab_size < len(fmt.SPECIAL_TOKENS) + 1:
         raise UsageError(f"--vocab-size {o.vocab_size} is too small")
+    try:
+        removal.near_params(o)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if (o.tokenizer or o.tokenizer_from) and o.lowercase:
         raise UsageError(
             "--lowercase applies to --vocab and --train-tokenizer; a tokenizer.json or a tokenizer directory "
@@ -246,6 +251,7 @@ def _static_manifest_fields(
         "pack": o.pack,
         "candidates": candidates,
         "build_id": build_id,
+        "dedup": removal.describe(o),
     }
 
 
@@ -267,7 +273,7 @@ def build_pipeline(
     ids_dtype = "uint16" if fmt.token_id_type(info["vocab_size"]) == fmt.token_id_type(1) else "int32"
 
     read = p | "ReadDocuments" >> ReadDocuments(o.input, _reader_options(o, unk), o.split_bytes, files=files)
-    documents = read["documents"]
+    documents, removed = removal.remove_documents(read["documents"], o)
     kinds = static["candidates"]["kinds"]
     spacy_kinds = [k for k in kinds if k in ("entities", "noun_phrases")]
     if spacy_kinds:
@@ -301,6 +307,7 @@ def build_pipeline(
         "shards": shards,
         "dead_letters": dead_letters,
         "spacy_models": spacy_models,
+        **removed,
     } | "WriteManifest" >> WriteManifest(o.output, spec, static)
 
 
@@ -371,6 +378,11 @@ def _summary(manifest: dict, output: str) -> str:
             f" ({', '.join(f'{k}: {v:,}' for k, v in c['dead_lettered_by_reason'].items())})"
             if c["dead_lettered_by_reason"]
             else ""
+        ),
+        *(
+            [f"  left out: {c['documents_duplicate']:,} duplicate(s) (removed/duplicate.jsonl)"]
+            if c.get("documents_duplicate")
+            else []
         ),
         f"  rows: {c['rows']:,} of at most {manifest['max_row_tokens']} tokens; tokens: {c['tokens']:,}; sentences: {c['sentences']:,}",
         *(

@@ -196,6 +196,46 @@ class BuildShardsOptions(PipelineOptions):
             help="longer documents go through spaCy in pieces cut at paragraph breaks",
         )
         g.add_argument("--spacy-batch-size", "--spacy_batch_size", dest="spacy_batch_size", type=int, default=32)
+        g = parser.add_argument_group("duplicates (docs/DEDUP.md)")
+        g.add_argument(
+            "--dedup",
+            default="off",
+            choices=["off", "exact", "near"],
+            help="leave out copies: exact (same normalised words), near (exact, then MinHash/LSH candidates confirmed "
+            "by exact Jaccard of word shingles); default off: the same artifact as before, no extra shuffle",
+        )
+        g.add_argument(
+            "--dedup-threshold",
+            "--dedup_threshold",
+            dest="dedup_threshold",
+            type=float,
+            default=0.8,
+            help="near: Jaccard similarity of shingle sets at which a pair is a copy (default 0.8)",
+        )
+        g.add_argument(
+            "--dedup-shingle",
+            "--dedup_shingle",
+            dest="dedup_shingle",
+            type=int,
+            default=5,
+            help="near: words per shingle (default 5)",
+        )
+        g.add_argument(
+            "--dedup-bands",
+            "--dedup_bands",
+            dest="dedup_bands",
+            type=int,
+            default=20,
+            help="near: LSH bands (default 20)",
+        )
+        g.add_argument(
+            "--dedup-rows",
+            "--dedup_rows",
+            dest="dedup_rows",
+            type=int,
+            default=6,
+            help="near: signature values per band (default 6; 20 x 6 misses 0.23%% of pairs at 0.8)",
+        )
         g = parser.add_argument_group("resources")
         g.add_argument(
             "--spill-buffer-mb",
