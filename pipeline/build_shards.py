@@ -111,6 +111,7 @@ def _validate(o: argparse.Namespace) -> None:
         raise UsageError(f"--vocab-size {o.vocab_size} is too small")
     try:
         removal.near_params(o)
+        removal.eval_sets(o)  # read once here: a bad evaluation file stops the job before it starts
     except ValueError as e:
         raise UsageError(str(e)) from None
     if (o.tokenizer or o.tokenizer_from) and o.lowercase:
@@ -252,6 +253,7 @@ def _static_manifest_fields(
         "candidates": candidates,
         "build_id": build_id,
         "dedup": removal.describe(o),
+        "contamination": removal.describe_contamination(o),
     }
 
 
@@ -380,8 +382,11 @@ def _summary(manifest: dict, output: str) -> str:
             else ""
         ),
         *(
-            [f"  left out: {c['documents_duplicate']:,} duplicate(s) (removed/duplicate.jsonl)"]
-            if c.get("documents_duplicate")
+            [
+                f"  left out: {c['documents_duplicate']:,} duplicate(s), {c['documents_contaminated']:,} contaminated "
+                f"({fmt.REMOVED_DIR}/)"
+            ]
+            if c.get("documents_duplicate") or c.get("documents_contaminated")
             else []
         ),
         f"  rows: {c['rows']:,} of at most {manifest['max_row_tokens']} tokens; tokens: {c['tokens']:,}; sentences: {c['sentences']:,}",

@@ -236,6 +236,31 @@ class BuildShardsOptions(PipelineOptions):
             default=6,
             help="near: signature values per band (default 6; 20 x 6 misses 0.23%% of pairs at 0.8)",
         )
+        g = parser.add_argument_group("evaluation-set overlap (docs/DEDUP.md)")
+        g.add_argument(
+            "--decontaminate",
+            action="append",
+            default=None,
+            help="evaluation file (SQuAD/XQuAD .json, GLUE .tsv, .jsonl with a text field); repeatable: documents "
+            "sharing an n-gram with one are found (and left out: --drop-contaminated)",
+        )
+        g.add_argument(
+            "--drop-contaminated",
+            "--drop_contaminated",
+            dest="drop_contaminated",
+            default="documents",
+            choices=["documents", "none"],
+            help="documents: leave them out, recorded in removed/contaminated.jsonl (default); none: keep them, "
+            "only count them in the manifest",
+        )
+        g.add_argument(
+            "--contamination-ngram",
+            "--contamination_ngram",
+            dest="contamination_ngram",
+            type=int,
+            default=13,
+            help="words per n-gram of the overlap check (default 13)",
+        )
         g = parser.add_argument_group("resources")
         g.add_argument(
             "--spill-buffer-mb",

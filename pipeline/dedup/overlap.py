@@ -46,7 +46,7 @@ class EvalSet:
         return cls(name, [ex.id for ex in examples], per_example, every)
 
 
-def _members(sorted_hashes: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+def members(sorted_hashes: np.ndarray, candidates: np.ndarray) -> np.ndarray:
     """The ``candidates`` that occur in ``sorted_hashes`` (by binary search: no copy of either)."""
     if not len(sorted_hashes) or not len(candidates):
         return candidates[:0]
@@ -65,14 +65,15 @@ class OverlapIndex:
         self.found: set[int] = set()  # evaluation n-grams seen in the corpus (a subset of theirs: small)
         self.documents_scanned = 0
 
-    def scan(self, doc_id: str, body: str) -> np.ndarray:
-        """Record one corpus document; return the evaluation n-grams it holds."""
+    def scan(self, doc_id: str, body: str, record: bool = True) -> np.ndarray:
+        """The evaluation n-grams one corpus document holds (sorted, distinct); ``record``: also count them and the
+        document for :meth:`report` (a Beam worker does not: it sends them on instead)."""
         self.documents_scanned += 1
-        grams = _members(self.hashes, np.unique(text.ngram_hashes(text.word_hashes(text.words(body)), self.n)))
-        if len(grams):
+        grams = members(self.hashes, np.unique(text.ngram_hashes(text.word_hashes(text.words(body)), self.n)))
+        if len(grams) and record:
             self.found.update(int(h) for h in grams)
             for s in self.sets:
-                if len(_members(s.hashes, grams)):
+                if len(members(s.hashes, grams)):
                     s.documents.add(doc_id)
         return grams
 
@@ -90,7 +91,7 @@ class OverlapIndex:
                 if not len(grams):
                     too_short += 1
                     continue
-                k = len(_members(found, grams))
+                k = len(members(found, grams))
                 if k:
                     hits.append({"id": example_id, "fraction": round(k / len(grams), 6)})
             out[s.name] = {
@@ -99,7 +100,7 @@ class OverlapIndex:
                 "examples_too_short": too_short,
                 "ngram_size": self.n,
                 "ngrams": int(len(s.hashes)),
-                "ngrams_found": int(len(_members(found, s.hashes))),
+                "ngrams_found": int(len(members(found, s.hashes))),
                 "ngram_fraction_found": round(sum(h["fraction"] for h in hits) / len(hits), 6) if hits else 0.0,
                 "documents": sorted(s.documents),
                 "contaminated_examples": hits,

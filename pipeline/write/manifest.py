@@ -65,6 +65,7 @@ def build_manifest(
     unigram: dict,
     removed: list | None = None,
     removal_stats: list | None = None,
+    contamination: list | None = None,
 ) -> dict:
     shards = sorted(shards, key=lambda s: s["index"])
     inputs = sorted(inputs, key=lambda s: s["path"])
@@ -127,6 +128,11 @@ def build_manifest(
         "dead_letter": [{k: d[k] for k in ("path", "records", "bytes", "sha256")} for d in dead_letters],
         "removed": [{k: d[k] for k in ("path", "records", "bytes", "sha256")} for d in removed],
         "dedup": {**(static.get("dedup") or {"mode": "off"}), **dict(sorted(removal_stats or []))},
+        "contamination": (
+            {**static["contamination"], "files": contamination[0] if contamination else {}}
+            if static.get("contamination")
+            else None
+        ),
         "row_length_histogram": {"bin_width": HISTOGRAM_BIN_WIDTH, "counts": histogram.tolist()},
         "candidates": candidates,
     }
@@ -139,7 +145,7 @@ class _WriteManifestFn(beam.DoFn):
         self._spec = tokenizer_spec
         self._static = static
 
-    def process(self, _, inputs, shards, dead_letters, spacy_models=(), removed=(), removal_stats=()):
+    def process(self, _, inputs, shards, dead_letters, spacy_models=(), removed=(), removal_stats=(), contamination=()):
         out = self._output
         tokenizer = self._spec.describe()
         atomic_write(f"{out}/{fmt.TOKENIZER_FILE}", self._spec.json.encode("utf-8"))
@@ -167,6 +173,7 @@ class _WriteManifestFn(beam.DoFn):
             unigram,
             list(removed),
             list(removal_stats),
+            list(contamination),
         )
         delete_tree(f"{out}/{TMP_DIR}")  # sorted runs of the shard writer, all merged by now
         build_id = static.get("build_id")
@@ -188,7 +195,9 @@ class WriteManifest(beam.PTransform):
 
     def expand(self, results: dict):
         side = beam.pvalue.AsList
-        extra = {k: side(results[k]) for k in ("spacy_models", "removed", "removal_stats") if k in results}
+        extra = {
+            k: side(results[k]) for k in ("spacy_models", "removed", "removal_stats", "contamination") if k in results
+        }
         return (
             results["shards"].pipeline
             | "Once" >> beam.Create([None])

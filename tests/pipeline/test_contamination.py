@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import io
 import json
+import typing
+from pathlib import Path
 
+import apache_beam as beam
 import pytest
 import zstandard
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline import contamination
+from pipeline import build_shards, contamination, verify
 from pipeline.dedup import overlap
+from pipeline.dedup.clean_documents import DropContaminated
 from pipeline.dedup.eval_sets import EvalFileError, read_eval_file
+from pipeline.elements import Document, Source
 from tests.conftest import DEMO_CORPUS, SHARED_DATA, WIKIPEDIA_SAMPLE, build
 
 XQUAD = SHARED_DATA / "finetune" / "squad_format_xquad_en" / "xquad.en.json"
@@ -138,3 +145,61 @@ def test_describe_names_every_figure():
         "f: 10 examples, 2 contaminated (20.0%) sharing a 13-gram with 1 corpus document(s); 5 of 50 distinct 13-grams "
         "found, 25.0% of a contaminated example's on average; 1 too short to check"
     )
+
+
+# -- build_shards --decontaminate ------------------------------------------------------------------
+
+
+def _eval_copying(tmp_path, doc: dict) -> Path:
+    words = doc["text"].split()
+    evals = [{"id": "ex-copied", "text": " ".join(words[10:30])}, {"id": "ex-other", "text": "nothing " * 20}]
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in evals))
+    return path
+
+
+def test_drop_contaminated_composite_records_the_example_ids(tmp_path):
+    docs = [json.loads(line) for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()][:6]
+    sets = contamination.load_eval_sets([str(_eval_copying(tmp_path, docs[2]))], 13)
+    items = [Document(d["id"], d["text"], Source("c.jsonl", i + 1, i * 100)) for i, d in enumerate(docs)]
+    for drop, kept in ((True, [d["id"] for d in docs if d is not docs[2]]), (False, [d["id"] for d in docs])):
+        with TestPipeline(runner="FnApiRunner") as p:
+            created = p | beam.Create(range(len(items))) | beam.Map(lambda i: items[i]).with_output_types(typing.Any)
+            out = created | DropContaminated(sets, 13, drop)
+            assert_that(out["documents"] | "Kept" >> beam.Map(lambda d: d.doc_id), equal_to(kept), "kept")
+            removed = out["removed"] | "Removed" >> beam.Map(
+                lambda r: (r.doc_id, r.detail["evaluation"][0]["example_ids"], r.detail["ngrams_found"])
+            )
+            assert_that(removed, equal_to([(docs[2]["id"], ["ex-copied"], 8)] if drop else []), "removed")
+            figures = out["figures"] | "Figures" >> beam.Map(
+                lambda f: [(r["examples"], r["examples_contaminated"], r["documents"]) for r in f.values()]
+            )
+            assert_that(figures, equal_to([[(2, 1, 1)]]), "figures")
+
+
+def test_build_decontaminate_leaves_out_and_records_contaminated_documents(tmp_path, capsys):
+    docs = [json.loads(line) for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
+    evals = _eval_copying(tmp_path, docs[4])
+    common = ["--train-tokenizer", "--vocab-size", "2000", "--num-shards", "2", "--decontaminate", str(evals)]
+    m = build(DEMO_CORPUS, tmp_path / "dropped", *common)
+    c = m["counts"]
+    assert (c["documents_contaminated"], c["documents_duplicate"]) == (1, 0)
+    assert c["documents_read"] == c["documents_written"] + c["documents_dead_lettered"] + c["documents_contaminated"]
+    record = json.loads((tmp_path / "dropped" / "removed" / "contaminated.jsonl").read_text())
+    assert record["doc_id"] == docs[4]["id"] and record["evaluation"][0]["example_ids"] == ["ex-copied"]
+    assert m["contamination"]["files"][str(evals)]["examples_contaminated"] == 1
+    assert verify.main([str(tmp_path / "dropped")]) == 0, capsys.readouterr().err
+    kept = build(DEMO_CORPUS, tmp_path / "kept", *common, "--drop-contaminated", "none")
+    assert kept["counts"]["documents_contaminated"] == 0 and kept["counts"]["documents_written"] == len(docs)
+    assert kept["contamination"]["files"][str(evals)]["documents"] == 1
+    assert not (tmp_path / "kept" / "removed").exists()
+
+
+def test_build_refuses_a_bad_evaluation_file_before_writing_anything(tmp_path, capsys):
+    (tmp_path / "dev.tsv").write_text("index\tsentence1\tsentence2\n0\tOne.\n")
+    code = build_shards.main(
+        ["--input", str(DEMO_CORPUS), "--output", str(tmp_path / "out"), "--decontaminate", str(tmp_path / "dev.tsv")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and not (tmp_path / "out").exists()
+    assert f"build_shards: error: --decontaminate {tmp_path / 'dev.tsv'}: line 2: 2 column(s)" in err
