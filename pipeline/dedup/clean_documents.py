@@ -37,16 +37,17 @@ class _CheckFn(beam.DoFn):
         self._contaminated.inc()
         yield TaggedOutput("found", grams)
         for s in self._sets:
-            if len(overlap.members(s.hashes, grams)):
+            if len(overlap.members(s.pair_hashes, grams)):
                 yield TaggedOutput("files", s.name)
         if not self._drop:
             yield doc
             return
         matched = []
         for s in self._sets:
-            ids = [i for i, g in zip(s.example_ids, s.example_ngrams, strict=True) if len(overlap.members(grams, g))]
-            if ids:
-                matched.append({"file": s.name, "examples": len(ids), "example_ids": ids[:MAX_EXAMPLE_IDS]})
+            held = s.examples_holding(grams)
+            if len(held):
+                ids = [s.example_ids[i] for i in held[:MAX_EXAMPLE_IDS]]
+                matched.append({"file": s.name, "examples": len(held), "example_ids": ids})
         detail = {"ngram_size": self._n, "ngrams_found": int(len(grams)), "evaluation": matched}
         yield TaggedOutput("removed", RemovedDocument(CONTAMINATED, doc.doc_id, doc.source, detail, preview(doc.text)))
 

@@ -27,23 +27,41 @@ def text_ngrams(body: str, n: int) -> np.ndarray:
 
 @dataclass
 class EvalSet:
-    """One evaluation file: its examples' n-grams, and what a scan found."""
+    """One evaluation file: which example holds which n-gram, as two aligned arrays sorted by hash (a few large
+    arrays: cheap to pickle into a Beam step, vectorised to look up), and what a scan found."""
 
     name: str
     example_ids: list[str]
-    example_ngrams: list[np.ndarray]  # per example, sorted distinct hashes
-    hashes: np.ndarray  # every n-gram of the file, sorted distinct
-    documents: set[str] = field(default_factory=set)  # corpus doc ids holding one of them
+    pair_hashes: np.ndarray  # uint64, sorted; with pair_examples: the distinct (n-gram, example) pairs
+    pair_examples: np.ndarray  # int32, the example index of each pair
+    documents: set[str] = field(default_factory=set)  # corpus doc ids holding one of them (standalone check)
 
     @classmethod
     def build(cls, name: str, examples: list[Example], n: int) -> EvalSet:
         by_text: dict[str, np.ndarray] = {}  # a SQuAD context is shared by its questions: hash it once
-        per_example = []
-        for ex in examples:
+        hashes, owners = [], []
+        for i, ex in enumerate(examples):
             parts = [by_text.setdefault(t, text_ngrams(t, n)) for t in ex.texts]
-            per_example.append(np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.uint64))
-        every = np.unique(np.concatenate(per_example)) if per_example else np.zeros(0, np.uint64)
-        return cls(name, [ex.id for ex in examples], per_example, every)
+            grams = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
+            hashes.append(grams)
+            owners.append(np.full(len(grams), i, dtype=np.int32))
+        pair_hashes = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+        pair_examples = np.concatenate(owners) if owners else np.zeros(0, np.int32)
+        order = np.argsort(pair_hashes, kind="stable")
+        return cls(name, [ex.id for ex in examples], pair_hashes[order], pair_examples[order])
+
+    @property
+    def hashes(self) -> np.ndarray:
+        """Every n-gram of the file, sorted distinct."""
+        return np.unique(self.pair_hashes)
+
+    def sizes(self) -> np.ndarray:
+        """How many distinct n-grams each example has."""
+        return np.bincount(self.pair_examples, minlength=len(self.example_ids))
+
+    def examples_holding(self, grams: np.ndarray) -> np.ndarray:
+        """Sorted indices of the examples with one of ``grams`` (sorted distinct)."""
+        return np.unique(self.pair_examples[np.isin(self.pair_hashes, grams)])
 
 
 def members(sorted_hashes: np.ndarray, candidates: np.ndarray) -> np.ndarray:
@@ -61,7 +79,7 @@ class OverlapIndex:
     def __init__(self, sets: list[EvalSet], n: int):
         self.sets = sets
         self.n = n
-        self.hashes = np.unique(np.concatenate([s.hashes for s in sets])) if sets else np.zeros(0, np.uint64)
+        self.hashes = np.unique(np.concatenate([s.pair_hashes for s in sets])) if sets else np.zeros(0, np.uint64)
         self.found: set[int] = set()  # evaluation n-grams seen in the corpus (a subset of theirs: small)
         self.documents_scanned = 0
 
@@ -73,7 +91,7 @@ class OverlapIndex:
         if len(grams) and record:
             self.found.update(int(h) for h in grams)
             for s in self.sets:
-                if len(members(s.hashes, grams)):
+                if len(members(s.pair_hashes, grams)):
                     s.documents.add(doc_id)
         return grams
 
@@ -85,19 +103,17 @@ class OverlapIndex:
         found = np.array(sorted(self.found), dtype=np.uint64)
         out = {}
         for s in self.sets:
-            hits: list[dict[str, Any]] = []
-            too_short = 0
-            for example_id, grams in zip(s.example_ids, s.example_ngrams, strict=True):
-                if not len(grams):
-                    too_short += 1
-                    continue
-                k = len(members(found, grams))
-                if k:
-                    hits.append({"id": example_id, "fraction": round(k / len(grams), 6)})
+            sizes = s.sizes()
+            hit = np.bincount(s.pair_examples[np.isin(s.pair_hashes, found)], minlength=len(s.example_ids))
+            fractions = hit / np.maximum(sizes, 1)
+            contaminated = np.nonzero(hit)[0]
+            hits: list[dict[str, Any]] = [
+                {"id": s.example_ids[i], "fraction": round(float(fractions[i]), 6)} for i in contaminated
+            ]
             out[s.name] = {
                 "examples": len(s.example_ids),
                 "examples_contaminated": len(hits),
-                "examples_too_short": too_short,
+                "examples_too_short": int((sizes == 0).sum()),
                 "ngram_size": self.n,
                 "ngrams": int(len(s.hashes)),
                 "ngrams_found": int(len(members(found, s.hashes))),
