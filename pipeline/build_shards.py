@@ -32,6 +32,7 @@ from pipeline import progress, report, runner_checks
 from pipeline.build_shards_options import BuildShardsOptions
 from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
+from pipeline.dedup import removal
 from pipeline.elements import Document
 from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, JobFailed, UsageError, redact_argv
 from pipeline.read.documents import ReadDocuments
@@ -109,6 +110,11 @@ def _validate(o: argparse.Namespace) -> None:
         raise UsageError("give only one of --tokenizer, --vocab, --tokenizer-from, --train-tokenizer")
     if o.vocab_size < len(fmt.SPECIAL_TOKENS) + 1:
         raise UsageError(f"--vocab-size {o.vocab_size} is too small")
+    try:
+        removal.near_params(o)
+        removal.eval_sets(o)  # read once here: a bad evaluation file stops the job before it starts
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if (o.tokenizer or o.tokenizer_from) and o.lowercase:
         raise UsageError(
             "--lowercase applies to --vocab and --train-tokenizer; a tokenizer.json or a tokenizer directory "
@@ -248,6 +254,8 @@ def _static_manifest_fields(
         "pack": o.pack,
         "candidates": candidates,
         "build_id": build_id,
+        "dedup": removal.describe(o),
+        "contamination": removal.describe_contamination(o),
     }
 
 
@@ -269,7 +277,7 @@ def build_pipeline(
     ids_dtype = "uint16" if fmt.token_id_type(info["vocab_size"]) == fmt.token_id_type(1) else "int32"
 
     read = p | "ReadDocuments" >> ReadDocuments(o.input, _reader_options(o, unk), o.split_bytes, files=files)
-    documents = read["documents"]
+    documents, removed = removal.remove_documents(read["documents"], o)
     kinds = static["candidates"]["kinds"]
     spacy_kinds = [k for k in kinds if k in ("entities", "noun_phrases")]
     if spacy_kinds:
@@ -303,6 +311,7 @@ def build_pipeline(
         "shards": shards,
         "dead_letters": dead_letters,
         "spacy_models": spacy_models,
+        **removed,
     } | "WriteManifest" >> WriteManifest(o.output, spec, static)
 
 
@@ -388,6 +397,14 @@ def _summary(manifest: dict, output: str) -> str:
             f" ({', '.join(f'{k}: {v:,}' for k, v in c['dead_lettered_by_reason'].items())})"
             if c["dead_lettered_by_reason"]
             else ""
+        ),
+        *(
+            [
+                f"  left out: {c['documents_duplicate']:,} duplicate(s), {c['documents_contaminated']:,} contaminated "
+                f"({fmt.REMOVED_DIR}/)"
+            ]
+            if c.get("documents_duplicate") or c.get("documents_contaminated")
+            else []
         ),
         f"  rows: {c['rows']:,} of at most {manifest['max_row_tokens']} tokens; tokens: {c['tokens']:,}; sentences: {c['sentences']:,}",
         *(

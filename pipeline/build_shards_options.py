@@ -203,6 +203,71 @@ class BuildShardsOptions(PipelineOptions):
             default=32,
             help="texts per spaCy batch (nlp.pipe)",
         )
+        g = parser.add_argument_group("duplicates (docs/DEDUP.md)")
+        g.add_argument(
+            "--dedup",
+            default="off",
+            choices=["off", "exact", "near"],
+            help="leave out copies: exact (same normalised words), near (exact, then MinHash/LSH candidates confirmed "
+            "by exact Jaccard of word shingles); default off: the same artifact as before, no extra shuffle",
+        )
+        g.add_argument(
+            "--dedup-threshold",
+            "--dedup_threshold",
+            dest="dedup_threshold",
+            type=float,
+            default=0.8,
+            help="near: Jaccard similarity of shingle sets at which a pair is a copy (default 0.8)",
+        )
+        g.add_argument(
+            "--dedup-shingle",
+            "--dedup_shingle",
+            dest="dedup_shingle",
+            type=int,
+            default=5,
+            help="near: words per shingle (default 5)",
+        )
+        g.add_argument(
+            "--dedup-bands",
+            "--dedup_bands",
+            dest="dedup_bands",
+            type=int,
+            default=20,
+            help="near: LSH bands (default 20)",
+        )
+        g.add_argument(
+            "--dedup-rows",
+            "--dedup_rows",
+            dest="dedup_rows",
+            type=int,
+            default=6,
+            help="near: signature values per band (default 6; 20 x 6 misses 0.23%% of pairs at 0.8)",
+        )
+        g = parser.add_argument_group("evaluation-set overlap (docs/DEDUP.md)")
+        g.add_argument(
+            "--decontaminate",
+            action="append",
+            default=None,
+            help="evaluation file (SQuAD/XQuAD .json, GLUE .tsv, .jsonl with a text field); repeatable: documents "
+            "sharing an n-gram with one are found (and left out: --drop-contaminated)",
+        )
+        g.add_argument(
+            "--drop-contaminated",
+            "--drop_contaminated",
+            dest="drop_contaminated",
+            default="documents",
+            choices=["documents", "none"],
+            help="documents: leave them out, recorded in removed/contaminated.jsonl (default); none: keep them, "
+            "only count them in the manifest",
+        )
+        g.add_argument(
+            "--contamination-ngram",
+            "--contamination_ngram",
+            dest="contamination_ngram",
+            type=int,
+            default=13,
+            help="words per n-gram of the overlap check (default 13)",
+        )
         g = parser.add_argument_group("resources")
         g.add_argument(
             "--spill-buffer-mb",

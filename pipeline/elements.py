@@ -28,6 +28,10 @@ TOO_DEEP = "json_too_deep"
 TOKENIZER_ERROR = "tokenizer_error"
 WORD_TOO_LONG = "word_too_long"
 
+# Reasons a valid document is removed (``removed/<reason>.jsonl``; counted apart from dead letters).
+DUPLICATE = "duplicate"
+CONTAMINATED = "contaminated"
+
 PREVIEW_CHARS = 1000  # a dead letter shows at most this much of its record
 
 
@@ -108,6 +112,26 @@ class InputSummary:
 
 
 Record = Document | DeadLetter
+
+
+@dataclass(frozen=True)
+class RemovedDocument:
+    """A valid document the job leaves out: a copy of ``detail["duplicate_of"]`` or overlapping evaluation data."""
+
+    reason: str  # DUPLICATE or CONTAMINATED
+    doc_id: str
+    source: Source
+    detail: dict  # JSON-ready: what it matched (FORMAT.md, "removed/<reason>.jsonl")
+    preview: str = ""
+
+    def as_dict(self) -> dict:
+        return {
+            "reason": self.reason,
+            "doc_id": encodable(self.doc_id),
+            "source": self.source.as_dict(),
+            **self.detail,
+            "preview": encodable(self.preview),
+        }
 
 
 @dataclass(frozen=True)

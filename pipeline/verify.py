@@ -124,6 +124,7 @@ def _expected_files(m: dict[str, Any]) -> set[str]:
         {fmt.MANIFEST_FILE, tok["file"], uni["file"]}
         | {s["path"] for s in m["shards"]}
         | {d["path"] for d in m["dead_letter"]}
+        | {d["path"] for d in m.get("removed", [])}
     )
 
 
@@ -143,10 +144,11 @@ def _check_no_stray_files(listing: Listing, m: dict[str, Any], report: Report) -
     report.count("files listed", len(listing.files))
 
 
-def _check_dead_letters(art: Artifact, listing: Listing, report: Report) -> None:
-    """Each dead-letter file: JSON Lines (split at \\n only: a preview may hold U+2028), one object per rejected
-    record with a string ``reason``, all of the file's reason."""
-    for d in art.manifest["dead_letter"]:
+def _check_dead_letters(art: Artifact, listing: Listing, report: Report, key: str = "dead_letter") -> None:
+    """Each dead-letter file (with ``key="removed"``: each file of removed documents, format 2.1): JSON Lines (split
+    at \\n only: a preview may hold U+2028), one object per record with a string ``reason``, all of the file's
+    reason."""
+    for d in art.manifest.get(key, []):
         path = d["path"]
         if not _check_file(art, listing, path, d["bytes"], d["sha256"], report):
             continue
@@ -170,7 +172,7 @@ def _check_dead_letters(art: Artifact, listing: Listing, report: Report) -> None
                 bad.append(f"line {n}: not a dead-letter record (a JSON object with a string reason)")
                 continue
             reasons.add(record["reason"])
-        report.count("dead letters checked", len(lines))
+        report.count("dead letters checked" if key == "dead_letter" else "removed documents checked", len(lines))
         if bad:
             more = f" (and {len(bad) - 1} more bad line(s))" if len(bad) > 1 else ""
             report.fail(f"{path} {bad[0]}{more}")
@@ -186,10 +188,19 @@ def _check_counts(m: dict[str, Any], report: Report) -> None:
             f"counts: no document written ({c['documents_read']:,} read, {c['documents_dead_lettered']:,} "
             f"dead-lettered{': ' + reasons if reasons else ''}): the artifact holds no rows"
         )
-    if c["documents_read"] != c["documents_written"] + c["documents_dead_lettered"]:
+    removed = {k: c.get(k, 0) for k in ("documents_duplicate", "documents_contaminated")}
+    if c["documents_read"] != c["documents_written"] + c["documents_dead_lettered"] + sum(removed.values()):
         report.fail(
             f"counts: documents_read {c['documents_read']:,} != documents_written {c['documents_written']:,} + documents_dead_lettered {c['documents_dead_lettered']:,}"
+            + "".join(f" + {k} {v:,}" for k, v in removed.items())
         )
+    by_reason = {d["path"].rsplit("/", 1)[-1].removesuffix(".jsonl"): d["records"] for d in m.get("removed", [])}
+    for reason in ("duplicate", "contaminated"):
+        if by_reason.get(reason, 0) != removed[f"documents_{reason}"]:
+            report.fail(
+                f"counts: {fmt.REMOVED_DIR}/{reason}.jsonl holds {by_reason.get(reason, 0):,} records, "
+                f"documents_{reason} is {removed[f'documents_{reason}']:,}"
+            )
     if sum(c["dead_lettered_by_reason"].values()) != c["documents_dead_lettered"]:
         report.fail("counts: dead_lettered_by_reason does not add up to documents_dead_lettered")
     if sum(d["records"] for d in m["dead_letter"]) != c["documents_dead_lettered"]:
@@ -246,6 +257,7 @@ def verify(uri: str, quick: bool = False) -> Report:
     ]
     report.count("shards checksummed", len(good_shards))
     _check_dead_letters(art, listing, report)
+    _check_dead_letters(art, listing, report, "removed")
     _check_counts(m, report)
 
     if quick or len(good_shards) != len(m["shards"]) or tokenizer is None:

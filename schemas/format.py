@@ -23,7 +23,8 @@ FORMAT_NAME = "spanprep-preprocessed-corpus"
 # MAJOR.MINOR. A reader accepts any MINOR of a MAJOR it knows (minor versions only add
 # optional metadata or files); a new MAJOR means a column changed meaning or type.
 # 2.0: a row may start inside a word longer than a row (a continuation row, word_start[0] false; FORMAT.md).
-FORMAT_VERSION = "2.0"
+# 2.1: removed/<reason>.jsonl (duplicates, contaminated documents), manifest removed, dedup and their counts.
+FORMAT_VERSION = "2.1"
 SUPPORTED_MAJOR_VERSIONS = (1, 2)
 # The first major version whose rows may be continuation rows; a 1.x artifact never holds one.
 CONTINUATION_ROWS_SINCE = 2
@@ -33,6 +34,7 @@ TOKENIZER_FILE = "tokenizer.json"
 UNIGRAM_FILE = "unigram.arrow"
 SHARDS_DIR = "shards"
 DEAD_LETTER_DIR = "dead_letter"
+REMOVED_DIR = "removed"  # format 2.1: valid documents left out (duplicate, contaminated), one file per reason
 REPORT_DIR = "report"
 CARD_FILE = "README.md"  # optional dataset card (python -m pipeline.report)
 LOCK_FILE = "_build.lock"  # exists while a build writes the artifact; holds the build id

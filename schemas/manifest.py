@@ -121,6 +121,8 @@ VERIFY_SPEC: dict[str, Any] = {
         "documents_written": COUNT,
         "documents_dead_lettered": COUNT,
         "dead_lettered_by_reason": MapOf(COUNT),
+        "documents_duplicate": Optional(COUNT),  # format 2.1 on (FORMAT.md, "removed/<reason>.jsonl")
+        "documents_contaminated": Optional(COUNT),
         "rows": COUNT,
         "tokens": COUNT,
         "continuation_rows": Optional(COUNT),  # format 2.0 on (FORMAT.md, "Words longer than a row")
@@ -130,6 +132,7 @@ VERIFY_SPEC: dict[str, Any] = {
     "shards": [{"path": relative_path_problem, "rows": COUNT, "tokens": COUNT, "bytes": COUNT, "sha256": _string}],
     "unigram": {"file": relative_path_problem, "sha256": _string, "total": COUNT, "bytes": Optional(COUNT)},
     "dead_letter": [{"path": relative_path_problem, "records": COUNT, "bytes": COUNT, "sha256": _string}],
+    "removed": Optional([{"path": relative_path_problem, "records": COUNT, "bytes": COUNT, "sha256": _string}]),
     "row_length_histogram": {"counts": [COUNT]},
 }
 

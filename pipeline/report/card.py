@@ -7,6 +7,7 @@ import json
 import shlex
 from typing import Any
 
+from pipeline.report import removals
 from pipeline.report.common import DEFAULT_LICENSE, KIND_NAMES, plural, versions
 from schemas import format as fmt
 
@@ -177,7 +178,8 @@ def build_card(
         "",
         "## Counts",
         "",
-        "All from `manifest.json` (`counts`); every document read is either written or dead-lettered.",
+        "All from `manifest.json` (`counts`); every document read is written, dead-lettered, or left out as a duplicate "
+        "or as evaluation overlap.",
         "",
         "| count | value |",
         "|---|---:|",
@@ -187,6 +189,8 @@ def build_card(
                 "documents_read",
                 "documents_written",
                 "documents_dead_lettered",
+                "documents_duplicate",
+                "documents_contaminated",
                 "documents_cleaned",
                 "duplicate_doc_ids",
                 "inputs_with_byte_order_mark",
@@ -206,6 +210,7 @@ def build_card(
             for k in kinds
         ],
         "",
+        *(removals.card_section(m) if removals.checked(m) else []),
         "## How to use it",
         "",
         "With pyarrow (one shard):",
@@ -257,7 +262,12 @@ def build_card(
     lines += [
         "- Documents with the same id are kept"
         + (f" ({c.get('duplicate_doc_ids', 0):,} duplicate ids here)" if c.get("duplicate_doc_ids") else "")
-        + "; no deduplication of text was done, and no filtering for quality, personal data or toxicity.",
+        + (
+            "; copies of text were left out (see above)"
+            if (m.get("dedup") or {}).get("mode", "off") != "off"
+            else "; no deduplication of text was done"
+        )
+        + ", and no filtering for quality, personal data or toxicity.",
         "- There is one split, `train`; a trainer holds out shards for evaluation itself.",
         "",
     ]

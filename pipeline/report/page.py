@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.report import removals
 from pipeline.report.common import KIND_CSS, KIND_NAMES, README_FILE, percent, plural, versions
 from pipeline.report.statistics import Dictionary, Example, Stats
 from schemas import format as fmt
@@ -222,6 +223,12 @@ def build_html(
             [_Html(f"&nbsp;&nbsp;reason <code>{_e(r)}</code>"), n]
             for r, n in sorted(c["dead_lettered_by_reason"].items())
         ],
+        *([["documents left out as duplicates", c["documents_duplicate"]]] if "documents_duplicate" in c else []),
+        *(
+            [["documents left out as evaluation overlap", c["documents_contaminated"]]]
+            if "documents_contaminated" in c
+            else []
+        ),
         ["documents cleaned (control characters removed)", c.get("documents_cleaned", 0)],
         ["duplicate document ids", c.get("duplicate_doc_ids", 0)],
     ]
@@ -298,6 +305,11 @@ def build_html(
             )
         out.append("<h2>Dead letters</h2>")
         out.append(_table(["reason (file)", "records", "first: where and why", "first: preview"], dl_rows, {1}))
+    if removals.checked(m):
+        out.append("<h2>Duplicates and evaluation overlap</h2>")
+        out.append(f"<p>{_e(removals.dedup_line(m))}</p><p>{_e(removals.contamination_line(m))}</p>")
+        if removals.contamination_rows(m):
+            out.append(_table(removals.HEADERS, removals.contamination_rows(m), {1, 2, 3, 5}))
     # -- plots -------------------------------------------------------------------------------
     out.append("<h2>Plots</h2>")
     out.append(

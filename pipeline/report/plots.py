@@ -85,6 +85,12 @@ def plot_documents(plt, m: dict):
         c["dead_lettered_by_reason"][r] for r in sorted(c["dead_lettered_by_reason"])
     ]
     colors = ["#6b7280", "#16a34a"] + ["#dc2626"] * (len(values) - 2)
+    for key, label, color in (("documents_duplicate", "left out: duplicate", "#d97706"),
+                              ("documents_contaminated", "left out: evaluation overlap", "#7c3aed")):  # fmt: skip
+        if c.get(key):
+            labels.append(label)
+            values.append(c[key])
+            colors.append(color)
     fig, ax = plt.subplots(figsize=(7.2, 0.4 * len(values) + 1.1))
     bars = ax.barh(range(len(values)), values, color=colors)
     ax.set_yticks(range(len(values)), labels)

@@ -124,7 +124,14 @@ def write_report(
             "Documents read, written and dead-lettered by reason",
             lambda: plot_documents(plt, m),
             f"{c['documents_read']:,} documents read, {c['documents_written']:,} written, {c['documents_dead_lettered']:,} dead-lettered"
-            + (f" ({dl})." if dl else "."),
+            + (f" ({dl})" if dl else "")
+            + (f", {c['documents_duplicate']:,} duplicates left out" if c.get("documents_duplicate") else "")
+            + (
+                f", {c['documents_contaminated']:,} left out as evaluation overlap"
+                if c.get("documents_contaminated")
+                else ""
+            )
+            + ".",
         ),
         (
             "row_lengths.png",

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import __version__
+from pipeline.elements import CONTAMINATED, DUPLICATE
 from pipeline.files import atomic_write, delete_tree, read_bytes, remove_abandoned_temporaries
 from pipeline.output import check_lock, finished_earlier, release_lock
 from pipeline.tokenize.tokenizer import TokenizerSpec
@@ -56,17 +57,32 @@ def unigram_table(counts: np.ndarray, tokenizer_spec: TokenizerSpec) -> pa.Table
 
 
 def build_manifest(
-    static: dict[str, Any], tokenizer: dict, inputs: list, shards: list, dead_letters: list, unigram: dict
+    static: dict[str, Any],
+    tokenizer: dict,
+    inputs: list,
+    shards: list,
+    dead_letters: list,
+    unigram: dict,
+    removed: list | None = None,
+    removal_stats: list | None = None,
+    contamination: list | None = None,
 ) -> dict:
     shards = sorted(shards, key=lambda s: s["index"])
     inputs = sorted(inputs, key=lambda s: s["path"])
     dead_letters = sorted(dead_letters, key=lambda d: d["path"])
+    removed = sorted(removed or [], key=lambda d: d["path"])
     by_reason = {d["reason"]: d["records"] for d in dead_letters}
+    removed_by_reason = {d["reason"]: d["records"] for d in removed}
     read = sum(i["documents_read"] for i in inputs)
     written = sum(s["documents"] for s in shards)
     dead = sum(by_reason.values())
-    if read != written + dead:
-        raise AccountingError(f"documents_read={read} but documents_written={written} + documents_dead_lettered={dead}")
+    duplicate = removed_by_reason.get(DUPLICATE, 0)
+    contaminated = removed_by_reason.get(CONTAMINATED, 0)
+    if read != written + dead + duplicate + contaminated:
+        raise AccountingError(
+            f"documents_read={read} but documents_written={written} + documents_dead_lettered={dead} + "
+            f"documents_duplicate={duplicate} + documents_contaminated={contaminated}"
+        )
     histogram = np.zeros(len(shards[0]["histogram"]) if shards else 0, dtype=np.int64)
     for s in shards:
         histogram += np.asarray(s["histogram"], dtype=np.int64)
@@ -78,6 +94,8 @@ def build_manifest(
         "documents_read": read,
         "documents_written": written,
         "documents_dead_lettered": dead,
+        "documents_duplicate": duplicate,
+        "documents_contaminated": contaminated,
         "dead_lettered_by_reason": dict(sorted(by_reason.items())),
         "documents_cleaned": sum(s["documents_cleaned"] for s in shards),
         "duplicate_doc_ids": sum(s["duplicate_doc_ids"] for s in shards),
@@ -108,6 +126,13 @@ def build_manifest(
         "shards": [{k: s[k] for k in ("path", "rows", "tokens", "bytes", "sha256")} for s in shards],
         "unigram": unigram,
         "dead_letter": [{k: d[k] for k in ("path", "records", "bytes", "sha256")} for d in dead_letters],
+        "removed": [{k: d[k] for k in ("path", "records", "bytes", "sha256")} for d in removed],
+        "dedup": {**(static.get("dedup") or {"mode": "off"}), **dict(sorted(removal_stats or []))},
+        "contamination": (
+            {**static["contamination"], "files": contamination[0] if contamination else {}}
+            if static.get("contamination")
+            else None
+        ),
         "row_length_histogram": {"bin_width": HISTOGRAM_BIN_WIDTH, "counts": histogram.tolist()},
         "candidates": candidates,
     }
@@ -120,7 +145,7 @@ class _WriteManifestFn(beam.DoFn):
         self._spec = tokenizer_spec
         self._static = static
 
-    def process(self, _, inputs, shards, dead_letters, spacy_models=()):
+    def process(self, _, inputs, shards, dead_letters, spacy_models=(), removed=(), removal_stats=(), contamination=()):
         out = self._output
         build_id = self._static.get("build_id")
         if build_id and finished_earlier(out, build_id, fmt.MANIFEST_FILE):
@@ -145,7 +170,15 @@ class _WriteManifestFn(beam.DoFn):
                 "candidates": {**static["candidates"], "spacy_model": models[0] if len(models) == 1 else models},
             }
         manifest = build_manifest(
-            static, tokenizer, [i.as_dict() for i in inputs], list(shards), list(dead_letters), unigram
+            static,
+            tokenizer,
+            [i.as_dict() for i in inputs],
+            list(shards),
+            list(dead_letters),
+            unigram,
+            list(removed),
+            list(removal_stats),
+            list(contamination),
         )
         delete_tree(f"{out}/{TMP_DIR}")  # sorted runs of the shard writer, all merged by now
         for directory in (out, f"{out}/{fmt.SHARDS_DIR}", f"{out}/{fmt.DEAD_LETTER_DIR}"):
@@ -169,7 +202,9 @@ class WriteManifest(beam.PTransform):
 
     def expand(self, results: dict):
         side = beam.pvalue.AsList
-        extra = [side(results["spacy_models"])] if "spacy_models" in results else []
+        extra = {
+            k: side(results[k]) for k in ("spacy_models", "removed", "removal_stats", "contamination") if k in results
+        }
         return (
             results["shards"].pipeline
             | "Once" >> beam.Create([None])
@@ -179,6 +214,6 @@ class WriteManifest(beam.PTransform):
                 side(results["input_summaries"]),
                 side(results["shards"]),
                 side(results["dead_letters"]),
-                *extra,
+                **extra,
             )
         )

@@ -34,7 +34,8 @@ spanprep.format_version: '{version}'""".replace("{version}", fmt.FORMAT_VERSION)
 
 
 def test_shard_schema_is_pinned():
-    assert fmt.FORMAT_VERSION == "2.0"  # 2.0: continuation rows (FORMAT.md, "Changes in 2.0")
+    # 2.0: continuation rows; 2.1: removed/ and the dedup counts in the manifest (FORMAT.md, "Changes in 2.x")
+    assert fmt.FORMAT_VERSION == "2.1"
     assert str(fmt.shard_schema(28996)) == PINNED_UINT16
 
 
@@ -175,3 +176,19 @@ def test_the_ngram_dictionary_reader_reads_and_refuses(tmp_path):
     _write_ngram_dictionary(tmp_path / "future", {**good, "format_version": 2})
     with pytest.raises(ValueError, match="future: n-gram dictionary format version 2 is not one this code reads"):
         NgramDictionary.open(str(tmp_path / "future"))
+
+
+def test_manifest_of_2_1_adds_removed_documents_and_2_0_manifests_still_pass(demo_artifact):
+    """2.1 adds counts.documents_duplicate, counts.documents_contaminated and removed[]; a 2.0 manifest has none."""
+    from schemas.manifest import manifest_problems
+
+    m = json.loads((demo_artifact / "manifest.json").read_text())
+    assert m["removed"] == [] and (m["counts"]["documents_duplicate"], m["counts"]["documents_contaminated"]) == (0, 0)
+    assert manifest_problems(m) == []
+    old = {k: v for k, v in m.items() if k not in ("removed", "dedup")}
+    old["counts"] = {k: v for k, v in m["counts"].items() if k not in ("documents_duplicate", "documents_contaminated")}
+    assert manifest_problems(old) == []
+    bad = {**m, "counts": {**m["counts"], "documents_duplicate": -1}, "removed": [{"path": "../x"}]}
+    problems = manifest_problems(bad)
+    assert any(p.startswith("counts.documents_duplicate:") for p in problems)
+    assert any(p.startswith("removed[0].path:") for p in problems)

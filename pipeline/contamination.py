@@ -1,0 +1,135 @@
+"""How much of each evaluation set an existing artifact holds: n-gram overlap of its documents with the examples.
+
+    python -m pipeline.contamination ARTIFACT --eval ../shared/data/finetune/squad_format_xquad_en/xquad.en.json \\
+        --eval ../shared/data/finetune/glue_rte/dev.tsv [--ngram 13] [--json]
+
+Reads the artifact's own rows (local, gs://, s3://), a document at a time: the ids of a document's rows are joined
+and decoded with the artifact's tokenizer.json, so no source text is needed. The evaluation files are read as
+distributed (SQuAD v1.1/v2.0 and XQuAD JSON, GLUE TSV, JSONL with a text field: ``pipeline.dedup.eval_sets``) and
+their n-grams held in memory; the corpus never is. Overlap rules: ``pipeline.dedup.overlap`` and docs/DEDUP.md.
+
+Prints one line per evaluation file, or with ``--json`` one JSON object keyed by evaluation file (as given), each
+entry with ``examples``, ``examples_contaminated``, ``examples_too_short``, ``ngrams``, ``ngrams_found``,
+``ngram_fraction_found``, ``documents`` (the corpus doc ids involved) and ``contaminated_examples``. Exit 0 when it
+ran (contamination found or not), 2 for a bad option or evaluation file, 1 for an artifact that cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Iterator
+
+from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+
+# isort: split
+import numpy as np
+from tokenizers import Tokenizer, decoders
+
+from pipeline.dedup.eval_sets import EvalFileError, read_eval_file
+from pipeline.dedup.overlap import DEFAULT_N, EvalSet, OverlapIndex
+from pipeline.jobs import UsageError
+from schemas import format as fmt
+from schemas.artifact import Artifact
+
+log = logging.getLogger("pipeline.contamination")
+
+
+def artifact_tokenizer(art: Artifact) -> Tokenizer:
+    """The artifact's tokenizer, decoding WordPiece pieces into words even when its file names no decoder."""
+    try:
+        tok = Tokenizer.from_str(art.tokenizer_json())
+    except Exception as e:  # tokenizers raises a bare Exception for every file it cannot parse
+        raise fmt.FormatError(f"{art.display(art.manifest['tokenizer']['file'])}: {fmt.one_line(e)}") from None
+    if tok.decoder is None and json.loads(tok.to_str())["model"]["type"] == "WordPiece":
+        tok.decoder = decoders.WordPiece()
+    return tok
+
+
+def artifact_documents(art: Artifact, tok: Tokenizer) -> Iterator[tuple[str, str]]:
+    """(doc_id, decoded text) per document, shard by shard; a document's rows are consecutive in its shard."""
+    for shard in art.shard_paths:
+        reader = art.open_shard(shard)
+        current: str | None = None
+        pieces: list[np.ndarray] = []
+        for b in range(reader.num_record_batches):
+            batch = reader.get_batch(b)
+            doc_ids = batch.column("doc_id").to_pylist()
+            rows = batch.column("input_ids").to_numpy(zero_copy_only=False)
+            for doc_id, ids in zip(doc_ids, rows, strict=True):
+                if doc_id != current:
+                    if current is not None:
+                        yield current, tok.decode(np.concatenate(pieces).tolist(), skip_special_tokens=True)
+                    current, pieces = doc_id, []
+                pieces.append(ids)
+        if current is not None:
+            yield current, tok.decode(np.concatenate(pieces).tolist(), skip_special_tokens=True)
+
+
+def load_eval_sets(paths: list[str], n: int, text_field: str = "text") -> list[EvalSet]:
+    """Every evaluation file's n-grams; UsageError (one line, file and position) for a file that cannot be used."""
+    sets = []
+    for path in paths:
+        try:
+            examples = read_eval_file(path, text_field)
+        except EvalFileError as e:
+            raise UsageError(str(e)) from None
+        if not examples:
+            raise UsageError(f"{path}: no examples")
+        sets.append(EvalSet.build(path, examples, n))
+        log.info("%s: %d examples, %d distinct %d-grams", path, len(examples), len(sets[-1].hashes), n)
+    return sets
+
+
+def check(artifact: str, eval_paths: list[str], n: int = DEFAULT_N, text_field: str = "text") -> dict:
+    """The report of ``OverlapIndex.report`` for one artifact, plus ``documents_scanned`` under the key ``""``."""
+    index = OverlapIndex(load_eval_sets(eval_paths, n, text_field), n)
+    art = Artifact.open(artifact)
+    for doc_id, body in artifact_documents(art, artifact_tokenizer(art)):
+        index.scan(doc_id, body)
+    log.info("%s: %d documents scanned", artifact, index.documents_scanned)
+    return index.report()
+
+
+def describe(report: dict) -> str:
+    lines = []
+    for name, r in report.items():
+        share = r["examples_contaminated"] / r["examples"] if r["examples"] else 0.0
+        lines.append(
+            f"{name}: {r['examples']:,} examples, {r['examples_contaminated']:,} contaminated ({share:.1%}) sharing a "
+            f"{r['ngram_size']}-gram with {len(r['documents']):,} corpus document(s); "
+            f"{r['ngrams_found']:,} of {r['ngrams']:,} distinct {r['ngram_size']}-grams found, "
+            f"{r['ngram_fraction_found']:.1%} of a contaminated example's on average; "
+            f"{r['examples_too_short']:,} too short to check"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.contamination",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("artifact", help="artifact directory (local, gs://, s3://)")
+    parser.add_argument("--eval", action="append", required=True, help="evaluation file; repeatable")
+    parser.add_argument("--ngram", type=int, default=DEFAULT_N, help=f"words per n-gram (default {DEFAULT_N})")
+    parser.add_argument("--text-field", default="text", help="JSONL evaluation files: the text field")
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    args = parser.parse_args(argv)
+    jobs.configure_logging()
+    if args.ngram < 1:
+        print(f"contamination: error: --ngram must be at least 1, got {args.ngram}", file=sys.stderr)
+        return 2
+
+    def run() -> None:
+        report = check(args.artifact, args.eval, args.ngram, args.text_field)
+        print(json.dumps(report, sort_keys=True, ensure_ascii=False) if args.json else describe(report))
+
+    return jobs.exit_code("contamination", run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Duplicate documents and evaluation-set overlap (issue 35): text rules, MinHash, the Beam stage."""

@@ -1,0 +1,94 @@
+"""DropContaminated: documents -> those sharing no n-gram with the evaluation sets, one ``RemovedDocument`` per other
+(``--drop-contaminated documents``; with ``none`` every document is kept), and the per-file figures for the manifest.
+
+The evaluation n-grams (``pipeline.dedup.overlap``) travel inside the DoFn, pickled once: they are small (XQuAD's
+1,190 examples are 28,502 13-grams, 230 kB). Each document is checked where it is; the n-grams found are combined
+into one set (a subset of the evaluation's), from which the figures are computed once at the end.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+from apache_beam.pvalue import TaggedOutput
+
+from pipeline.dedup import overlap
+from pipeline.elements import CONTAMINATED, Document, RemovedDocument, preview
+
+MAX_EXAMPLE_IDS = 100  # a record names at most this many examples of one file (and says how many there are)
+
+
+class _CheckFn(beam.DoFn):
+    def __init__(self, sets: list[overlap.EvalSet], n: int, drop: bool):
+        self._sets, self._n, self._drop = sets, n, drop
+        self._index: overlap.OverlapIndex | None = None
+        self._contaminated = Metrics.counter("contamination", "documents")
+
+    def setup(self) -> None:
+        self._index = overlap.OverlapIndex(self._sets, self._n)
+
+    def process(self, doc: Document):
+        assert self._index is not None
+        grams = self._index.scan(doc.doc_id, doc.text, record=False)
+        if not len(grams):
+            yield doc
+            return
+        self._contaminated.inc()
+        yield TaggedOutput("found", grams)
+        for s in self._sets:
+            if len(overlap.members(s.pair_hashes, grams)):
+                yield TaggedOutput("files", s.name)
+        if not self._drop:
+            yield doc
+            return
+        matched = []
+        for s in self._sets:
+            held = s.examples_holding(grams)
+            if len(held):
+                ids = [s.example_ids[i] for i in held[:MAX_EXAMPLE_IDS]]
+                matched.append({"file": s.name, "examples": len(held), "example_ids": ids})
+        detail = {"ngram_size": self._n, "ngrams_found": int(len(grams)), "evaluation": matched}
+        yield TaggedOutput("removed", RemovedDocument(CONTAMINATED, doc.doc_id, doc.source, detail, preview(doc.text)))
+
+
+def _figures(found: list[int], documents: list[tuple[str, int]], sets: list[overlap.EvalSet], n: int) -> dict:
+    index = overlap.OverlapIndex(sets, n)
+    index.found.update(np.array(found, dtype=np.int64).view(np.uint64).tolist())
+    per_file = dict(documents)
+    return {
+        name: {
+            **{k: v for k, v in r.items() if k not in ("documents", "contaminated_examples")},
+            "documents": per_file.get(name, 0),
+        }
+        for name, r in index.report().items()
+    }
+
+
+class DropContaminated(beam.PTransform):
+    """``documents`` -> ``{"documents", "removed", "figures"}``; figures: one dict, per evaluation file its
+    examples, examples_contaminated, examples_too_short, ngrams, ngrams_found, ngram_fraction_found."""
+
+    def __init__(self, sets: list[overlap.EvalSet], n: int, drop: bool):
+        super().__init__()
+        self._sets, self._n, self._drop = sets, n, drop
+
+    def expand(self, documents):
+        checked = documents | "Check" >> beam.ParDo(_CheckFn(self._sets, self._n, self._drop)).with_outputs(
+            "found", "files", "removed", main="documents"
+        )
+        sets, n = self._sets, self._n
+        documents_per_file = (
+            checked["files"]
+            | "DocumentsPerFile" >> beam.combiners.Count.PerElement()
+            | "AllFiles" >> beam.combiners.ToList()
+        )
+        figures = (
+            checked["found"]
+            | "FoundNgrams" >> beam.FlatMap(lambda grams: grams.view(np.int64).tolist())  # Beam's ints are signed
+            | "Distinct" >> beam.Distinct()
+            | "AllFound" >> beam.combiners.ToList()
+            | "Figures"
+            >> beam.Map(lambda found, docs: _figures(found, docs, sets, n), beam.pvalue.AsSingleton(documents_per_file))
+        )
+        return {"documents": checked["documents"], "removed": checked["removed"], "figures": figures}

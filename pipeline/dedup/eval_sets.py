@@ -1,0 +1,156 @@
+"""Evaluation files as distributed, read into examples for the overlap check (``pipeline.contamination``).
+
+- ``.json``: SQuAD v1.1 / v2.0 (and XQuAD, which has SQuAD v1.1's layout): one example per question, its texts the
+  paragraph's context, the question and every answer text (v2.0's unanswerable questions have none);
+- ``.tsv``: GLUE. With a header, the columns named ``sentence``, ``sentence1``, ``sentence2``, ``question``,
+  ``question1``, ``question2``, ``premise``, ``hypothesis`` or ``text`` are texts and ``index``/``idx``/``id`` the
+  example id (else its line number); without one, CoLA's four columns (source, label 0/1, original mark, sentence);
+- ``.jsonl`` (``.jsonl.gz``, ``.jsonl.zst``): one JSON object per line with a string field ``text`` (``--text-field``)
+  and an optional ``id``.
+
+A file that is none of these fails with one line naming the file and the position (:class:`EvalFileError`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import zstandard
+from apache_beam.io.filesystems import FileSystems
+
+TSV_TEXT_COLUMNS = ("sentence", "sentence1", "sentence2", "question", "question1", "question2", "premise",
+                    "hypothesis", "text")  # fmt: skip
+TSV_ID_COLUMNS = ("index", "idx", "id")
+
+
+class EvalFileError(ValueError):
+    """An evaluation file that cannot be read; the message is one line naming the file and position."""
+
+
+@dataclass(frozen=True)
+class Example:
+    id: str
+    texts: tuple[str, ...]  # each checked on its own: no n-gram spans two of them
+
+
+def _read(path: str) -> str:
+    try:
+        with FileSystems.open(path) as f:
+            raw = f.read()
+    except Exception as e:  # Beam's filesystems raise BeamIOError, OSError, ...
+        raise EvalFileError(f"{path}: cannot be read ({' '.join(str(e).split())[:200]})") from None
+    try:
+        if path.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        elif path.endswith(".zst"):
+            raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True).read()
+    except (OSError, EOFError, zstandard.ZstdError) as e:
+        raise EvalFileError(f"{path}: cannot be decompressed ({e})") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise EvalFileError(f"{path}: byte {e.start}: not UTF-8") from None
+
+
+def _need(value: Any, kind: type | tuple[type, ...], path: str, where: str, what: str) -> Any:
+    if not isinstance(value, kind):
+        raise EvalFileError(f"{path}: {where}: {what}")
+    return value
+
+
+def read_squad(path: str, content: str) -> list[Example]:
+    try:
+        data = json.loads(content)
+    except json.JSONDecodeError as e:
+        raise EvalFileError(f"{path}: line {e.lineno} column {e.colno}: not JSON ({e.msg})") from None
+    except RecursionError:
+        raise EvalFileError(f"{path}: not a SQuAD file (JSON nested too deeply)") from None
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise EvalFileError(f"{path}: not a SQuAD file (no top-level 'data' list)")
+    examples = []
+    for i, article in enumerate(data["data"]):
+        paragraphs = _need(
+            article.get("paragraphs") if isinstance(article, dict) else None,
+            list,
+            path,
+            f"data[{i}]",
+            "no 'paragraphs' list",
+        )
+        for j, paragraph in enumerate(paragraphs):
+            where = f"data[{i}].paragraphs[{j}]"
+            paragraph = _need(paragraph, dict, path, where, "not an object")
+            context = _need(paragraph.get("context"), str, path, where, "no string 'context'")
+            for k, qa in enumerate(_need(paragraph.get("qas"), list, path, where, "no 'qas' list")):
+                at = f"{where}.qas[{k}]"
+                qa = _need(qa, dict, path, at, "not an object")
+                qid = _need(qa.get("id"), (str, int), path, at, "no 'id'")
+                question = _need(qa.get("question"), str, path, at, "no string 'question'")
+                answers = _need(qa.get("answers", []), list, path, at, "'answers' is not a list")
+                texts = [context, question]
+                for m, answer in enumerate(answers):
+                    answer = _need(answer, dict, path, f"{at}.answers[{m}]", "not an object")
+                    texts.append(_need(answer.get("text"), str, path, f"{at}.answers[{m}]", "no string 'text'"))
+                examples.append(Example(str(qid), tuple(texts)))
+    return examples
+
+
+def read_tsv(path: str, content: str) -> list[Example]:
+    lines = content.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        raise EvalFileError(f"{path}: empty")
+    rows = [line.rstrip("\r").split("\t") for line in lines]
+    header = [h.strip().lower() for h in rows[0]]
+    text_columns = [c for c, name in enumerate(header) if name in TSV_TEXT_COLUMNS]
+    if text_columns:
+        id_column = next((c for c, name in enumerate(header) if name in TSV_ID_COLUMNS), None)
+        first = 1
+    elif len(rows[0]) == 4 and rows[0][1] in ("0", "1"):  # CoLA: source, label, original mark, sentence
+        text_columns, id_column, first = [3], None, 0
+    else:
+        raise EvalFileError(
+            f"{path}: line 1: no header naming a text column ({', '.join(TSV_TEXT_COLUMNS)}) and not CoLA's four "
+            "columns (source, label, mark, sentence)"
+        )
+    need = max(text_columns) + 1
+    examples = []
+    for n, row in enumerate(rows[first:], first + 1):
+        if len(row) < need:
+            raise EvalFileError(f"{path}: line {n}: {len(row)} column(s), the text is in column {need}")
+        example_id = row[id_column] if id_column is not None and id_column < len(row) else f"line {n}"
+        examples.append(Example(example_id, tuple(row[c] for c in text_columns)))
+    return examples
+
+
+def read_jsonl(path: str, content: str, text_field: str = "text") -> list[Example]:
+    examples = []
+    for n, line in enumerate(content.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            raise EvalFileError(f"{path}: line {n}: not JSON") from None
+        if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+            raise EvalFileError(f"{path}: line {n}: no string field {text_field!r}")
+        examples.append(Example(str(record.get("id", f"line {n}")), (record[text_field],)))
+    return examples
+
+
+def read_eval_file(path: str, text_field: str = "text") -> list[Example]:
+    """The examples of one evaluation file; :class:`EvalFileError` when it cannot be used."""
+    name = path.lower()
+    if name.endswith(".json"):
+        return read_squad(path, _read(path))
+    if name.endswith(".tsv"):
+        return read_tsv(path, _read(path))
+    if name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")):
+        return read_jsonl(path, _read(path), text_field)
+    raise EvalFileError(
+        f"{path}: unknown kind of evaluation file (.json SQuAD/XQuAD, .tsv GLUE, or .jsonl with a {text_field!r} field)"
+    )

@@ -1,0 +1,86 @@
+"""The job's removal stages, as ``build_shards`` options ask for them: documents in, the documents kept out, and
+what the artifact records about the rest (``removed/<reason>.jsonl`` and the manifest's ``dedup``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apache_beam as beam
+
+from pipeline.dedup import overlap, text
+from pipeline.dedup.clean_documents import DropContaminated
+from pipeline.dedup.eval_sets import EvalFileError, read_eval_file
+from pipeline.dedup.minhash import NearParams
+from pipeline.dedup.unique_documents import DropDuplicates
+from pipeline.write.removed import WriteRemoved
+
+
+def near_params(o) -> NearParams:
+    """``--dedup-*`` as parameters; ValueError (a user error) names the bad option."""
+    return NearParams(threshold=o.dedup_threshold, shingle=o.dedup_shingle, bands=o.dedup_bands, rows=o.dedup_rows)
+
+
+_EVAL_SETS: dict[tuple, list[overlap.EvalSet]] = {}
+
+
+def eval_sets(o) -> list[overlap.EvalSet]:
+    """``--decontaminate``'s files read once in the launcher (cached); ValueError (one line, file and position) for a
+    file that cannot be used."""
+    paths = tuple(o.decontaminate or ())
+    key = (paths, o.contamination_ngram)
+    if key not in _EVAL_SETS:
+        if o.contamination_ngram < 1:
+            raise ValueError(f"--contamination-ngram must be at least 1, got {o.contamination_ngram}")
+        sets = []
+        for path in paths:
+            try:
+                examples = read_eval_file(path)
+            except EvalFileError as e:
+                raise ValueError(f"--decontaminate {e}") from None
+            if not examples:
+                raise ValueError(f"--decontaminate {path}: no examples")
+            sets.append(overlap.EvalSet.build(path, examples, o.contamination_ngram))
+        _EVAL_SETS[key] = sets
+    return _EVAL_SETS[key]
+
+
+def describe(o) -> dict[str, Any]:
+    """The manifest's ``dedup`` (its counts are added when the job ends)."""
+    info: dict[str, Any] = {"mode": o.dedup}
+    if o.dedup != "off":
+        info["normalisation"] = text.NORMALISATION
+        info["kept"] = "smallest (doc_id, source path, byte offset) among its confirmed duplicates"
+    if o.dedup == "near":
+        info["near"] = near_params(o).describe()
+        info["confirmation"] = "exact Jaccard of shingle sets"
+    return info
+
+
+def describe_contamination(o) -> dict[str, Any] | None:
+    """The manifest's ``contamination`` before the job's figures are added; None without ``--decontaminate``."""
+    if not o.decontaminate:
+        return None
+    return {"ngram_size": o.contamination_ngram, "drop": o.drop_contaminated, "files": {}}
+
+
+def remove_documents(documents, o) -> tuple[Any, dict[str, Any]]:
+    """(the documents kept, the manifest's extra inputs: ``removed`` files, ``removal_stats``, ``contamination``).
+    Evaluation overlap is checked first (per document, no shuffle), then duplicates among the rest."""
+    removed = []
+    extra: dict[str, Any] = {}
+    sets = eval_sets(o)
+    if sets:
+        clean = documents | "DropContaminated" >> DropContaminated(
+            sets, o.contamination_ngram, o.drop_contaminated == "documents"
+        )
+        documents = clean["documents"]
+        removed.append(clean["removed"])
+        extra["contamination"] = clean["figures"]
+    if o.dedup != "off":
+        unique = documents | "DropDuplicates" >> DropDuplicates(o.dedup, near_params(o) if o.dedup == "near" else None)
+        documents = unique["documents"]
+        removed.append(unique["removed"])
+        extra["removal_stats"] = unique["stats"]
+    if removed:
+        extra["removed"] = removed | "AllRemoved" >> beam.Flatten() | "WriteRemoved" >> WriteRemoved(o.output)
+    return documents, extra

@@ -1,0 +1,205 @@
+"""Evaluation-set overlap (issue 35): evaluation files as distributed, refusals in one line, and the standalone check
+on an artifact's decoded rows agreeing with the same check on the source text (Wikipedia pages vs XQuAD)."""
+
+from __future__ import annotations
+
+import io
+import json
+import typing
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+import zstandard
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipeline import build_shards, contamination, verify
+from pipeline.dedup import overlap
+from pipeline.dedup.clean_documents import DropContaminated
+from pipeline.dedup.eval_sets import EvalFileError, read_eval_file
+from pipeline.elements import Document, Source
+from tests.conftest import DEMO_CORPUS, SHARED_DATA, WIKIPEDIA_SAMPLE, build
+
+XQUAD = SHARED_DATA / "finetune" / "squad_format_xquad_en" / "xquad.en.json"
+
+SQUAD = {
+    "version": "v2.0",
+    "data": [
+        {
+            "title": "T",
+            "paragraphs": [
+                {
+                    "context": "A context.",
+                    "qas": [
+                        {"id": "q1", "question": "Which?", "answers": [{"text": "A", "answer_start": 0}]},
+                        {"id": "q2", "question": "None?", "answers": [], "is_impossible": True},
+                    ],
+                }
+            ],
+        }
+    ],
+}
+
+
+def test_squad_v2_examples_are_questions_with_their_context_and_answers(tmp_path):
+    (tmp_path / "dev.json").write_text(json.dumps(SQUAD))
+    examples = read_eval_file(str(tmp_path / "dev.json"))
+    assert [(e.id, e.texts) for e in examples] == [
+        ("q1", ("A context.", "Which?", "A")),
+        ("q2", ("A context.", "None?")),
+    ]
+
+
+def test_glue_tsv_with_header_and_cola_without(tmp_path):
+    (tmp_path / "rte.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\tOne.\tTwo.\tentailment\n")
+    (tmp_path / "cola.tsv").write_text("gj04\t1\t\tThe sailors rode.\ngj04\t0\t*\tRode sailors the.\n")
+    assert [(e.id, e.texts) for e in read_eval_file(str(tmp_path / "rte.tsv"))] == [("0", ("One.", "Two."))]
+    cola = read_eval_file(str(tmp_path / "cola.tsv"))
+    assert [(e.id, e.texts) for e in cola] == [("line 1", ("The sailors rode.",)), ("line 2", ("Rode sailors the.",))]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("bad.json", '{"data": [\n  {"paragraphs": [}', "bad.json: line 2 column 19: not JSON"),
+        (
+            "noid.json",
+            json.dumps(
+                {"data": [{"paragraphs": [{"context": "c", "qas": [{"id": "1", "question": "q"}, {"question": "q"}]}]}]}
+            ),
+            "noid.json: data[0].paragraphs[0].qas[1]: no 'id'",
+        ),
+        ("short.tsv", "index\tsentence1\tsentence2\n0\tOne.\tTwo.\n1\tOnly one.\n", "short.tsv: line 3: 2 column(s)"),
+        ("plain.tsv", "a\tb\n", "plain.tsv: line 1: no header naming a text column"),
+        ("x.jsonl", '{"text": "ok"}\n{"body": "no"}\n', "x.jsonl: line 2: no string field 'text'"),
+        ("x.csv", "a,b\n", "x.csv: unknown kind of evaluation file"),
+    ],
+)
+def test_bad_evaluation_file_is_one_line_with_its_position_and_exit_2(
+    tmp_path, capsys, demo_artifact, name, content, message
+):
+    (tmp_path / name).write_text(content)
+    with pytest.raises(EvalFileError) as refused:
+        read_eval_file(str(tmp_path / name))
+    assert str(refused.value).startswith(f"{tmp_path / name}: ") and message in str(refused.value)
+    code = contamination.main([str(demo_artifact), "--eval", str(tmp_path / name)])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "contamination: error:" in line]
+    assert code == 2 and len(lines) == 1 and message in lines[0] and "Traceback" not in err
+
+
+def test_passages_copied_from_the_corpus_are_found_in_the_artifact_rows(tmp_path, capsys, demo_artifact):
+    docs = [json.loads(line) for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
+    words = docs[3]["text"].split()
+    evals = [
+        {"id": "copied", "text": " ".join(words[5:40]).upper()},  # case and punctuation do not matter
+        {
+            "id": "unrelated",
+            "text": "colourless green ideas sleep furiously while the quick brown fox jumps over lazy dogs",
+        },
+        {"id": "short", "text": " ".join(words[:12])},  # 12 words: no 13-gram
+    ]
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    code = contamination.main([str(demo_artifact), "--eval", str(tmp_path / "eval.jsonl"), "--json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    r = json.loads(out)[str(tmp_path / "eval.jsonl")]
+    assert (r["examples"], r["examples_contaminated"], r["examples_too_short"]) == (3, 1, 1)
+    assert r["documents"] == [docs[3]["id"]] and r["contaminated_examples"] == [{"id": "copied", "fraction": 1.0}]
+
+
+def _pages(ids: set[str]) -> list[dict]:
+    if not WIKIPEDIA_SAMPLE.exists() or not XQUAD.exists():
+        pytest.skip("real data not available (../shared/data)")
+    with WIKIPEDIA_SAMPLE.open("rb") as f:
+        lines = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f), encoding="utf-8")
+        pages = [json.loads(line) for line in lines]
+    return [{"id": p["id"], "text": p["text"]} for p in pages if p["id"] in ids]
+
+
+def test_xquad_overlap_in_artifact_rows_equals_the_overlap_in_the_source_text(tmp_path, capsys):
+    """Black Death and Chloroplast are XQuAD articles; Ames shares census boilerplate with a Fresno paragraph."""
+    ids = {"Page/Black_Death.md", "Page/Chloroplast.md", "Page/Ames,_Iowa.md", "Page/Apollo_12.md"}
+    pages = _pages(ids)
+    assert len(pages) == 4
+    corpus = tmp_path / "pages.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in pages), encoding="utf-8")
+    build(
+        corpus, tmp_path / "artifact", "--train-tokenizer", "--vocab-size", "3000", "--num-shards", "2", "--lowercase"
+    )
+    expected = overlap.OverlapIndex(contamination.load_eval_sets([str(XQUAD)], 13), 13)
+    for p in pages:
+        expected.scan(p["id"], p["text"])
+    assert contamination.main([str(tmp_path / "artifact"), "--eval", str(XQUAD), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)[str(XQUAD)]
+    assert found == expected.report()[str(XQUAD)]  # an uncased artifact decoded = the source text, n-gram for n-gram
+    assert found["documents"] == ["Page/Ames,_Iowa.md", "Page/Black_Death.md", "Page/Chloroplast.md"]
+    assert found["examples_contaminated"] >= 40 and found["examples"] == 1190
+
+
+def test_describe_names_every_figure():
+    r = {"f": {"examples": 10, "examples_contaminated": 2, "examples_too_short": 1, "ngram_size": 13, "ngrams": 50,
+               "ngrams_found": 5, "ngram_fraction_found": 0.25, "documents": ["a"], "contaminated_examples": []}}  # fmt: skip
+    assert contamination.describe(r) == (
+        "f: 10 examples, 2 contaminated (20.0%) sharing a 13-gram with 1 corpus document(s); 5 of 50 distinct 13-grams "
+        "found, 25.0% of a contaminated example's on average; 1 too short to check"
+    )
+
+
+# -- build_shards --decontaminate ------------------------------------------------------------------
+
+
+def _eval_copying(tmp_path, doc: dict) -> Path:
+    words = doc["text"].split()
+    evals = [{"id": "ex-copied", "text": " ".join(words[10:30])}, {"id": "ex-other", "text": "nothing " * 20}]
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in evals))
+    return path
+
+
+def test_drop_contaminated_composite_records_the_example_ids(tmp_path):
+    docs = [json.loads(line) for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()][:6]
+    sets = contamination.load_eval_sets([str(_eval_copying(tmp_path, docs[2]))], 13)
+    items = [Document(d["id"], d["text"], Source("c.jsonl", i + 1, i * 100)) for i, d in enumerate(docs)]
+    for drop, kept in ((True, [d["id"] for d in docs if d is not docs[2]]), (False, [d["id"] for d in docs])):
+        with TestPipeline(runner="FnApiRunner") as p:
+            created = p | beam.Create(range(len(items))) | beam.Map(lambda i: items[i]).with_output_types(typing.Any)
+            out = created | DropContaminated(sets, 13, drop)
+            assert_that(out["documents"] | "Kept" >> beam.Map(lambda d: d.doc_id), equal_to(kept), "kept")
+            removed = out["removed"] | "Removed" >> beam.Map(
+                lambda r: (r.doc_id, r.detail["evaluation"][0]["example_ids"], r.detail["ngrams_found"])
+            )
+            assert_that(removed, equal_to([(docs[2]["id"], ["ex-copied"], 8)] if drop else []), "removed")
+            figures = out["figures"] | "Figures" >> beam.Map(
+                lambda f: [(r["examples"], r["examples_contaminated"], r["documents"]) for r in f.values()]
+            )
+            assert_that(figures, equal_to([[(2, 1, 1)]]), "figures")
+
+
+def test_build_decontaminate_leaves_out_and_records_contaminated_documents(tmp_path, capsys):
+    docs = [json.loads(line) for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
+    evals = _eval_copying(tmp_path, docs[4])
+    common = ["--train-tokenizer", "--vocab-size", "2000", "--num-shards", "2", "--decontaminate", str(evals)]
+    m = build(DEMO_CORPUS, tmp_path / "dropped", *common)
+    c = m["counts"]
+    assert (c["documents_contaminated"], c["documents_duplicate"]) == (1, 0)
+    assert c["documents_read"] == c["documents_written"] + c["documents_dead_lettered"] + c["documents_contaminated"]
+    record = json.loads((tmp_path / "dropped" / "removed" / "contaminated.jsonl").read_text())
+    assert record["doc_id"] == docs[4]["id"] and record["evaluation"][0]["example_ids"] == ["ex-copied"]
+    assert m["contamination"]["files"][str(evals)]["examples_contaminated"] == 1
+    assert verify.main([str(tmp_path / "dropped")]) == 0, capsys.readouterr().err
+    kept = build(DEMO_CORPUS, tmp_path / "kept", *common, "--drop-contaminated", "none")
+    assert kept["counts"]["documents_contaminated"] == 0 and kept["counts"]["documents_written"] == len(docs)
+    assert kept["contamination"]["files"][str(evals)]["documents"] == 1
+    assert not (tmp_path / "kept" / "removed").exists()
+
+
+def test_build_refuses_a_bad_evaluation_file_before_writing_anything(tmp_path, capsys):
+    (tmp_path / "dev.tsv").write_text("index\tsentence1\tsentence2\n0\tOne.\n")
+    code = build_shards.main(
+        ["--input", str(DEMO_CORPUS), "--output", str(tmp_path / "out"), "--decontaminate", str(tmp_path / "dev.tsv")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and not (tmp_path / "out").exists()
+    assert f"build_shards: error: --decontaminate {tmp_path / 'dev.tsv'}: line 2: 2 column(s)" in err

@@ -1,0 +1,291 @@
+"""Duplicate documents (issue 35): the text rules, MinHash, the DropDuplicates composite, and the job with --dedup on
+real Wikipedia pages with planted copies, checked against exact Jaccard computed by brute force."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import random
+import typing
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+import pytest
+import zstandard
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipeline import build_shards
+from pipeline import verify as verify_mod
+from pipeline.dedup import minhash, text
+from pipeline.dedup.unique_documents import DropDuplicates
+from pipeline.elements import Document, Source
+from tests.conftest import WIKIPEDIA_SAMPLE, build
+
+WORDS = [f"w{i}" for i in range(100)]
+
+
+def _create(items):
+    return "Create" >> (beam.Create(range(len(items))) | beam.Map(lambda i: items[i]).with_output_types(typing.Any))
+
+
+def _doc(doc_id: str, words: list[str] | str, line: int = 1) -> Document:
+    body = words if isinstance(words, str) else " ".join(words)
+    return Document(doc_id, body, Source("corpus.jsonl", line, line * 1000))
+
+
+def _check(docs: list[Document], mode: str, kept: list, removed: list) -> None:
+    """Run DropDuplicates and assert the kept (doc_id, line)s and removed (doc_id, line, method, duplicate_of,
+    similarity)s."""
+    with TestPipeline(runner="FnApiRunner") as p:
+        out = p | _create(docs) | DropDuplicates(mode)
+        assert_that(out["documents"] | "Kept" >> beam.Map(lambda d: (d.doc_id, d.source.line)), equal_to(kept), "kept")
+        assert_that(
+            out["removed"]
+            | "Removed"
+            >> beam.Map(
+                lambda r: (
+                    r.doc_id,
+                    r.source.line,
+                    r.detail["method"],
+                    r.detail["duplicate_of"]["doc_id"],
+                    r.detail["similarity"],
+                )
+            ),
+            equal_to(removed),
+            "removed",
+        )
+
+
+# -- text rules and MinHash ---------------------------------------------------------------------
+
+
+def test_words_fold_case_accents_and_punctuation():
+    assert text.words("Café, 3.5! ÜBER-cool\tnaïve_x") == ["cafe", "3", "5", "uber", "cool", "naive_x"]
+    assert text.words("«—»") == []
+
+
+def test_shingles_of_a_short_text_are_one_shingle_and_jaccard_is_exact():
+    assert len(text.shingle_set(["a", "b"], 5)) == 1 and len(text.shingle_set([], 5)) == 0
+    a = text.shingle_set(WORDS, 5)
+    edited = WORDS[:50] + ["x"] + WORDS[51:]  # one word: 5 of 96 shingles change
+    assert len(a) == 96 and text.jaccard(a, text.shingle_set(edited, 5)) == pytest.approx(91 / 101)
+
+
+def test_minhash_agreement_estimates_jaccard():
+    a = np.unique(text.word_hashes([f"a{i}" for i in range(1000)]))
+    b = np.unique(text.word_hashes([f"a{i}" for i in range(800)] + [f"b{i}" for i in range(200)]))
+    s = text.jaccard(a, b)
+    assert s == pytest.approx(800 / 1200)
+    agree = float(np.mean(minhash.signature(a, 1024) == minhash.signature(b, 1024)))
+    assert abs(agree - s) < 4 * math.sqrt(s * (1 - s) / 1024)
+
+
+def test_near_params_are_checked_and_bands_follow_the_s_curve():
+    with pytest.raises(ValueError, match="--dedup-threshold"):
+        minhash.NearParams(threshold=1.5)
+    params = minhash.NearParams()
+    rng = np.random.default_rng(7)
+    trials, shared = 300, 0
+    for _ in range(trials):  # pairs of 80-hash sets sharing 60: Jaccard 60/100
+        pool = rng.integers(0, 2**63, size=100, dtype=np.uint64)
+        a, b = np.unique(pool[:80]), np.unique(pool[20:])
+        assert text.jaccard(a, b) == 0.6
+        keys_a = minhash.band_keys(minhash.signature(a, params.num_perm), params)
+        keys_b = minhash.band_keys(minhash.signature(b, params.num_perm), params)
+        shared += bool(set(keys_a) & set(keys_b))
+    p = params.candidate_probability(0.6)  # 0.615 for 20 bands of 6
+    assert abs(shared / trials - p) < 4 * math.sqrt(p * (1 - p) / trials)
+
+
+# -- the composite ------------------------------------------------------------------------------
+
+
+def test_exact_copies_differ_only_in_case_punctuation_and_spacing_and_the_smallest_key_stays():
+    docs = [
+        _doc("b", "The cat sat on the mat.", 1),
+        _doc("a", "the CAT  sat, on the mat", 2),
+        _doc("c", "The cat sat on a mat.", 3),
+        _doc("d", "-- !! --", 4),
+        _doc("e", "-- ?? --", 5),  # no words: never a copy
+        _doc("a", "THE CAT SAT ON THE MAT", 6),  # same id, later position: a larger key
+    ]
+    kept = [("a", 2), ("c", 3), ("d", 4), ("e", 5)]
+    _check(docs, "exact", kept, [("a", 6, "exact", "a", 1.0), ("b", 1, "exact", "a", 1.0)])
+
+
+def test_near_copies_are_confirmed_by_exact_jaccard_and_do_not_depend_on_input_order():
+    one_edit = WORDS[:50] + ["x"] + WORDS[51:]  # J = 91/101 = 0.90
+    ten_edits = [w if i % 10 else "y" for i, w in enumerate(WORDS)]  # J well below 0.8
+    docs = [_doc("a", WORDS, 1), _doc("b", one_edit, 2), _doc("c", ten_edits, 3), _doc("d", WORDS[::-1], 4)]
+    expected = round(text.jaccard(text.shingle_set(WORDS, 5), text.shingle_set(one_edit, 5)), 6)
+    for order in (docs, docs[::-1]):
+        _check(order, "near", [("a", 1), ("c", 3), ("d", 4)], [("b", 2, "near", "a", expected)])
+
+
+def test_a_chain_removes_every_document_with_a_smaller_duplicate():
+    a = WORDS
+    b = ["p"] * 10 + WORDS[10:]  # J(a, b) = 86/106 = 0.81
+    c = b[:90] + ["q"] * 10  # J(b, c) = 0.81, J(a, c) = 76/116 = 0.66
+    assert text.jaccard(text.shingle_set(a, 5), text.shingle_set(c, 5)) < 0.8
+    ab = round(text.jaccard(text.shingle_set(a, 5), text.shingle_set(b, 5)), 6)
+    bc = round(text.jaccard(text.shingle_set(b, 5), text.shingle_set(c, 5)), 6)
+    docs = [_doc("a", a, 1), _doc("b", b, 2), _doc("c", c, 3)]
+    _check(docs, "near", [("a", 1)], [("b", 2, "near", "a", ab), ("c", 3, "near", "b", bc)])
+
+
+# -- the job on real text -----------------------------------------------------------------------
+
+
+def wikipedia_pages(n: int) -> list[dict]:
+    if not WIKIPEDIA_SAMPLE.exists():
+        pytest.skip(f"real data not available: {WIKIPEDIA_SAMPLE}")
+    with WIKIPEDIA_SAMPLE.open("rb") as f:
+        lines = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f), encoding="utf-8")
+        return [json.loads(next(lines)) for _ in range(n)]
+
+
+def planted_corpus(path: Path, n: int = 40, copies: int = 20, seed: int = 0) -> list[dict]:
+    """``n`` real pages, ``copies`` of them copied with 1-10% of their words replaced, 3 copied in upper case."""
+    rng = random.Random(seed)
+    pages = [{"id": p["id"], "text": p["text"]} for p in wikipedia_pages(n)]
+    out = list(pages)
+    for i, page in enumerate(rng.sample(pages, copies)):
+        words = page["text"].split(" ")
+        for j in rng.sample(range(len(words)), max(1, round(len(words) * (1 + i % 10) / 100))):
+            words[j] = f"edit{rng.randrange(10**6)}"
+        out.append({"id": f"copy-{i:02d}", "text": " ".join(words)})
+    out += [{"id": f"upper-{i}", "text": p["text"].upper()} for i, p in enumerate(pages[:3])]
+    path.write_text("".join(json.dumps(r) + "\n" for r in out), encoding="utf-8")
+    return out
+
+
+def brute_force_removals(records: list[dict], params: minhash.NearParams) -> dict[str, tuple[str, float]]:
+    """The module's rule, by comparing every pair: exact copies first, then any smaller duplicate at the threshold."""
+    keyed = sorted((r["id"], text.words(r["text"])) for r in records)
+    first: dict[tuple, str] = {}
+    removed: dict[str, tuple[str, float]] = {}
+    left = []
+    for doc_id, words in keyed:
+        if tuple(words) in first:
+            removed[doc_id] = (first[tuple(words)], 1.0)
+        else:
+            first[tuple(words)] = doc_id
+            left.append((doc_id, text.shingle_set(words, params.shingle)))
+    for i, (doc_id, shingles) in enumerate(left):
+        for other, other_shingles in left[:i]:
+            s = text.jaccard(other_shingles, shingles)
+            if s >= params.threshold:
+                removed[doc_id] = (other, round(s, 6))
+                break
+    return removed
+
+
+def _removed_records(artifact: Path) -> dict[str, tuple[str, float]]:
+    path = artifact / "removed" / "duplicate.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return {r["doc_id"]: (r["duplicate_of"]["doc_id"], r["similarity"]) for r in rows}
+
+
+def test_near_dedup_on_wikipedia_matches_exact_jaccard_and_verifies(tmp_path, capsys):
+    records = planted_corpus(tmp_path / "corpus.jsonl")
+    params = minhash.NearParams()
+    truth = brute_force_removals(records, params)
+    out = tmp_path / "artifact"
+    m = build(
+        tmp_path / "corpus.jsonl",
+        out,
+        "--train-tokenizer",
+        "--vocab-size",
+        "2000",
+        "--num-shards",
+        "2",
+        "--dedup",
+        "near",
+    )
+    found = _removed_records(out)
+    assert set(found) <= set(truth), "a removed document below the threshold"  # precision 1: pairs are confirmed
+    misses = set(truth) - set(found)
+    # LSH may miss a pair at similarity s with probability 1 - P(s); allow that expectation (+3 sd, at least 1).
+    expected = sum(1 - params.candidate_probability(truth[d][1]) for d in truth)
+    assert len(misses) <= expected + 3 * math.sqrt(expected) + 1
+    assert len(truth) >= 8 and any(s < 1.0 for _, s in truth.values()) and any(s == 1.0 for _, s in truth.values())
+    c = m["counts"]
+    assert c["documents_duplicate"] == len(found) and c["documents_contaminated"] == 0
+    assert c["documents_read"] == c["documents_written"] + c["documents_dead_lettered"] + c["documents_duplicate"]
+    assert m["dedup"]["mode"] == "near" and m["dedup"]["candidate_pairs"] >= m["dedup"]["confirmed_pairs"] > 0
+    assert verify_mod.main([str(out)]) == 0, capsys.readouterr().err
+
+
+def test_dedup_counts_are_verified(tmp_path, capsys):
+    (tmp_path / "c.jsonl").write_text(
+        "".join(
+            json.dumps({"id": str(i), "text": "Same words here." if i < 3 else f"Other {i}."}) + "\n" for i in range(5)
+        )
+    )
+    out = tmp_path / "artifact"
+    m = build(
+        tmp_path / "c.jsonl", out, "--train-tokenizer", "--vocab-size", "200", "--num-shards", "1", "--dedup", "exact"
+    )
+    assert (m["counts"]["documents_written"], m["counts"]["documents_duplicate"]) == (3, 2)
+    assert verify_mod.main([str(out)]) == 0
+    m["counts"]["documents_duplicate"] = 1
+    (out / "manifest.json").write_text(json.dumps(m))
+    assert verify_mod.main([str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "documents_duplicate 1" in err and "removed/duplicate.jsonl holds 2 records, documents_duplicate is 1" in err
+
+
+def test_bad_dedup_option_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "c.jsonl").write_text('{"id": "1", "text": "x"}\n')
+    code = build_shards.main(
+        [
+            "--input",
+            str(tmp_path / "c.jsonl"),
+            "--output",
+            str(tmp_path / "o"),
+            "--dedup",
+            "near",
+            "--dedup-threshold",
+            "0",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "--dedup-threshold must be in (0, 1], got 0.0" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_near_dedup_output_is_the_same_with_two_workers_and_shuffled_input(tmp_path):
+    records = planted_corpus(tmp_path / "corpus.jsonl")
+    shuffled = list(records)
+    random.Random(1).shuffle(shuffled)
+    (tmp_path / "shuffled.jsonl").write_text("".join(json.dumps(r) + "\n" for r in shuffled), encoding="utf-8")
+    common = ["--train-tokenizer", "--vocab-size", "2000", "--num-shards", "2", "--dedup", "near"]
+    build(tmp_path / "corpus.jsonl", tmp_path / "one", *common)
+    build(
+        tmp_path / "corpus.jsonl",
+        tmp_path / "two",
+        *common,
+        "--direct_running_mode",
+        "multi_processing",
+        "--direct_num_workers",
+        "2",
+    )
+    build(tmp_path / "shuffled.jsonl", tmp_path / "shuffled", *common)
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {
+            str(p.relative_to(root)): p.read_bytes()
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "manifest.json"
+        }
+
+    one, two, mixed = files(tmp_path / "one"), files(tmp_path / "two"), files(tmp_path / "shuffled")
+    assert one == two and "removed/duplicate.jsonl" in one
+    # Shuffled lines: other byte offsets in the records, the same documents kept and the same shards.
+    assert {k: v for k, v in one.items() if k.startswith("shards/")} == {
+        k: v for k, v in mixed.items() if k.startswith("shards/")
+    }
+    assert _removed_records(tmp_path / "one") == _removed_records(tmp_path / "shuffled")
