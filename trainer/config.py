@@ -38,6 +38,7 @@ class ConfigError(ValueError):
 
 FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max
 
+
 def opt(default: Any, help: str, **kwargs: Any) -> Any:
     """A dataclass field with a default and the help text the command line shows."""
     return field(default=default, metadata={"help": help, **kwargs})
