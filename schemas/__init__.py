@@ -5,7 +5,7 @@ special tokens and the two special positions a row leaves free); ``manifest``: t
 and the rule for the paths it names; ``invariants``: the row checks ``pipeline.verify``
 and the trainer's loader share; ``ngram_dictionary``: the n-gram dictionary
 (``NGRAM_DICTIONARY.md``); ``commands``: how a message writes one of the project's commands (with the interpreter
-that runs it). What flows in: paths or URIs of an artifact or a dictionary; what flows out:
+that runs it); ``quick_exit``: how both programs' commands end once their work is done. What flows in: paths or URIs of an artifact or a dictionary; what flows out:
 checked manifests, Arrow schemas and tables, or a one-line error. Only pyarrow and numpy are needed; importing the
 package has no side effects.
 """
