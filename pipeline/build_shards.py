@@ -36,7 +36,6 @@ from pipeline.elements import Document
 from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, JobFailed, UsageError, redact_argv
 from pipeline.read.documents import ReadDocuments
 from pipeline.read.records import ReaderOptions, read_file
-from pipeline.segmenter import Segmenter
 from pipeline.tokenize import hf_directory, tokenizer
 from pipeline.tokenize.tokenized_documents import TokenizeDocuments
 from pipeline.write.dead_letters import WriteDeadLetters
@@ -46,6 +45,7 @@ from schemas import commands
 from schemas import format as fmt
 from schemas.artifact import Artifact
 from schemas.ngram_dictionary import NgramDictionary
+from schemas.segmenter import Segmenter
 
 log = logging.getLogger("pipeline.build_shards")
 

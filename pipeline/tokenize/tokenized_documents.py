@@ -31,12 +31,12 @@ from pipeline.elements import (
     TokenizedDocument,
     preview,
 )
-from pipeline.segmenter import Segmenter
 from pipeline.tokenize.encodings import ENCODE_PIECE_CHARS, Encoded, char_spans_to_tokens, text_pieces
 from pipeline.tokenize.families import UNIGRAM, WORDPIECE, piece_cuts_allowed
 from pipeline.tokenize.sentence_encoding import DEFAULT_CACHE_BYTES, SentenceEncoder
 from pipeline.tokenize.sentences import sentence_spans
 from pipeline.tokenize.tokenizer import TokenizerSpec
+from schemas.segmenter import Segmenter
 
 log = logging.getLogger(__name__)
 
