@@ -212,7 +212,7 @@ def tokenizer_from_json(text: str, source: str) -> CheckpointTokenizer:
     ``schemas.tokenizer_json``; a hub tokenizer.json often sets them, and fine-tuning would cut every text)."""
     from tokenizers import Tokenizer
 
-    from pipeline.tokenize.rust_calls import guarded  # imports neither Beam nor torch
+    from schemas.tokenizers.rust_calls import guarded  # imports neither Beam nor torch
 
     text = without_truncation_and_padding(text)
 

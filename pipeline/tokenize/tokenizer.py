@@ -24,8 +24,8 @@ from pipeline.tokenize.families import (
     special_roles,
     text_tokenizer,
 )
-from pipeline.tokenize.rust_calls import guarded
 from schemas.format import SPECIAL_TOKENS  # BERT's special tokens, by role: what this module builds and trains
+from schemas.tokenizers.rust_calls import guarded
 
 log = logging.getLogger(__name__)
 
