@@ -68,11 +68,11 @@ class CheckpointTokenizer:
     def roles(self) -> dict[str, str]:
         """The token of each special role (pad, unk, cls, sep, mask): the ones the checkpoint names (its artifact's
         manifest, or the Hugging Face directory's special_tokens_map.json / tokenizer_config.json), the others from
-        the first known set of names the tokenizer has (``pipeline.tokenize.families.special_roles``, the one rule).
+        the first known set of names the tokenizer has (``schemas.tokenizers.families.special_roles``, the one rule).
         :class:`PretrainedError` in one line when a role has no token in the vocabulary."""
         from tokenizers import Tokenizer
 
-        from pipeline.tokenize.families import TokenizerError, special_roles
+        from schemas.tokenizers.families import TokenizerError, special_roles
 
         try:
             return special_roles(Tokenizer.from_str(self.json()), self.named_roles)
@@ -262,8 +262,8 @@ def hf_tokenizer(path: str) -> CheckpointTokenizer:
             f'{{"do_lower_case": false}} for a cased model, true for an uncased one'
         )
     import pipeline.jobs  # noqa: F401  (first: hides the warning Beam logs while it is imported)
-    from pipeline.tokenize.families import TokenizerError  # imports Beam: only when a directory is read
     from pipeline.tokenize.hf_directory import from_directory
+    from schemas.tokenizers.families import TokenizerError  # imports Beam: only when a directory is read
 
     try:
         tok, source, roles = from_directory(path)

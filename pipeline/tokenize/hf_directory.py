@@ -39,8 +39,8 @@ from typing import Any
 from apache_beam.io.filesystems import FileSystems
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from pipeline.tokenize.families import ROLE_NAMES, TokenizerError, named_roles, named_token
 from pipeline.tokenize.tokenizer import from_file, read_vocab_txt
+from schemas.tokenizers.families import ROLE_NAMES, TokenizerError, named_roles, named_token
 from schemas.tokenizers.rust_calls import guarded
 
 BERT_CLASSES = (

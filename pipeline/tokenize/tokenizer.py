@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from pipeline.tokenize.families import (
+from schemas.format import SPECIAL_TOKENS  # BERT's special tokens, by role: what this module builds and trains
+from schemas.tokenizers.families import (
     WORDPIECE,
     TokenizerError,
     family,
@@ -24,7 +25,6 @@ from pipeline.tokenize.families import (
     special_roles,
     text_tokenizer,
 )
-from schemas.format import SPECIAL_TOKENS  # BERT's special tokens, by role: what this module builds and trains
 from schemas.tokenizers.rust_calls import guarded
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class TokenizerSpec:
     json: str
     source: str  # file | vocab | directory | trained
     lowercase: bool
-    family: str = WORDPIECE  # families.py
+    family: str = WORDPIECE  # schemas/tokenizers/families.py
     roles: tuple[tuple[str, str], ...] = tuple(SPECIAL_TOKENS.items())  # (role, token) of pad unk cls sep mask
 
     @property
