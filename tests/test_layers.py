@@ -1,6 +1,8 @@
 """Imports run downwards (CONTRIBUTING, "Layout"): ``schemas`` <- ``pipeline`` and ``schemas`` <- ``trainer``.
 The trainer imports nothing from the pipeline and the pipeline nothing from the trainer: the rules both read live
-in ``schemas``, which imports neither program, nor Beam or torch (the trainer would drag them in)."""
+in ``schemas``, which imports neither program, nor Beam or torch (the trainer would drag them in). Inside a layer
+no two modules import each other, directly or round a loop (what two modules both need goes into a third below
+both), counting imports inside functions and under ``TYPE_CHECKING``."""
 
 from __future__ import annotations
 
@@ -49,6 +51,48 @@ def test_a_layer_imports_only_what_lies_below_it(layer):
                 wrong.append(f"{path.relative_to(REPO)}:{line}: imports {module}")
     assert len(files) > 5 and checked > 50, (layer, len(files), checked)
     assert not wrong, "\n".join(wrong)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the project's modules it imports (``from package import module`` names the module, ``from module
+    import name`` the module, ``from package import name`` the package's ``__init__``)."""
+    paths = {}
+    for layer in FORBIDDEN:
+        for path in (REPO / layer).rglob("*.py"):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name in paths}
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names:
+                    inner = f"{module}.{alias.name}"
+                    found |= {inner} if inner in paths else {module} if module in paths else set()
+        graph[name] = found - {name}
+    return graph
+
+
+def test_no_two_modules_import_each_other():
+    graph = _module_graph()
+    loops = []
+    for start in sorted(graph):  # a module on a loop reaches itself
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            if m == start:
+                loops.append(start)
+                break
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph[m])
+    assert len(graph) > 100 and sum(map(len, graph.values())) > 300, len(graph)
+    assert not loops, f"modules on an import loop: {', '.join(loops)}"
 
 
 def test_the_scan_sees_every_kind_of_import(tmp_path, monkeypatch):
