@@ -38,8 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline import build_ngram_dictionary  # noqa: E402
-from pipeline.segmenter import Segmenter  # noqa: E402
 from pipeline.tokenize import tokenizer as tokenization  # noqa: E402
+from schemas.segmenter import Segmenter  # noqa: E402
 from trainer.config import ModelConfig  # noqa: E402
 from trainer.finetuning.encoding import ModelTokenizer  # noqa: E402
 from trainer.finetuning.features import collate, glue_feature  # noqa: E402

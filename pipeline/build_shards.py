@@ -34,11 +34,11 @@ from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
 from pipeline.dedup import removal
 from pipeline.elements import Document
+from pipeline.files import BEAM_FILES
 from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, JobFailed, UsageError, redact_argv
 from pipeline.read.documents import ReadDocuments
 from pipeline.read.records import ReaderOptions, read_file
-from pipeline.segmenter import Segmenter
-from pipeline.tokenize import hf_directory, tokenizer
+from pipeline.tokenize import tokenizer
 from pipeline.tokenize.tokenized_documents import TokenizeDocuments
 from pipeline.write.dead_letters import WriteDeadLetters
 from pipeline.write.manifest import WriteManifest, library_versions
@@ -47,6 +47,9 @@ from schemas import commands
 from schemas import format as fmt
 from schemas.artifact import Artifact
 from schemas.ngram_dictionary import NgramDictionary
+from schemas.segmenter import Segmenter
+from schemas.tokenizers import hf_directory
+from schemas.tokenizers.files import from_file
 
 log = logging.getLogger("pipeline.build_shards")
 
@@ -189,11 +192,11 @@ def _load_tokenizer(
 ) -> tokenizer.TokenizerSpec:
     try:
         if o.tokenizer:
-            return tokenizer.make_spec(tokenizer.from_file(o.tokenizer), "file")
+            return tokenizer.make_spec(from_file(o.tokenizer, BEAM_FILES), "file")
         if o.vocab:
             return tokenizer.make_spec(tokenizer.from_vocab(o.vocab, o.lowercase), "vocab", o.lowercase)
         if o.tokenizer_from:
-            tok, _, roles = hf_directory.from_directory(o.tokenizer_from)
+            tok, _, roles = hf_directory.from_directory(o.tokenizer_from, BEAM_FILES)
             return tokenizer.make_spec(tok, "directory", roles=roles)
     except OSError as e:
         raise UsageError(f"cannot read the tokenizer: {e}") from None
@@ -434,6 +437,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from pipeline.quick_exit import quick_exit
+    from schemas.quick_exit import quick_exit
 
     quick_exit(main())

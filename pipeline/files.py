@@ -1,4 +1,4 @@
-"""Writing artifact files through Beam's FileSystems (local, gs://, s3://, hdfs://)."""
+"""Writing artifact files through Beam's FileSystems (local, gs://, s3://, hdfs://), and reading a tokenizer's."""
 
 from __future__ import annotations
 
@@ -155,6 +155,23 @@ def remove_abandoned_temporaries(directory: str) -> list[str]:
 def read_bytes(path: str) -> bytes:
     with FileSystems.open(path) as f:
         return f.read()
+
+
+class BeamFiles:
+    """Reads files through Beam's FileSystems (local, gs://, s3://, with the job's options): the reader the jobs give
+    ``schemas.tokenizers`` (``files.Files``) for a tokenizer's files."""
+
+    def read(self, path: str) -> bytes:
+        return read_bytes(path)
+
+    def exists(self, path: str) -> bool:
+        return FileSystems.exists(path)
+
+    def join(self, directory: str, name: str) -> str:
+        return FileSystems.join(directory, name)
+
+
+BEAM_FILES = BeamFiles()
 
 
 def delete_tree(path: str) -> None:

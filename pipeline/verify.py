@@ -23,8 +23,6 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from pipeline.tokenize.families import word_continuing_ids
-from pipeline.tokenize.rust_calls import guarded
 from pipeline.verify_rows import check_shard_rows
 from pipeline.verify_tree import Listing, list_artifact, shown
 from schemas import commands
@@ -33,6 +31,8 @@ from schemas import invariants as inv
 from schemas import manifest as mf
 from schemas.artifact import Artifact, malformed
 from schemas.integrity import file_sha256
+from schemas.tokenizers.families import word_continuing_ids
+from schemas.tokenizers.rust_calls import guarded
 
 
 @dataclass
@@ -326,6 +326,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from pipeline.quick_exit import quick_exit
+    from schemas.quick_exit import quick_exit
 
     quick_exit(main())

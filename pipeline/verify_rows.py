@@ -148,7 +148,7 @@ def check_shard_rows(
     """Check every row of shard ``index`` of the manifest; add its rows, tokens, documents, row lengths and token
     counts to ``totals`` and ``unigram``. ``forbidden``: the special ids no row may hold
     (``invariants.forbidden_special_ids``); ``continuing``: per token id, whether it can only continue a word
-    (``pipeline.tokenize.families.word_continuing_ids``). False when the shard could not be read to its end (then the totals
+    (``schemas.tokenizers.families.word_continuing_ids``). False when the shard could not be read to its end (then the totals
     miss its rest)."""
     m = art.manifest
     entry = m["shards"][index]

@@ -2,7 +2,7 @@
 
 This module is the code half of ``schemas/NGRAM_DICTIONARY.md``. The writer
 (``pipeline.build_ngram_dictionary``) stamps ``FORMAT`` and ``FORMAT_VERSION`` into ``manifest.json`` and into
-the Arrow schema metadata of ``ngrams.arrow``; every reader (``pipeline.segmenter``, ``pipeline.report``) opens
+the Arrow schema metadata of ``ngrams.arrow``; every reader (``schemas.segmenter``, ``pipeline.report``) opens
 a dictionary with :meth:`NgramDictionary.open`, which refuses an incomplete directory, another format and a
 version it does not know.
 

@@ -280,6 +280,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from pipeline.quick_exit import quick_exit
+    from schemas.quick_exit import quick_exit
 
     quick_exit(main())

@@ -4,7 +4,7 @@ PATH is
 
 - a Hugging Face BERT directory: ``config.json`` + ``model.safetensors`` or ``pytorch_model.bin`` (names mapped by
   ``trainer.hf_bert``, the one table of them), its tokenizer read as ``transformers.AutoTokenizer`` reads the
-  directory (``pipeline.tokenize.hf_directory``, the one reader: ``tokenizer.json`` or ``vocab.txt``, the class and
+  directory (``schemas.tokenizers.hf_directory``, the one reader: ``tokenizer.json`` or ``vocab.txt``, the class and
   casing ``tokenizer_config.json`` gives, added tokens), or refused in one line;
 - a spanprep pre-training run: ``RUN_DIR``, ``RUN_DIR/checkpoints`` or one ``RUN_DIR/checkpoints/global_stepN``
   (weights consolidated from any ZeRO stage by ``trainer.export``, tokenizer and model configuration from the
@@ -68,11 +68,11 @@ class CheckpointTokenizer:
     def roles(self) -> dict[str, str]:
         """The token of each special role (pad, unk, cls, sep, mask): the ones the checkpoint names (its artifact's
         manifest, or the Hugging Face directory's special_tokens_map.json / tokenizer_config.json), the others from
-        the first known set of names the tokenizer has (``pipeline.tokenize.families.special_roles``, the one rule).
+        the first known set of names the tokenizer has (``schemas.tokenizers.families.special_roles``, the one rule).
         :class:`PretrainedError` in one line when a role has no token in the vocabulary."""
         from tokenizers import Tokenizer
 
-        from pipeline.tokenize.families import TokenizerError, special_roles
+        from schemas.tokenizers.families import TokenizerError, special_roles
 
         try:
             return special_roles(Tokenizer.from_str(self.json()), self.named_roles)
@@ -212,7 +212,7 @@ def tokenizer_from_json(text: str, source: str) -> CheckpointTokenizer:
     ``schemas.tokenizer_json``; a hub tokenizer.json often sets them, and fine-tuning would cut every text)."""
     from tokenizers import Tokenizer
 
-    from pipeline.tokenize.rust_calls import guarded  # imports neither Beam nor torch
+    from schemas.tokenizers.rust_calls import guarded  # imports neither Beam nor torch
 
     text = without_truncation_and_padding(text)
 
@@ -243,7 +243,7 @@ def _json_object(path: str) -> dict:
 
 def hf_tokenizer(path: str) -> CheckpointTokenizer:
     """The tokenizer of a Hugging Face directory, read as ``transformers.AutoTokenizer`` reads it, by the one reader
-    of such directories (``pipeline.tokenize.hf_directory.from_directory``: the class the files name, added tokens,
+    of such directories (``schemas.tokenizers.hf_directory.from_directory``: the class the files name, added tokens,
     ``vocab.txt`` lines, the config's casing; what it cannot read as transformers does it refuses in one line), with
     truncation and padding off. One refusal of its own: a ``vocab.txt`` with no ``tokenizer.json`` and neither
     ``do_lower_case`` nor ``tokenizer_class`` in ``tokenizer_config.json`` (transformers lower-cases it after
@@ -261,12 +261,12 @@ def hf_tokenizer(path: str) -> CheckpointTokenizer:
             f"tell whether the model lower-cases (transformers would assume it does); write {tc_path} with "
             f'{{"do_lower_case": false}} for a cased model, true for an uncased one'
         )
-    import pipeline.jobs  # noqa: F401  (first: hides the warning Beam logs while it is imported)
-    from pipeline.tokenize.families import TokenizerError  # imports Beam: only when a directory is read
-    from pipeline.tokenize.hf_directory import from_directory
+    from schemas.tokenizers.families import TokenizerError
+    from schemas.tokenizers.files import LOCAL
+    from schemas.tokenizers.hf_directory import from_directory
 
     try:
-        tok, source, roles = from_directory(path)
+        tok, source, roles = from_directory(path, LOCAL)
     except TokenizerError as e:
         raise PretrainedError(str(e)) from None
     where = os.path.join(path, source) + (f" with {os.path.basename(tc_path)}" if tc else "")

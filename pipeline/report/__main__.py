@@ -1,6 +1,6 @@
 """``python -m pipeline.report``: see :mod:`pipeline.report.cli`."""
 
-from pipeline.quick_exit import quick_exit
 from pipeline.report.cli import main
+from schemas.quick_exit import quick_exit
 
 quick_exit(main())

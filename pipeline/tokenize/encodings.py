@@ -42,8 +42,9 @@ def char_spans_to_tokens(
 # same tokens: WordPiece's normalizer works per character and its pre-tokenizer splits at every whitespace.
 # Byte-level BPE's regex keeps a run of whitespace together (and a space before a word joins the word), so there
 # a piece starts only at a line feed followed by a non-space character, not an added token (``strict``): the regex makes such a line
-# feed a word of its own, and the whitespace before it ends the same way at the end of a piece (``families.py``).
-# Unigram behind Metaspace (``metaspace``): only at a space between two printable ASCII characters (``families.py``).
+# feed a word of its own, and the whitespace before it ends the same way at the end of a piece
+# (``schemas/tokenizers/families.py``). Unigram behind Metaspace (``metaspace``): only at a space between two
+# printable ASCII characters (``schemas/tokenizers/families.py``).
 ENCODE_PIECE_CHARS = 1 << 20
 
 

@@ -31,12 +31,12 @@ from pipeline.elements import (
     TokenizedDocument,
     preview,
 )
-from pipeline.segmenter import Segmenter
 from pipeline.tokenize.encodings import ENCODE_PIECE_CHARS, Encoded, char_spans_to_tokens, text_pieces
-from pipeline.tokenize.families import UNIGRAM, WORDPIECE, piece_cuts_allowed
 from pipeline.tokenize.sentence_encoding import DEFAULT_CACHE_BYTES, SentenceEncoder
 from pipeline.tokenize.sentences import sentence_spans
 from pipeline.tokenize.tokenizer import TokenizerSpec
+from schemas.segmenter import Segmenter
+from schemas.tokenizers.families import UNIGRAM, WORDPIECE, piece_cuts_allowed
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class _TokenizeFn(beam.DoFn):
         self._tok = self._spec.load_for_text()
         added = json.loads(self._tok.to_str()).get("added_tokens") or []
         self._added = tuple(t["content"] for t in added)
-        # where a long text may be cut (families.py): WordPiece anywhere at a line break or space, byte-level BPE at
+        # where a long text may be cut (schemas/tokenizers/families.py): WordPiece anywhere at a line break or space, byte-level BPE at
         # a line feed before a non-space, Unigram at a space between ASCII characters; nowhere (encoded whole) when
         # an added token holds whitespace (or what the normalizer makes whitespace) or strips it
         family = self._spec.family

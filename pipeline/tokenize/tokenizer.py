@@ -13,10 +13,11 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from pipeline.tokenize.families import (
+from pipeline.files import BEAM_FILES
+from schemas.format import SPECIAL_TOKENS  # BERT's special tokens, by role: what this module builds and trains
+from schemas.tokenizers.families import (
     WORDPIECE,
     TokenizerError,
     family,
@@ -24,8 +25,8 @@ from pipeline.tokenize.families import (
     special_roles,
     text_tokenizer,
 )
-from pipeline.tokenize.rust_calls import guarded
-from schemas.format import SPECIAL_TOKENS  # BERT's special tokens, by role: what this module builds and trains
+from schemas.tokenizers.files import read_vocab_txt
+from schemas.tokenizers.rust_calls import guarded
 
 log = logging.getLogger(__name__)
 
@@ -54,81 +55,16 @@ def _add_post_processor(tok: Tokenizer) -> Tokenizer:
     return tok
 
 
-# Rust's ``char::is_whitespace`` (Unicode White_Space): what ``tokenizers``' vocab.txt reader trims off each line's
-# end. Python's ``str.isspace`` differs (it counts U+001C..U+001F, which Rust keeps).
-_RUST_WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-
-
-def read_vocab_txt(path: str) -> dict[str, int]:
-    """A ``vocab.txt`` read as transformers reads it (``BertTokenizer`` hands the path to ``tokenizers``'
-    ``WordPiece``, whose reader is Rust's): lines end at a line feed only (not at U+2028, U+0085 or a lone carriage
-    return, which ``str.splitlines`` would also split at), each without its trailing whitespace; id = line number
-    from 0. A token on two lines (transformers keeps the later id, and the earlier id names nothing), bytes
-    that are not UTF-8 and a leading byte-order mark are refused, naming the line."""
-    with FileSystems.open(path) as f:
-        raw = f.read()
-    if raw.startswith(b"\xef\xbb\xbf"):  # transformers would make it part of the first token ("\ufeff[PAD]")
-        raise TokenizerError(
-            f"{path}: line 1 starts with a byte-order mark (U+FEFF), which would be part of its token: save the file "
-            "as UTF-8 without a BOM"
-        )
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()  # the line feed ending the last line
-    vocab: dict[str, int] = {}
-    for i, line in enumerate(lines):
-        try:
-            token = line.decode("utf-8").rstrip(_RUST_WHITESPACE)
-        except UnicodeDecodeError as e:
-            raise TokenizerError(
-                f"{path}: line {i + 1}: not UTF-8 (byte {line[e.start]:#04x} at column {e.start + 1})"
-            ) from None
-        if token in vocab:
-            raise TokenizerError(f"{path}: line {i + 1}: token {token!r} already appears on line {vocab[token] + 1}")
-        vocab[token] = i
-    if not vocab:
-        raise TokenizerError(f"{path}: empty vocabulary")
-    return vocab
-
-
 def from_vocab(path: str, lowercase: bool = False) -> Tokenizer:
-    """A BERT WordPiece tokenizer from a ``vocab.txt`` (:func:`read_vocab_txt`) with BERT's special tokens."""
-    vocab = read_vocab_txt(path)
+    """A BERT WordPiece tokenizer from a ``vocab.txt`` (local or any Beam filesystem; read as transformers reads it:
+    ``schemas.tokenizers.files.read_vocab_txt``) with BERT's special tokens."""
+    vocab = read_vocab_txt(path, BEAM_FILES)
     missing = [f"{role} {t}" for role, t in SPECIAL_TOKENS.items() if t not in vocab]
     if missing:
         raise TokenizerError(f"{path}: vocabulary lacks the special tokens {', '.join(missing)}")
     tok = Tokenizer(models.WordPiece(vocab, unk_token=SPECIAL_TOKENS["unk"], max_input_chars_per_word=100))
     tok.add_special_tokens(list(SPECIAL_TOKENS.values()))
     return _add_post_processor(_bert_pipeline(tok, lowercase))
-
-
-def from_file(path: str) -> Tokenizer:
-    """A tokenizer from a Hugging Face ``tokenizer.json`` (local or any Beam filesystem)."""
-    with FileSystems.open(path) as f:
-        raw = f.read()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise TokenizerError(f"{path}: not UTF-8 (byte {e.start})") from None
-    if _looks_like_tokenizer_config(text):
-        raise TokenizerError(
-            f"{path}: a tokenizer_config.json (transformers' settings), not a tokenizer.json: give its directory "
-            "with --tokenizer-from DIR"
-        )
-    return guarded(
-        lambda: Tokenizer.from_str(text),
-        lambda message: TokenizerError(f"{path}: not a Hugging Face tokenizers JSON file: {message}"),
-    )
-
-
-def _looks_like_tokenizer_config(text: str) -> bool:
-    """A JSON object without a tokenizer.json's ``model`` but with keys only transformers' tokenizer_config.json has."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return False
-    keys = ("tokenizer_class", "added_tokens_decoder", "do_lower_case", "model_max_length")
-    return isinstance(value, dict) and "model" not in value and any(k in value for k in keys)
 
 
 class _Continuation(dict):
@@ -216,7 +152,7 @@ class TokenizerSpec:
     json: str
     source: str  # file | vocab | directory | trained
     lowercase: bool
-    family: str = WORDPIECE  # families.py
+    family: str = WORDPIECE  # schemas/tokenizers/families.py
     roles: tuple[tuple[str, str], ...] = tuple(SPECIAL_TOKENS.items())  # (role, token) of pad unk cls sep mask
 
     @property

@@ -221,7 +221,7 @@ def test_find_mask_candidates_composite(nlp):
 
 def test_ngram_spans_are_the_segmenters_multiword_segments(tmp_path, wikitext_subset):
     from pipeline import build_ngram_dictionary
-    from pipeline.segmenter import Segmenter
+    from schemas.segmenter import Segmenter
 
     build_ngram_dictionary.run(
         [

@@ -13,7 +13,11 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from pipeline import build_shards
-from pipeline.tokenize import hf_directory, tokenizer
+from pipeline.files import BEAM_FILES
+from pipeline.tokenize import tokenizer
+from schemas.tokenizers import hf_directory
+from schemas.tokenizers.families import TokenizerError
+from schemas.tokenizers.files import LOCAL, Files
 from tests.conftest import wikitext2
 
 transformers = pytest.importorskip("transformers")
@@ -227,6 +231,16 @@ def _write(directory: Path, files: dict) -> Path:
     return directory
 
 
+def _read(directory: Path, files: Files) -> tuple[str, dict[str, str] | None] | str:
+    """What ``files`` (the job's Beam reader or the trainer's local one) reads from ``directory``: the tokenizer's
+    JSON and roles, or the refusal."""
+    try:
+        tok, _, roles = hf_directory.from_directory(str(directory), files)
+    except TokenizerError as e:
+        return str(e)
+    return tok.to_str(), roles
+
+
 @pytest.mark.parametrize("row", list(ROWS))
 def test_directory_variant_gives_autotokenizers_ids_or_is_refused(row, tmp_path, capsys, texts, wordpiece, byte_bpe):
     make, expected = ROWS[row]
@@ -234,7 +248,8 @@ def test_directory_variant_gives_autotokenizers_ids_or_is_refused(row, tmp_path,
     if expected in ("auto", "bert"):
         reference = transformers.AutoTokenizer if expected == "auto" else transformers.BertTokenizer
         theirs = reference.from_pretrained(str(directory))
-        tok, _, roles = hf_directory.from_directory(str(directory))
+        tok, _, roles = hf_directory.from_directory(str(directory), BEAM_FILES)
+        assert _read(directory, LOCAL) == _read(directory, BEAM_FILES)  # the trainer's --init reads what the job reads
         ours = tokenizer.make_spec(tok, "directory", roles=roles).load_for_text()
         checked = 0
         for text in texts:
@@ -243,6 +258,7 @@ def test_directory_variant_gives_autotokenizers_ids_or_is_refused(row, tmp_path,
             checked += len(expected_ids)
         assert checked > 100_000
         return
+    assert _read(directory, LOCAL) == _read(directory, BEAM_FILES)  # the trainer's --init reads what the job reads
     (tmp_path / "in.txt").write_text("Some text.\n")
     argv = ["--input", str(tmp_path / "in.txt"), "--input-format", "text", "--output", str(tmp_path / "out")]
     assert build_shards.main(argv + ["--tokenizer-from", str(directory), "--runner", "FnApiRunner"]) == 2

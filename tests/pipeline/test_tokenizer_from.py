@@ -247,7 +247,8 @@ def test_roberta_class_takes_add_prefix_space_from_its_config_as_transformers_do
     whatever tokenizer.json holds; so does --tokenizer-from (and a prefix space is then refused)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from pipeline.tokenize import hf_directory
+    from pipeline.files import BEAM_FILES
+    from schemas.tokenizers import hf_directory
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=in_json)
@@ -259,7 +260,7 @@ def test_roberta_class_takes_add_prefix_space_from_its_config_as_transformers_do
     bpe.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "RobertaTokenizer", **config}))
     auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
-    ours, _, roles = hf_directory.from_directory(str(tmp_path))
+    ours, _, roles = hf_directory.from_directory(str(tmp_path), BEAM_FILES)
     expected = json.loads(auto.backend_tokenizer.to_str())["pre_tokenizer"]["add_prefix_space"]
     assert (
         json.loads(ours.to_str())["pre_tokenizer"]["add_prefix_space"]

@@ -19,8 +19,8 @@ from pipeline.elements import Document
 from pipeline.read.records import ReaderOptions, read_file
 from pipeline.tokenize import tokenizer
 from pipeline.tokenize.encodings import ENCODE_PIECE_CHARS, Encoded, text_pieces
-from pipeline.tokenize.families import UNIGRAM, TokenizerError, family
 from pipeline.verify import verify
+from schemas.tokenizers.families import UNIGRAM, TokenizerError, family
 from tests.conftest import WIKIPEDIA_SAMPLE, build, wikitext2
 from tests.pipeline.test_byte_level_bpe import (
     _by_doc,
@@ -137,7 +137,7 @@ def _piece_texts() -> list[str]:
 
 
 def _allowed(text: str, i: int, added: tuple[str, ...]) -> bool:
-    """The Unigram piece rule (families.py), written out: a space between printable non-space ASCII characters
+    """The Unigram piece rule (schemas/tokenizers/families.py), written out: a space between printable non-space ASCII characters
     with no added token ending before it or starting after it."""
     return (
         text[i] == " "
@@ -366,7 +366,7 @@ def test_verify_finds_an_unmarked_unigram_row_starting_inside_a_word(tmp_path, u
     one, so verify knows a row starting with another piece (not the unk piece, not an added token) starts inside a
     word, as it knows WordPiece's ``##``: an artifact the job built verifies, and one whose continuation row lost its
     mark (the manifest's count made to match, as a job that forgot the mark would write it) is rejected."""
-    from pipeline.tokenize.families import word_continuing_ids
+    from schemas.tokenizers.families import word_continuing_ids
     from tests.conftest import wikitext2_articles
     from tests.pipeline.test_verify_continuations import manifest, rewrite_rows, run_verify, write_manifest
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from pipeline.quick_exit import quick_exit  # noqa: E402
+from schemas.quick_exit import quick_exit  # noqa: E402
 from trainer import engine, pretrain  # noqa: E402
 
 OUT = Path(os.environ["SPANPREP_PROBE_DIR"])

@@ -1,5 +1,5 @@
 """A Hugging Face checkpoint's tokenizer is read as ``transformers.AutoTokenizer`` reads its directory, by fine-tuning
-and ``pretrain --init`` as by ``build_shards --tokenizer-from`` (one reader: ``pipeline.tokenize.hf_directory``), or
+and ``pretrain --init`` as by ``build_shards --tokenizer-from`` (one reader: ``schemas.tokenizers.hf_directory``), or
 refused in one line (issue 32, item 3, the trainer's side). Before, the trainer read ``tokenizer.json`` or
 ``vocab.txt`` itself: added tokens in ``added_tokens.json`` were ignored (every later word split differently), a
 ``vocab.txt`` line holding U+2028 shifted every later id, and a DistilBert class (which lower-cases by default) kept a

@@ -9,7 +9,7 @@ from conftest import SHARED_DATA, wikitext2
 from tokenizers import Tokenizer
 
 from pipeline import build_ngram_dictionary
-from pipeline.segmenter import Segmenter
+from schemas.segmenter import Segmenter
 from trainer.config import ModelConfig
 from trainer.finetuning import span_ft, spex
 from trainer.finetuning.encoding import ModelTokenizer, encode

@@ -22,7 +22,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from pipeline import build_ngram_dictionary
 from pipeline.elements import Document
 from pipeline.read.records import ReaderOptions, read_file
-from pipeline.segmenter import Segmenter
+from schemas.segmenter import Segmenter
 from tests.support.pretrain_runs import PRETRAIN, REPO, ds_config, run_env
 from trainer.finetuning import squad
 from trainer.finetuning.checkpoint import CheckpointError, load_pretrained

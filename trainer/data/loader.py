@@ -1,5 +1,5 @@
-"""The DataLoader over a stream (:class:`StreamLoader`), the builders of the training and evaluation loaders,
-and the tokenizer check.
+"""The builders of the training and evaluation loaders over one artifact (the DataLoader over a stream is
+``stream_loader.StreamLoader``, the tokenizer and candidate checks are in ``checks``).
 
 Interface (what ``trainer/pretrain.py`` calls)
 ----------------------------------------------
@@ -26,9 +26,9 @@ Interface (what ``trainer/pretrain.py`` calls)
 
 ``loader`` is a :class:`StreamLoader` (a ``torch.utils.data.DataLoader``); ``dataset`` an
 :class:`ArtifactStream` (a ``torch.utils.data.IterableDataset``). ``check_tokenizer(artifact, vocab_size=,
-special_token_ids=)`` raises :class:`TokenizerMismatchError` naming both sides; the builders call it when
+special_token_ids=)`` raises ``TokenizerMismatchError`` naming both sides; the builders call it when
 given ``expected_*``, and refuse a masking scheme whose candidate spans the artifact lacks
-(:func:`check_candidates`). Every artifact problem (missing, incomplete, unknown format version, corrupt shard)
+(``checks.check_candidates``). Every artifact problem (missing, incomplete, unknown format version, corrupt shard)
 raises ``schemas.format.FormatError`` with a message naming the file; config mistakes raise ``ValueError``.
 Building a loader checks its split's shards against the manifest first (size, and sha256 as
 ``DataConfig.verify_shards`` says: once per node by default; ``schemas/integrity.py``).
@@ -37,140 +37,13 @@ Building a loader checks its split's shards against the manifest first (size, an
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
-from torch.utils.data import DataLoader
-
-from schemas import format as fmt
-from schemas.artifact import Artifact
 from trainer.data.blocks import open_artifact
+from trainer.data.checks import check_candidates, check_tokenizer
 from trainer.data.config import DataConfig
-from trainer.data.stream import ArtifactStream, WorkerDataError
+from trainer.data.stream import ArtifactStream
+from trainer.data.stream_loader import StreamLoader
 from trainer.masking import MaskingConfig
-
-if TYPE_CHECKING:
-    from trainer.data.mixture import MixtureStream
-
-
-class TokenizerMismatchError(ValueError):
-    """The artifact was tokenized with another vocabulary than the model expects."""
-
-
-def check_tokenizer(
-    artifact: Artifact | Mapping[str, Any], *, vocab_size: int, special_token_ids: Mapping[str, int] | None = None
-) -> None:
-    """Raise :class:`TokenizerMismatchError` unless the artifact's tokenizer matches the model's.
-
-    ``artifact``: an :class:`Artifact` or its manifest. ``vocab_size`` must be equal; every special token
-    named in ``special_token_ids`` (any of pad, unk, cls, sep, mask) must have the same id.
-    """
-    manifest = artifact.manifest if isinstance(artifact, Artifact) else artifact
-    where = artifact.uri if isinstance(artifact, Artifact) else "artifact"
-    tok = manifest.get("tokenizer") or {}
-    a_vocab = tok.get("vocab_size")
-    a_special = dict(tok.get("special_token_ids") or {})
-    problems = []
-    if a_vocab != vocab_size:
-        problems.append(f"vocab_size {a_vocab} (artifact) != {vocab_size} (model)")
-    for name, mid in (special_token_ids or {}).items():
-        if a_special.get(name) != mid:
-            problems.append(f"[{name.upper()}] id {a_special.get(name)} (artifact) != {mid} (model)")
-    if problems:
-        raise TokenizerMismatchError(
-            f"{where}: tokenizer mismatch: {'; '.join(problems)}. The artifact was tokenized with "
-            f"vocab_size={a_vocab}, special_token_ids={a_special}; the model config expects vocab_size={vocab_size}, "
-            f"special_token_ids={dict(special_token_ids or {})}. Train with a model config of the artifact's tokenizer "
-            f"(its tokenizer.json) or rebuild the artifact with the model's tokenizer."
-        )
-
-
-def missing_candidates(artifact: Artifact, mask_cfg: MaskingConfig) -> str | None:
-    """The candidate kind (``entities``, ``noun_phrases``, ``ngrams``) that ``mask_cfg``'s scheme masks and the
-    artifact was built without (its manifest's ``candidates.kinds``), or None."""
-    column = mask_cfg.candidate_column
-    kind = next((k for k, c in fmt.CANDIDATE_KINDS.items() if c == column), None)
-    kinds = (artifact.manifest.get("candidates") or {}).get("kinds") or []
-    return kind if kind is not None and kind not in kinds else None
-
-
-def check_candidates(artifact: Artifact, mask_cfg: MaskingConfig) -> None:
-    """Refuse (ValueError, one line) a scheme whose candidate spans the artifact was built without: it would
-    train as plain whole-word masking."""
-    kind = missing_candidates(artifact, mask_cfg)
-    if kind is not None:
-        raise ValueError(
-            f"--scheme {mask_cfg.scheme} masks {kind} candidates, but {artifact.uri} was built without them (its "
-            f"manifest's candidates.kinds; pipeline --mask-candidates {kind}); rebuild it with them, or choose a "
-            f"scheme without candidates"
-        )
-
-
-def _identity(x):
-    return x
-
-
-class StreamLoader(DataLoader):
-    """A DataLoader over an :class:`ArtifactStream` (or a ``MixtureStream``) that yields micro-batches and tracks consumption.
-
-    Iterating yields batch dicts; the dataset's state advances by one global step per batch *handed out*,
-    so ``state_dict()`` taken between batches resumes exactly at the next one. Every ``iter()`` starts
-    from the current state (the training split) or from the start (the evaluation split).
-    """
-
-    def __init__(self, dataset: ArtifactStream | MixtureStream):
-        cfg = dataset.data_cfg
-        super().__init__(
-            dataset,
-            batch_size=None,
-            num_workers=cfg.num_workers,
-            collate_fn=_identity,
-            pin_memory=cfg.pin_memory,
-            prefetch_factor=cfg.prefetch_factor if cfg.num_workers > 0 else None,
-            persistent_workers=False,
-            in_order=True,
-        )
-
-    dataset: ArtifactStream | MixtureStream
-
-    def __iter__(self):
-        ds = self.dataset
-        ds._generation += 1
-        generation = ds._generation
-        return self._flatten(super().__iter__(), ds, generation)
-
-    @staticmethod
-    def _flatten(chunks, ds: ArtifactStream | MixtureStream, generation: int):
-        try:
-            for chunk in chunks:
-                if isinstance(chunk, WorkerDataError):
-                    raise chunk.error
-                for batch in chunk:
-                    if ds._generation != generation:
-                        raise RuntimeError(
-                            "the loader's state was loaded or a new iterator was created: iterate the loader again"
-                        )
-                    if ds.split == "train":
-                        ds._advance()
-                    yield batch
-        finally:
-            # Stop the workers now, on an error or close(), not when the iterator is collected: a raised error's
-            # traceback keeps it alive until interpreter exit, whose join of the workers (which ignore SIGTERM
-            # in training, trainer/engine/signals.py) then never returns.
-            shutdown = getattr(chunks, "_shutdown_workers", None)  # torch's multi-process iterator
-            if shutdown is not None:
-                shutdown()
-
-    def __len__(self) -> int:
-        n = self.dataset.num_batches
-        if n is None:
-            raise TypeError("the training stream is infinite (DataConfig.num_epochs is None): it has no length")
-        return n
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.dataset.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
-        self.dataset.load_state_dict(state, strict=strict)
 
 
 def _build(

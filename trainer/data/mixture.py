@@ -47,16 +47,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset
 
 from schemas.artifact import Artifact
 from trainer.data.blocks import open_artifact
+from trainer.data.checks import check_tokenizer
 from trainer.data.config import DataConfig
-from trainer.data.loader import StreamLoader, check_tokenizer
 from trainer.data.mixture_order import MixtureOrder
 from trainer.data.segments import add_pair_fields
 from trainer.data.sources import Source, by_name, check_sources, source_stream
-from trainer.data.stream import MAX_CHUNK_ROWS, ArtifactStream, this_workers_chunks
+from trainer.data.stream import MAX_CHUNK_ROWS, ArtifactStream
+from trainer.data.stream_loader import Stream, StreamLoader, this_workers_chunks
 from trainer.masking import Collator, Masked, MaskingConfig
 
 STATE_FORMAT = "spanprep-mixture-state"
@@ -100,7 +100,7 @@ def collate_grouped(collator: Collator, parts: list[Masked], part: np.ndarray, r
     return batches, order
 
 
-class MixtureStream(IterableDataset):
+class MixtureStream(Stream):
     """One rank's stream over a mixture of sources (module docstring); iterating yields chunks of batch dicts."""
 
     def __init__(

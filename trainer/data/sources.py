@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from schemas import format as fmt
 from schemas.artifact import Artifact
+from trainer.data.checks import missing_candidates
 from trainer.data.config import DataConfig
-from trainer.data.loader import missing_candidates
 from trainer.data.mixture_order import source_seed
 from trainer.data.stream import ArtifactStream
 from trainer.masking import MaskingConfig

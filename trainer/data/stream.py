@@ -36,12 +36,11 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
 
 from schemas import format as fmt
 from schemas.artifact import Artifact
@@ -50,9 +49,8 @@ from trainer.data.config import DataConfig
 from trainer.data.order import EpochOrder
 from trainer.data.segments import add_pair_fields, build_pairs, other_positions, pair_draws
 from trainer.data.shard_cache import ShardCache
+from trainer.data.stream_loader import Stream, WorkerDataError, this_workers_chunks
 from trainer.masking import Masked, Masker, MaskingConfig, Rows
-
-T = TypeVar("T")
 
 STATE_FORMAT = "spanprep-loader-state"
 STATE_VERSION = 1
@@ -61,33 +59,7 @@ STATE_VERSION = 1
 MAX_CHUNK_ROWS = 256
 
 
-class WorkerDataError:
-    """What a DataLoader worker yields instead of raising a data error (a ``FormatError``): torch re-raises a
-    worker's exception in the parent with the worker's traceback in its message; the loader raises ``error``
-    itself (one line, naming the file)."""
-
-    def __init__(self, error: fmt.FormatError):
-        self.error = error
-
-
-def this_workers_chunks(jobs: Iterable[T], make: Callable[[T], Any]) -> Iterator[Any]:
-    """``make(job)`` for this DataLoader worker's share of ``jobs`` (every ``num_workers``-th, from its id; all of
-    them in the main process). In a worker a data error ends its share as one :class:`WorkerDataError`."""
-    info = get_worker_info()
-    wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
-    for m, job in enumerate(jobs):
-        if m % nw == wid:
-            try:
-                chunk = make(job)
-            except fmt.FormatError as e:
-                if info is None:
-                    raise
-                yield WorkerDataError(e)
-                return
-            yield chunk
-
-
-class ArtifactStream(IterableDataset):
+class ArtifactStream(Stream):
     """One rank's stream of masked micro-batches over a split of an artifact (module docstring).
 
     Iterating yields *chunks*: lists of consecutive batch dicts (the :class:`StreamLoader` flattens them).

@@ -1,7 +1,7 @@
 """Fine-tuning and evaluation (entry point: ``trainer/finetune.py``; docs/FINETUNING.md).
 
 Modules, in import order (each imports only those above it, and ``trainer.model``/``config``/``engine``/
-``export``, ``pipeline.segmenter``/``tokenize.families``):
+``export``, ``schemas.segmenter``/``schemas.tokenizers``):
 
 - ``tasks``: the task registry (column layouts, label sets, SpEx choices, metrics), declared per task.
 - ``metrics``, ``squad_metric``: GLUE metrics; the official SQuAD v1.1 EM/F1 rules (v2.0: empty = no answer).

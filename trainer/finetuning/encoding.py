@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from tokenizers import Encoding, Tokenizer
 
-from pipeline.tokenize.families import TokenizerError, special_roles
-from pipeline.tokenize.families import text_tokenizer as families_text_tokenizer
+from schemas.tokenizers.families import TokenizerError, special_roles
+from schemas.tokenizers.families import text_tokenizer as families_text_tokenizer
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class ModelTokenizer:
     @classmethod
     def of(cls, tokenizer: Tokenizer, named: Mapping[str, str] | None = None) -> ModelTokenizer:
         """Roles as ``named`` (role -> token) says, the others from the known sets of names
-        (``pipeline.tokenize.families.special_roles``); a ValueError in one line when a role has no token."""
+        (``schemas.tokenizers.families.special_roles``); a ValueError in one line when a role has no token."""
         try:
             roles = special_roles(tokenizer, named)
         except TokenizerError as e:

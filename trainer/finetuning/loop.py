@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from pipeline.segmenter import Segmenter
+from schemas.segmenter import Segmenter
 from trainer.config import OptimConfig, WarmupLinearDecay, dumps
 from trainer.engine import (
     Dist,

@@ -1,6 +1,6 @@
 """Span Fine-tuning (Bao et al. 2021): segment the input into spans, then a hierarchical CNN over them.
 
-Segmentation (section 3.1): each text of the input is segmented by ``pipeline.segmenter.Segmenter`` (greedy
+Segmentation (section 3.1): each text of the input is segmented by ``schemas.segmenter.Segmenter`` (greedy
 longest match from the head over an n-gram dictionary; unmatched words stay single) on the tokenizer's words
 (``encoding.Piece.words``: from offsets and word ids, no leading space whatever the family, punctuation apart;
 tokens of whitespace only are in no word); a word span becomes the span of its tokens in the sequence. [CLS] and

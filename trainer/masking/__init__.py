@@ -2,9 +2,10 @@
 
 In: a chunk of rows (:class:`Rows`, flat ragged numpy arrays read by ``trainer.data``), their global sample ids and
 the epoch. Out: the model's batch dicts (``collate``), with MLM labels and SBO targets; masks are a pure function of
-(seed, epoch, sample id). ``config`` holds :class:`MaskingConfig`, ``masker`` the schemes (rules in its docstring),
-``greedy`` the fit-or-skip selection, ``sbo_targets`` the SBO boundaries over maximal masked runs, ``collate`` the batch
-layout, ``rows`` the chunk types.
+(seed, epoch, sample id). ``config`` holds :class:`MaskingConfig`, ``masker`` the schemes (rules in its docstring)
+and the draws, ``units`` the units of every scheme but ``span`` and ``spans`` the span sampler, ``greedy`` the
+fit-or-skip selection, ``replacement`` the 80/10/10 per unit, ``sbo_targets`` the SBO boundaries over maximal masked
+runs, ``collate`` the batch layout, ``rows`` the chunk types.
 """
 
 from trainer.masking.collate import PAD_TO_MULTIPLE, Collator

@@ -1,4 +1,4 @@
-"""Vectorised building blocks of BERT's "random order, take a unit if it still fits" rule (``trainer.masking.masker``):
+"""Vectorised building blocks of BERT's "random order, take a unit if it still fits" rule (``trainer.masking.units``):
 ordering units by priority within their rows and the exact greedy fit against each row's budget."""
 
 from __future__ import annotations

@@ -2,7 +2,10 @@
 
 Everything here runs in DataLoader workers on numpy arrays and is vectorised over a *chunk* of rows
 (the loader masks a few hundred rows at a time); the only per-row Python work is creating the row's
-random generator. The batches are made by :mod:`trainer.masking.collate`.
+random generator. The batches are made by :mod:`trainer.masking.collate`. This module holds the rules (below), the
+budget, the words and each row's generator; the units come from ``trainer.masking.units`` (``subword``,
+``whole_word`` and the candidate schemes) or ``trainer.masking.spans`` (``span``), the 80/10/10 and the per-token
+results from ``trainer.masking.replacement``.
 
 Public interface
 ----------------
@@ -62,10 +65,12 @@ import torch
 
 from schemas.format import max_row_tokens
 from trainer.masking.collate import Collator
-from trainer.masking.config import CANDIDATE_COLUMNS, SEED_LIMIT, MaskingConfig
-from trainer.masking.greedy import greedy_fit, order_by_priority
-from trainer.masking.rows import ACTION_KEEP, ACTION_MASK, ACTION_RANDOM, IGNORE_INDEX, Masked, Rows
-from trainer.masking.sbo_targets import fill_empty_rows, run_bounds
+from trainer.masking.config import SEED_LIMIT, MaskingConfig
+from trainer.masking.replacement import replace_units, unit_actions
+from trainer.masking.rows import Masked, Rows
+from trainer.masking.sbo_targets import fill_empty_rows
+from trainer.masking.spans import span_units
+from trainer.masking.units import greedy_units
 
 
 class Masker:
@@ -184,10 +189,10 @@ class Masker:
         u_repl = np.concatenate([g.random(int(k)) for g, k in zip(gens, n)]) if R else np.zeros(0)
 
         if cfg.scheme == "span":
-            units = self._span_units(gens, R, offsets, n, budget, wpos, wend, woff, nw, word_bad)
+            units = span_units(cfg, self._len_cdf, self.M, gens, R, offsets, n, budget, wpos, wend, woff, nw, word_bad)
         else:
-            units = self._greedy_units(
-                gens, rows, R, offsets, n, budget, ids, forbidden, tok_row, wpos, wend, woff, nw, word_bad
+            units = greedy_units(
+                cfg, gens, rows, R, offsets, n, budget, ids, forbidden, tok_row, wpos, wend, woff, nw, word_bad
             )
         u_row, u_start, u_end, u_words, u_act_u, u_cand = units
         # Rows no whole unit fitted in (every word longer than the budget) get part of a word.
@@ -211,33 +216,19 @@ class Masker:
         u_row, u_start, u_end, u_words, u_act_u, u_cand = (
             a[order] for a in (u_row, u_start, u_end, u_words, u_act_u, u_cand)
         )
-        action = np.where(
-            u_act_u < cfg.mask_prob,
-            ACTION_MASK,
-            np.where(u_act_u < cfg.mask_prob + cfg.random_prob, ACTION_RANDOM, ACTION_KEEP),
+        action = unit_actions(cfg, u_act_u)
+        out_ids, labels, left, right, pos = replace_units(
+            cfg,
+            u_row,
+            u_start,
+            u_end,
+            action,
+            offsets=offsets,
+            ids=ids,
+            u_repl=u_repl,
+            mask_id=self.mask_id,
+            sample_unigram=self.sample_unigram,
         )
-
-        # Expand units to tokens.
-        ulen = u_end - u_start
-        tok_unit = np.repeat(np.arange(len(ulen)), ulen)
-        within = np.arange(int(ulen.sum())) - np.repeat(np.cumsum(ulen) - ulen, ulen)
-        flat = offsets[u_row][tok_unit] + u_start[tok_unit] + within
-        out_ids = ids.copy()
-        labels = np.full(total, IGNORE_INDEX, dtype=np.int64)
-        left = np.zeros(total, dtype=np.int64)
-        right = np.zeros(total, dtype=np.int64)
-        pos = np.zeros(total, dtype=np.int64)
-        labels[flat] = ids[flat]
-        # SBO boundaries around the maximal masked run (trainer.masking.sbo_targets): always observed tokens.
-        run_s, run_e = run_bounds(u_row, u_start, u_end)
-        left[flat] = run_s[tok_unit]  # final position of x_{s-1} = (s - 1) + 1
-        right[flat] = run_e[tok_unit] + 1  # final position of x_{e+1} = e + 1 (e exclusive in content)
-        pos[flat] = np.minimum(u_start[tok_unit] + within - run_s[tok_unit], cfg.max_span_positions - 1)
-        act_tok = action[tok_unit]
-        m = act_tok == ACTION_MASK
-        out_ids[flat[m]] = self.mask_id
-        r = act_tok == ACTION_RANDOM
-        out_ids[flat[r]] = self.sample_unigram(u_repl[flat[r]])
         return Masked(
             offsets=offsets,
             original_ids=ids,
@@ -256,198 +247,6 @@ class Masker:
             unit_candidate=u_cand,
             word_start=ws,
         )
-
-    def _span_units(self, gens, R, offsets, n, budget, wpos, wend, woff, nw, word_bad):
-        """SpanBERT span selection, one span per active row per round (see the module docstring)."""
-        cfg = self.cfg
-        M, S, Lmax = self.M, cfg.start_retries, cfg.max_span_words
-        D = 3 + S  # draws per candidate: length, S starts, accept, action
-        blocks = [np.stack([g.random(M * D).reshape(M, D) for g in gens]) if R else np.zeros((0, M, D))]
-        draws = blocks[0]
-        Wmax = int(nw.max()) if R else 0
-        occ = np.ones((R, Wmax + Lmax), dtype=bool)  # padding past a row's words counts as occupied
-        wi = np.arange(Wmax)
-        occ[:, :Wmax] = ~(wi[None, :] < nw[:, None])
-        if len(wpos):
-            occ[np.repeat(np.arange(R), nw)[word_bad], (np.arange(len(wpos)) - np.repeat(woff[:-1], nw))[word_bad]] = (
-                True
-            )
-        rem = budget.copy()
-        active = (rem > 0) & (nw > 0)
-        ptr = np.zeros(R, dtype=np.int64)
-        max_candidates = 16 * M
-        out_row, out_s, out_e, out_w, out_a = [], [], [], [], []
-        kk = np.arange(Lmax)
-        while active.any():
-            rows = np.flatnonzero(active)
-            c = ptr[rows]
-            if (c >= draws.shape[1]).any():
-                blocks.append(np.stack([g.random(M * D).reshape(M, D) for g in gens]))
-                draws = np.concatenate(blocks, axis=1)
-            d = draws[rows, c]  # [r, D]
-            nwr = nw[rows]
-            L = 1 + np.searchsorted(self._len_cdf, d[:, 0], side="right")
-            L = np.minimum(np.minimum(L, Lmax), nwr)
-            starts = np.floor(d[:, 1 : 1 + S] * (nwr - L + 1)[:, None]).astype(np.int64)  # [r, S]
-            starts = np.minimum(starts, (nwr - L)[:, None])
-            inside = kk[None, None, :] < L[:, None, None]
-            hit = occ[rows[:, None, None], starts[:, :, None] + kk[None, None, :]] & inside
-            free = ~hit.any(-1)  # [r, S]
-            has_free = free.any(1)
-            first = np.argmax(free, axis=1)
-            s = starts[np.arange(len(rows)), first]
-            gw = woff[rows] + s  # global word index of the first word
-            tok_s = wpos[np.minimum(gw, len(wpos) - 1)] - offsets[rows]
-            tok_e = wend[np.minimum(gw + L - 1, len(wpos) - 1)] - offsets[rows]
-            t = tok_e - tok_s
-            r_rem = rem[rows]
-            over = has_free & (t > r_rem)
-            if over.any():  # cut an overshooting span after its last word that keeps the budget
-                o_idx = np.flatnonzero(over)
-                ends = wend[np.minimum(gw[o_idx, None] + kk[None, :], len(wpos) - 1)] - offsets[rows[o_idx], None]
-                fits = ((ends - tok_s[o_idx, None]) <= r_rem[o_idx, None]) & (kk[None, :] < L[o_idx, None])
-                L_cut = fits.sum(1)
-                L[o_idx] = np.maximum(L_cut, 1)
-                tok_e[o_idx] = np.where(L_cut > 0, ends[np.arange(len(o_idx)), np.maximum(L_cut - 1, 0)], tok_e[o_idx])
-                t = tok_e - tok_s
-                # no word of it fits: the row ends if it has targets, else it keeps drawing
-                over[o_idx] = (L_cut > 0) | (r_rem[o_idx] < budget[rows[o_idx]])
-            accept = has_free & (t <= r_rem)
-            acc_rows = rows[accept]
-            if len(acc_rows):
-                a_idx = np.flatnonzero(accept)
-                mark = kk[None, :] < L[a_idx, None]
-                rr = np.broadcast_to(acc_rows[:, None], mark.shape)[mark]
-                cc = (s[a_idx, None] + kk[None, :])[mark]
-                occ[rr, cc] = True
-                rem[acc_rows] -= t[a_idx]
-                out_row.append(acc_rows)
-                out_s.append(tok_s[a_idx])
-                out_e.append(tok_e[a_idx])
-                out_w.append(L[a_idx])
-                out_a.append(d[a_idx, 2 + S])
-            ptr[rows] += 1
-            stop = np.zeros(R, dtype=bool)
-            stop[rows[over]] = True
-            active &= (rem > 0) & ~stop & (ptr < max_candidates)
-        cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
-        u_row = cat(out_row, np.int64)
-        return (
-            u_row,
-            cat(out_s, np.int64),
-            cat(out_e, np.int64),
-            cat(out_w, np.int64),
-            cat(out_a, np.float64),
-            np.zeros(len(u_row), bool),
-        )
-
-    def _greedy_units(self, gens, rows, R, offsets, n, budget, ids, forbidden, tok_row, wpos, wend, woff, nw, word_bad):
-        """subword / whole_word / candidate schemes: random order + BERT's fit-or-skip rule."""
-        cfg = self.cfg
-        scheme = cfg.scheme
-        empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
-        cand_row = cand_s = cand_e = empty_i
-        cand_act = empty_f
-        if scheme in CANDIDATE_COLUMNS:
-            if rows.span_offsets is None:
-                raise ValueError(f"scheme {scheme!r} needs the rows' {CANDIDATE_COLUMNS[scheme]} (Rows.span_*)")
-            so = np.asarray(rows.span_offsets, dtype=np.int64)
-            cs = np.asarray(rows.span_starts, dtype=np.int64)
-            ce = np.asarray(rows.span_ends, dtype=np.int64)
-            crow = np.repeat(np.arange(R), np.diff(so))
-            nc = np.diff(so)
-        else:
-            nc = np.zeros(R, np.int64)
-        # Draw layout after the token block: [candidate priorities nc | candidate actions nc |
-        # unit priorities | unit actions], units = tokens (subword) or words (other schemes).
-        unit_n = n if scheme == "subword" else nw
-        blocks = [g.random(int(2 * a + 2 * b)) for g, a, b in zip(gens, nc, unit_n)]
-        if R:
-            draws = np.concatenate(blocks)
-            base = np.concatenate([[0], np.cumsum(2 * nc + 2 * unit_n)])[:-1]
-        else:
-            draws, base = empty_f, empty_i
-
-        budget_left = budget.copy()
-        covered = None
-        if scheme in CANDIDATE_COLUMNS and len(cs):
-            within = np.arange(len(cs)) - np.repeat(so[:-1], nc)
-            prio = draws[np.repeat(base, nc) + within]
-            act = draws[np.repeat(base + nc, nc) + within]
-            n_row = n[crow]
-            ok = (cs >= 0) & (ce > cs) & (ce <= n_row)
-            gs, ge = offsets[crow] + np.clip(cs, 0, n_row), offsets[crow] + np.clip(ce, 0, n_row)
-            fcum = np.concatenate([[0], np.cumsum(forbidden)])
-            ok &= (fcum[ge] - fcum[gs]) == 0
-            # ignore candidates overlapping an earlier one (in (start, end) order) of the same row
-            order = np.argsort(
-                (crow << 40) | (np.clip(cs, 0, (1 << 20) - 1) << 20) | np.clip(ce, 0, (1 << 20) - 1), kind="stable"
-            )
-            big = np.int64(1 << 20)
-            key_e = crow[order] * big + ce[order]
-            prev_max = np.maximum.accumulate(key_e)
-            prev = np.concatenate([[-1], prev_max[:-1]])
-            overl = np.zeros(len(cs), bool)
-            overl[order] = (crow[order] * big + cs[order]) < prev
-            ok &= ~overl
-            o2 = order_by_priority(crow, prio, ok, R)
-            cbudget = np.minimum(np.floor(cfg.candidate_share * budget + 0.5).astype(np.int64), budget)
-            take = greedy_fit(crow[o2], (ce - cs)[o2], cbudget, R)
-            sel = o2[take]
-            cand_row, cand_s, cand_e, cand_act = crow[sel], cs[sel], ce[sel], act[sel]
-            budget_left = budget - np.bincount(cand_row, weights=cand_e - cand_s, minlength=R).astype(np.int64)
-            cov = np.zeros(len(ids) + 1, np.int64)
-            np.add.at(cov, offsets[cand_row] + cand_s, 1)
-            np.add.at(cov, offsets[cand_row] + cand_e, -1)
-            covered = np.cumsum(cov)[:-1] > 0
-        if scheme in CANDIDATE_COLUMNS:
-            cand_words = self._count_words(cand_row, cand_s, cand_e, offsets, wpos)
-        else:
-            cand_words = empty_i
-
-        if scheme == "subword":
-            u_row = tok_row
-            u_s = np.arange(len(ids)) - offsets[tok_row]
-            u_e = u_s + 1
-            ok = ~forbidden
-            within = u_s
-        else:
-            u_row = tok_row[wpos]
-            u_s = wpos - offsets[u_row]
-            u_e = wend - offsets[u_row]
-            ok = ~word_bad
-            if covered is not None:
-                ccum = np.concatenate([[0], np.cumsum(covered)])
-                ok &= (ccum[wend] - ccum[wpos]) == 0
-            within = np.arange(len(wpos)) - woff[u_row]
-        ubase = base[u_row] + 2 * nc[u_row]
-        u_prio = draws[ubase + within] if len(u_row) else empty_f
-        u_act = draws[ubase + unit_n[u_row] + within] if len(u_row) else empty_f
-        o = order_by_priority(u_row, u_prio, ok, R)
-        take = greedy_fit(u_row[o], (u_e - u_s)[o], budget_left, R)
-        sel = o[take]
-        if scheme == "subword":  # 1 when the token starts a word, else 0 (not a complete word)
-            is_start = np.zeros(len(ids), np.int64)
-            is_start[wpos] = 1
-            u_words = is_start[offsets[u_row[sel]] + u_s[sel]]
-        else:
-            u_words = np.ones(len(sel), np.int64)
-        return (
-            np.concatenate([cand_row, u_row[sel]]),
-            np.concatenate([cand_s, u_s[sel]]),
-            np.concatenate([cand_e, u_e[sel]]),
-            np.concatenate([cand_words, u_words]),
-            np.concatenate([cand_act, u_act[sel]]),
-            np.concatenate([np.ones(len(cand_row), bool), np.zeros(int(take.sum()), bool)]),
-        )
-
-    @staticmethod
-    def _count_words(row, s, e, offsets, wpos):
-        """Word starts inside each unit [s, e) (= its complete words when units are on word boundaries)."""
-        if len(row) == 0:
-            return np.zeros(0, np.int64)
-        g0, g1 = offsets[row] + s, offsets[row] + e
-        return (np.searchsorted(wpos, g1, side="left") - np.searchsorted(wpos, g0, side="left")).astype(np.int64)
 
     # -- collation (trainer.masking.collate) -------------------------------------------------
     def collate(self, masked: Masked, start: int = 0, stop: int | None = None) -> dict[str, torch.Tensor]:

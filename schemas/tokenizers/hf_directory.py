@@ -2,8 +2,9 @@
 
 A continued-pre-training artifact must use exactly the checkpoint's tokenizer: ``build_shards --tokenizer-from DIR``
 reads what ``AutoTokenizer.from_pretrained(DIR)`` reads (transformers 5) and gives the same ids for text (no special
-tokens around it), or refuses the directory in one line naming the file and field. This module is the one place
-that reads a directory; what it cannot read as transformers does, it refuses:
+tokens around it), or refuses the directory in one line naming the file and field; the trainer's ``--init`` and
+``finetune`` read a checkpoint's tokenizer with it too. This module is the one place that reads a directory; what it
+cannot read as transformers does, it refuses:
 
 * **The class.** ``tokenizer_config.json``'s ``tokenizer_class``; else ``config.json``'s ``tokenizer_class`` or
   ``model_type`` (``bert``, ``distilbert``, ``electra``: BERT's class; ``roberta``); else a ``vocab.txt`` with a
@@ -36,12 +37,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from apache_beam.io.filesystems import FileSystems
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from pipeline.tokenize.families import ROLE_NAMES, TokenizerError, named_roles, named_token
-from pipeline.tokenize.rust_calls import guarded
-from pipeline.tokenize.tokenizer import from_file, read_vocab_txt
+from schemas.tokenizers.families import ROLE_NAMES, TokenizerError, named_roles, named_token
+from schemas.tokenizers.files import Files, from_file, read_vocab_txt
+from schemas.tokenizers.rust_calls import guarded
 
 BERT_CLASSES = (
     "BertTokenizer",
@@ -66,17 +66,16 @@ BOOLEANS = ("do_lower_case", "tokenize_chinese_chars", "strip_accents", "add_pre
 ADDED_TOKEN_FIELDS = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
 
 
-def _join(directory: str, name: str) -> str:
-    return FileSystems.join(directory.rstrip("/"), name)
+def _join(files: Files, directory: str, name: str) -> str:
+    return files.join(directory.rstrip("/"), name)
 
 
-def _exists(path: str) -> bool:
-    return FileSystems.exists(path)
+def _exists(files: Files, path: str) -> bool:
+    return files.exists(path)
 
 
-def _json(path: str) -> dict[str, Any]:
-    with FileSystems.open(path) as f:
-        raw = f.read()
+def _json(files: Files, path: str) -> dict[str, Any]:
+    raw = files.read(path)
     try:
         value = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -86,12 +85,12 @@ def _json(path: str) -> dict[str, Any]:
     return value
 
 
-def _tokenizer_class(directory: str, config: dict[str, Any], has_vocab_txt: bool) -> str | None:
+def _tokenizer_class(files: Files, directory: str, config: dict[str, Any], has_vocab_txt: bool) -> str | None:
     """The class AutoTokenizer builds (None: the tokenizer.json as it is); unknown ones refused."""
-    path, name = _join(directory, CONFIG), config.get("tokenizer_class")
+    path, name = _join(files, directory, CONFIG), config.get("tokenizer_class")
     if name is None:
-        model_path = _join(directory, "config.json")
-        model = _json(model_path) if _exists(model_path) else {}
+        model_path = _join(files, directory, "config.json")
+        model = _json(files, model_path) if _exists(files, model_path) else {}
         path, name = model_path, model.get("tokenizer_class")
         if name is None and model.get("model_type") is not None:
             kind = model["model_type"]
@@ -130,13 +129,13 @@ def _added_token(entry: object, where: str) -> dict[str, Any]:
 
 
 def _declared_added_tokens(
-    directory: str, config: dict[str, Any], named: dict[str, str], file_added: list
+    files: Files, directory: str, config: dict[str, Any], named: dict[str, str], file_added: list
 ) -> list[tuple[int, dict[str, Any], str]]:
     """(id, added token, where it is declared), by id, from the files transformers reads them from."""
     out: list[tuple[int, dict[str, Any], str]] = []
     decoder = config.get("added_tokens_decoder")
     if decoder is not None:
-        where = f"{_join(directory, CONFIG)}: added_tokens_decoder"
+        where = f"{_join(files, directory, CONFIG)}: added_tokens_decoder"
         if not isinstance(decoder, dict):
             raise TokenizerError(f"{where}: not an object of id -> added token")
         for key, entry in decoder.items():
@@ -144,17 +143,17 @@ def _declared_added_tokens(
                 raise TokenizerError(f"{where}: key {key!r} is not a token id")
             out.append((int(key), _added_token(entry, f"{where}[{key!r}]"), where))
         return sorted(out, key=lambda t: t[0])
-    path = _join(directory, "added_tokens.json")
-    if _exists(path):
+    path = _join(files, directory, "added_tokens.json")
+    if _exists(files, path):
         extra = config.get("additional_special_tokens") or config.get("extra_special_tokens") or []
         specials = set(named.values()) | {t for t in map(named_token, extra if isinstance(extra, list) else []) if t}
-        for content, i in _json(path).items():
+        for content, i in _json(files, path).items():
             if not isinstance(i, int) or isinstance(i, bool) or i < 0 or not content:
                 raise TokenizerError(f"{path}: {content!r}: {i!r} is not a token id")
             special = content in specials
             out.append((i, {"content": content, "normalized": not special, "special": special}, path))
     for n, entry in enumerate(file_added):
-        where = f"{_join(directory, 'tokenizer.json')}: added_tokens[{n}]"
+        where = f"{_join(files, directory, 'tokenizer.json')}: added_tokens[{n}]"
         i = entry.get("id") if isinstance(entry, dict) else None
         if not isinstance(i, int) or isinstance(i, bool):
             raise TokenizerError(f"{where}: no id")
@@ -234,9 +233,9 @@ def _merges(tokenizer_json: str, model: dict[str, Any]) -> list[tuple[str, str]]
     return out
 
 
-def _read_bpe_files(vocab_json: str, merges_txt: str) -> tuple[dict[str, int], list[tuple[str, str]]]:
+def _read_bpe_files(files: Files, vocab_json: str, merges_txt: str) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """``vocab.json`` + ``merges.txt`` read by ``tokenizers``' own reader (what transformers hands them to)."""
-    vocab = _json(vocab_json)
+    vocab = _json(files, vocab_json)
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in vocab.values()):
         raise TokenizerError(f"{vocab_json}: not an object of token -> id")
     return guarded(
@@ -245,26 +244,28 @@ def _read_bpe_files(vocab_json: str, merges_txt: str) -> tuple[dict[str, int], l
     )
 
 
-def from_directory(directory: str) -> tuple[Tokenizer, str, dict[str, str] | None]:
+def from_directory(directory: str, files: Files) -> tuple[Tokenizer, str, dict[str, str] | None]:
     """The tokenizer of ``directory``, which file gave its vocabulary (``tokenizer.json``, ``vocab.txt`` or
-    ``vocab.json``), and the special token of each role it names (None: the tokenizer's own names decide)."""
-    if not _exists(directory):
+    ``vocab.json``), and the special token of each role it names (None: the tokenizer's own names decide). The files
+    are read by ``files`` (``schemas.tokenizers.files``: the jobs read through Beam, the trainer local paths)."""
+    if not _exists(files, directory):
         raise TokenizerError(f"{directory}: no such directory")
-    config_path = _join(directory, CONFIG)
-    config = _json(config_path) if _exists(config_path) else {}
-    vocab_json, merges_txt = _join(directory, "vocab.json"), _join(directory, "merges.txt")
-    tokenizer_json, vocab_txt = _join(directory, "tokenizer.json"), _join(directory, "vocab.txt")
-    has_json = _exists(tokenizer_json)
-    kind = _tokenizer_class(directory, config, _exists(vocab_txt) and not has_json)  # vocab.txt rule: no json
+    config_path = _join(files, directory, CONFIG)
+    config = _json(files, config_path) if _exists(files, config_path) else {}
+    vocab_json, merges_txt = _join(files, directory, "vocab.json"), _join(files, directory, "merges.txt")
+    tokenizer_json, vocab_txt = _join(files, directory, "tokenizer.json"), _join(files, directory, "vocab.txt")
+    has_json = _exists(files, tokenizer_json)
+    # the vocab.txt rule applies without a tokenizer.json only
+    kind = _tokenizer_class(files, directory, config, _exists(files, vocab_txt) and not has_json)
     _check_booleans(config, config_path)
     bert, roberta = kind in BERT_CLASSES, kind in ROBERTA_CLASSES
     # with an added_tokens_decoder, transformers reads no special_tokens_map.json
-    special_map = _join(directory, "special_tokens_map.json")
-    legacy = "added_tokens_decoder" not in config and _exists(special_map)
-    named = named_roles(([_json(special_map)] if legacy else []) + [config])  # the config's own entries win
+    special_map = _join(files, directory, "special_tokens_map.json")
+    legacy = "added_tokens_decoder" not in config and _exists(files, special_map)
+    named = named_roles(([_json(files, special_map)] if legacy else []) + [config])  # the config's own entries win
     defaults = ROLE_NAMES["BERT"] if bert else ROLE_NAMES["RoBERTa"] if roberta else {}
     roles = {**defaults, **named} if named or defaults else None  # transformers' class defaults, then the files'
-    file_config = json.loads(from_file(tokenizer_json).to_str()) if has_json else {}
+    file_config = json.loads(from_file(tokenizer_json, files).to_str()) if has_json else {}
     if has_json and bert:
         tok, source = (
             _bert(_model_vocab(tokenizer_json, file_config.get("model") or {}, kind, "WordPiece"), config, roles or {}),
@@ -275,24 +276,24 @@ def from_directory(directory: str) -> tuple[Tokenizer, str, dict[str, str] | Non
         vocab = _model_vocab(tokenizer_json, model, kind, "BPE")
         tok, source = _roberta(vocab, _merges(tokenizer_json, model), config, roles or {}), "tokenizer.json"
     elif has_json:
-        tok, source = from_file(tokenizer_json), "tokenizer.json"
+        tok, source = from_file(tokenizer_json, files), "tokenizer.json"
         file_config["added_tokens"] = []  # already in it
-    elif bert and _exists(vocab_txt):
-        tok, source = _bert(read_vocab_txt(vocab_txt), config, roles or {}), "vocab.txt"
-    elif roberta and _exists(vocab_json) and _exists(merges_txt):
-        tok, source = _roberta(*_read_bpe_files(vocab_json, merges_txt), config, roles or {}), "vocab.json"
-    elif _exists(vocab_txt):
+    elif bert and _exists(files, vocab_txt):
+        tok, source = _bert(read_vocab_txt(vocab_txt, files), config, roles or {}), "vocab.txt"
+    elif roberta and _exists(files, vocab_json) and _exists(files, merges_txt):
+        tok, source = _roberta(*_read_bpe_files(files, vocab_json, merges_txt), config, roles or {}), "vocab.json"
+    elif _exists(files, vocab_txt):
         raise TokenizerError(
             f"{directory}: vocab.txt without a {CONFIG} naming BertTokenizer or giving do_lower_case (its casing is "
             "unknown): give --vocab vocab.txt, with --lowercase for an uncased vocabulary"
         )
-    elif _exists(vocab_json) and _exists(merges_txt):
+    elif _exists(files, vocab_json) and _exists(files, merges_txt):
         raise TokenizerError(
             f"{directory}: vocab.json + merges.txt without a {CONFIG} naming RobertaTokenizer "
             f"(tokenizer_class {kind}): not supported"
         )
     else:
         raise TokenizerError(f"{directory}: no tokenizer.json, vocab.txt, or vocab.json + merges.txt in it")
-    declared = _declared_added_tokens(directory, config, named, file_config.get("added_tokens") or [])
+    declared = _declared_added_tokens(files, directory, config, named, file_config.get("added_tokens") or [])
     _add_tokens(tok, declared, roles or {})
     return tok, source, roles

@@ -1,16 +1,18 @@
 """Which tokenizers the job handles (the families whose rows are proved right), and who plays each special role.
 
+The rules of the artifact's rows (``pipeline.tokenize``) and of fine-tuning's inputs (``trainer.finetuning``).
+
 A family is supported when its rows are exact (the concatenated rows of a document are ``Tokenizer.encode`` of
 its text without specials), every row starts at a word start of the pre-tokenizer's words, and a special token
 written in the text stays text. Three families are:
 
 * ``wordpiece``: a WordPiece model behind ``BertPreTokenizer``, with a ``BertNormalizer`` (any settings) or none;
-  the sentence path and the chunk cache apply (``sentence_encoding``);
+  the sentence path and the chunk cache apply (``pipeline.tokenize.sentence_encoding``);
 * ``byte_level_bpe`` (RoBERTa, GPT-2): a BPE model without dropout behind a ``ByteLevel`` pre-tokenizer with its
   regex and without ``add_prefix_space``, no normalizer. Encoded whole (no sentence path, no cache); a text over
-  ``encodings.ENCODE_PIECE_CHARS`` is cut only at a line feed followed by a non-space character that does not
-  start an added token the tokenizer matches in text (it splits those off first). Why that gives
-  the same tokens: in the regex (``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``)
+  ``pipeline.tokenize.encodings.ENCODE_PIECE_CHARS`` (``encodings`` below) is cut only at a line feed followed by a
+  non-space character that does not start an added token the tokenizer matches in text (it splits those off first).
+  Why that gives the same tokens: in the regex (``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``)
   only the two whitespace alternatives match a line feed, and only a literal space joins the word after it; a
   whitespace run ending in that line feed is matched as the run less its last character (``\\s+(?!\\S)``) and the
   line feed alone, and the run less its last character at the end of a piece is matched whole by ``\\s+(?!\\S)``

@@ -1,4 +1,4 @@
-"""pipeline.quick_exit: the exit code, flushed output and atexit handlers are kept, the interpreter teardown is
+"""schemas.quick_exit: the exit code, flushed output and atexit handlers are kept, the interpreter teardown is
 skipped, and a running non-daemon thread is still waited for (then the normal exit happens)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent("""
     import atexit, logging, sys, threading, time
-    from pipeline.quick_exit import quick_exit
+    from schemas.quick_exit import quick_exit
 
     class Teardown:
         def __del__(self):

@@ -1,4 +1,4 @@
-"""Greedy longest-match segmentation (pipeline.segmenter): hand-computed examples, a brute-force reference,
+"""Greedy longest-match segmentation (schemas.segmenter): hand-computed examples, a brute-force reference,
 and dictionaries written by the n-gram dictionary job (including one built on real WikiText-2)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import build_ngram_dictionary as job
-from pipeline.segmenter import Segmenter
 from schemas import ngram_dictionary as ngram_format
+from schemas.segmenter import Segmenter
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 WIKITEXT2 = SHARED / "data" / "wikitext-2"
