@@ -1,10 +1,14 @@
 """The one home of "the same words": how duplicate detection and evaluation-set overlap see a text.
 
-Normalisation (docs/DEDUP.md): Unicode NFKD, combining marks (characters of a non-zero canonical combining class)
-removed, case folded (``str.casefold``); the words are then the maximal runs of Unicode word characters (regex
-``\\w+``: letters, digits, underscore). Punctuation, symbols and whitespace only separate words. So ``Café, 3.5!``
-is the words ``cafe``, ``3``, ``5``, and a text decoded from a cased or uncased WordPiece artifact (whose decoder
-spaces punctuation differently and an uncased one strips accents) has the same words as the text it was built from.
+Normalisation (docs/DEDUP.md): Unicode NFKD; the combining marks (characters of a non-zero canonical combining
+class) that follow a Latin, Greek or Cyrillic letter removed (its accents); case folded (``str.casefold``); the words
+are then the maximal runs of Unicode word characters and marks (``\\w``: letters, digits, underscore; and every
+character of category M, so an Indic vowel sign or a kana's voicing mark stays inside its word). Punctuation, symbols
+and whitespace only separate words. So ``Café, 3.5!`` is the words ``cafe``, ``3``, ``5``, and a text decoded from a
+cased or uncased WordPiece artifact (whose decoder spaces punctuation differently and an uncased one strips accents)
+has the same words as the text it was built from. Marks of other scripts are kept: they are letters of their words
+(``दिल`` and ``दाल``, ``がっこう`` and ``かっこう`` are different words; removing all marks, or splitting words at
+them, made them one and dropped different documents as copies).
 
 Words and n-grams are hashed with blake2b (stable across processes, machines and Python versions; Python's
 ``hash`` is salted per process): a word to 64 bits, an n-gram to a polynomial of its word hashes modulo 2**64,
@@ -15,46 +19,65 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import unicodedata
 
 import numpy as np
 
-_WORD = re.compile(r"\w+")
-NORMALISATION = "NFKD, combining marks removed, casefold; words are runs of \\w (pipeline.dedup.text)"
+
+def _ranges(codepoints: list[int]) -> str:
+    """A regex character class body for ``codepoints`` (sorted), as ranges."""
+    out, start, prev = [], None, None
+    for cp in codepoints:
+        if start is None:
+            start = prev = cp
+        elif cp == prev + 1:
+            prev = cp
+        else:
+            out.append((start, prev))
+            start = prev = cp
+    if start is not None:
+        out.append((start, prev))
+    return "".join(re.escape(chr(a)) + ("-" + re.escape(chr(b)) if b > a else "") for a, b in out)
+
+
+_MARKS = [cp for cp in range(0x300, 0x110000) if unicodedata.category(chr(cp)).startswith("M")]
+_ASCII_WORD = re.compile(r"\w+")
+_WORD = re.compile(r"(?:\w|[" + _ranges(_MARKS) + r"])+")
+# Latin, IPA, Greek, Cyrillic (and their extensions): the letters whose combining marks are accents
+_ACCENTED = "\u0000-\u052f\u1d00-\u1dbf\u1e00-\u1fff\u2c60-\u2c7f\ua640-\ua69f\ua720-\ua7ff\uab30-\uab6f"
+_ACCENTS = re.compile(
+    "(?<=[" + _ACCENTED + "])[" + _ranges([cp for cp in _MARKS if unicodedata.combining(chr(cp))]) + "]+"
+)
+NORMALISATION = (
+    "NFKD, accents of Latin/Greek/Cyrillic letters removed, casefold; words are runs of \\w and marks "
+    "(pipeline.dedup.text)"
+)
 # An odd 64-bit multiplier for the n-gram polynomial (any odd constant mixes; this one is the golden ratio's).
 _BASE = np.uint64(0x9E3779B97F4A7C15)
 _WORD_CACHE_LIMIT = 1 << 20  # words whose hashes one process remembers (about 100 MB at most)
 _word_cache: dict[str, int] = {}
 
 
-_COMBINING: dict[int, None] = {}
-
-
-def _combining_marks() -> dict[int, None]:
-    """``str.translate`` table deleting every character with a non-zero canonical combining class (built once; a
-    regular expression of the same class is twice as slow)."""
-    if not _COMBINING:
-        _COMBINING.update({cp: None for cp in range(0x300, 0x110000) if unicodedata.combining(chr(cp))})
-    return _COMBINING
-
-
 def normalise(text: str) -> str:
-    """NFKD, combining marks removed, case folded (ASCII text: only lower-cased, which is the same)."""
+    """NFKD, the accents of Latin, Greek and Cyrillic letters removed, case folded (ASCII text: only lower-cased,
+    which is the same)."""
     if text.isascii():
         return text.lower()
-    return unicodedata.normalize("NFKD", text).translate(_combining_marks()).casefold()
+    return _ACCENTS.sub("", unicodedata.normalize("NFKD", text)).casefold()
 
 
-_last: list = [None, []]  # the last text split and its words
+_last = threading.local()  # per thread: the last text split and its words
 
 
 def words(text: str) -> list[str]:
     """The normalised words of ``text`` (see the module docstring). The same text object asked for twice in a row
-    (the overlap check, then the duplicate signature, fused in one worker) is split once; treat the list as read-only."""
-    if _last[0] is text:
-        return _last[1]
-    found = _WORD.findall(normalise(text))
-    _last[0], _last[1] = text, found
+    by one thread (the overlap check, then the duplicate signature, fused in one worker) is split once; treat the
+    list as read-only."""
+    if getattr(_last, "text", None) is text:
+        return _last.words
+    found = (_ASCII_WORD if text.isascii() else _WORD).findall(normalise(text))
+    _last.text, _last.words = text, found
     return found
 
 

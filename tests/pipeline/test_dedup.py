@@ -67,6 +67,16 @@ def test_words_fold_case_accents_and_punctuation():
     assert text.words("«—»") == []
 
 
+def test_marks_of_other_scripts_are_letters_of_their_words_not_accents():
+    """Only Latin, Greek and Cyrillic letters lose their accents; an Indic vowel sign or a kana's voicing mark is part
+    of its word (review of issue 35: both were dropped or split off, so different words, and documents, were one)."""
+    assert text.words("दिल") != text.words("दाल") and len(text.words("हिंदी भाषा")) == 2
+    assert text.words("がっこう") != text.words("かっこう")
+    assert text.words("Tiếng Việt, хлеб Ёлка") == ["tieng", "viet", "хлеб", "елка"]
+    docs = [_doc("a", "मुझे दिल पसंद है", 1), _doc("b", "मुझे दाल पसंद है", 2), _doc("c", "मुझे दिल पसंद है ।", 3)]
+    _check(docs, "exact", [("a", 1), ("b", 2)], [("c", 3, "exact", "a", 1.0)])
+
+
 def test_shingles_of_a_short_text_are_one_shingle_and_jaccard_is_exact():
     assert len(text.shingle_set(["a", "b"], 5)) == 1 and len(text.shingle_set([], 5)) == 0
     a = text.shingle_set(WORDS, 5)
