@@ -31,6 +31,7 @@ from tokenizers import Tokenizer, decoders
 from pipeline.dedup.eval_sets import EvalFileError, read_eval_file
 from pipeline.dedup.overlap import DEFAULT_N, EvalSet, OverlapIndex
 from pipeline.jobs import UsageError
+from schemas import commands
 from schemas import format as fmt
 from schemas.artifact import Artifact
 
@@ -109,7 +110,7 @@ def describe(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline.contamination",
+        prog=commands.module("pipeline.contamination"),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -122,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     jobs.configure_logging()
     if args.ngram < 1:
         print(f"contamination: error: --ngram must be at least 1, got {args.ngram}", file=sys.stderr)
+        return 2
+    twice = sorted({p for p in args.eval if args.eval.count(p) > 1})
+    if twice:
+        print(f"contamination: error: --eval {twice[0]} is given more than once", file=sys.stderr)
         return 2
 
     def run() -> None:

@@ -41,7 +41,11 @@ class EvalSet:
         by_text: dict[str, np.ndarray] = {}  # a SQuAD context is shared by its questions: hash it once
         hashes, owners = [], []
         for i, ex in enumerate(examples):
-            parts = [by_text.setdefault(t, text_ngrams(t, n)) for t in ex.texts]
+            parts = []
+            for t in ex.texts:
+                if t not in by_text:
+                    by_text[t] = text_ngrams(t, n)
+                parts.append(by_text[t])
             grams = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
             hashes.append(grams)
             owners.append(np.full(len(grams), i, dtype=np.int32))

@@ -31,6 +31,9 @@ def eval_sets(o) -> list[overlap.EvalSet]:
     if key not in _EVAL_SETS:
         if o.contamination_ngram < 1:
             raise ValueError(f"--contamination-ngram must be at least 1, got {o.contamination_ngram}")
+        twice = sorted({p for p in paths if paths.count(p) > 1})
+        if twice:  # its examples would be counted twice, and every record would name it twice
+            raise ValueError(f"--decontaminate {twice[0]} is given more than once")
         sets = []
         for path in paths:
             try:

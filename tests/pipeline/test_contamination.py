@@ -203,3 +203,17 @@ def test_build_refuses_a_bad_evaluation_file_before_writing_anything(tmp_path, c
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and not (tmp_path / "out").exists()
     assert f"build_shards: error: --decontaminate {tmp_path / 'dev.tsv'}: line 2: 2 column(s)" in err
+
+
+def test_an_evaluation_file_given_twice_is_refused(tmp_path, capsys, demo_artifact):
+    """Its examples would be counted twice and every record would name it twice (review of issue 35, D8)."""
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text(json.dumps({"id": "1", "text": "one two three four five six seven eight nine ten"}) + "\n")
+    code = contamination.main([str(demo_artifact), "--eval", str(dev), "--eval", str(dev)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == f"contamination: error: --eval {dev} is given more than once", err
+    argv = ["--input", str(DEMO_CORPUS), "--output", str(tmp_path / "out"), "--decontaminate", str(dev)]
+    assert build_shards.main([*argv, "--decontaminate", str(dev)]) == 2
+    err = capsys.readouterr().err
+    assert f"build_shards: error: --decontaminate {dev} is given more than once" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
