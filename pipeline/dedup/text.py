@@ -27,17 +27,12 @@ import numpy as np
 
 def _ranges(codepoints: list[int]) -> str:
     """A regex character class body for ``codepoints`` (sorted), as ranges."""
-    out, start, prev = [], None, None
+    out: list[list[int]] = []
     for cp in codepoints:
-        if start is None:
-            start = prev = cp
-        elif cp == prev + 1:
-            prev = cp
+        if out and cp == out[-1][1] + 1:
+            out[-1][1] = cp
         else:
-            out.append((start, prev))
-            start = prev = cp
-    if start is not None:
-        out.append((start, prev))
+            out.append([cp, cp])
     return "".join(re.escape(chr(a)) + ("-" + re.escape(chr(b)) if b > a else "") for a, b in out)
 
 
