@@ -35,7 +35,24 @@ def _corpus(path: Path, copies: int) -> Path:
 
 
 def _sdk_workers(job: psutil.Process) -> list[psutil.Process]:
-    return [p for p in job.children(recursive=True) if "sdk_worker_main" in " ".join(p.cmdline()) and p.name() != "sh"]
+    """The job's SDK worker processes (``pipeline.sdk_worker``, which runs Beam's ``sdk_worker_main``)."""
+    found = []
+    for p in job.children(recursive=True):
+        try:
+            command, name = " ".join(p.cmdline()), p.name()
+        except psutil.Error:  # it ended meanwhile (a zombie, or gone)
+            continue
+        if ("pipeline.sdk_worker" in command or "sdk_worker_main" in command) and name != "sh":
+            found.append(p)
+    return found
+
+
+def _cpu_seconds(p: psutil.Process) -> float:
+    try:
+        times = p.cpu_times()
+    except psutil.Error:
+        return 0.0
+    return times.user + times.system
 
 
 def test_a_killed_worker_fails_the_local_job_in_one_line_and_leaves_no_artifact_verify_accepts(tmp_path):
@@ -55,8 +72,11 @@ def test_a_killed_worker_fails_the_local_job_in_one_line_and_leaves_no_artifact_
         deadline = time.monotonic() + 240
         while killed is None and job.poll() is None and time.monotonic() < deadline:
             workers = _sdk_workers(psutil.Process(job.pid))
-            if workers and (out / "_tmp").is_dir():  # spilling has begun: bundles are in flight
-                killed = workers[0]
+            # spilling has begun and the worker is at work (a worker killed before it registers with the runner
+            # leaves Beam's local runner waiting for it for ever: not the case this test is about)
+            busy = [w for w in workers if _cpu_seconds(w) > 2.0]
+            if busy and (out / "_tmp").is_dir():
+                killed = busy[0]
                 killed.kill()
             time.sleep(0.2)
         assert killed is not None, f"no SDK worker to kill before the job ended:\n{err.read_text()[-2000:]}"
