@@ -22,7 +22,9 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 
 
@@ -323,6 +325,41 @@ def _worker_command(pipeline_proto):
     return pipeline_proto
 
 
+_WORKER_EXITED = "Worker subprocess exited with return code"
+
+
+@contextlib.contextmanager
+def _lost_workers_stop_the_job(active: bool) -> Iterator[None]:
+    """Inside, on the local runner's worker processes: a worker process that dies stops the job. Beam's local runner
+    sees it only in the thread that started the process (``run_worker``, which raises "Worker subprocess exited with
+    return code N" and ends); when the worker held a bundle, the runner's main thread then waits for that bundle for
+    ever. So that thread's error is caught here (``threading.excepthook``) and handed to the main thread as a signal
+    (SIGUSR1, which interrupts its wait) whose handler raises it there: the job fails with :class:`WorkerLost`."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous_hook = threading.excepthook
+    lost: list[str] = []
+
+    def hook(args) -> None:
+        if args.thread is not None and args.thread.name == "run_worker" and _WORKER_EXITED in str(args.exc_value):
+            lost.append(_first_line(args.exc_value))
+            os.kill(os.getpid(), signal.SIGUSR1)
+            return
+        previous_hook(args)
+
+    def stop(signum, frame) -> None:
+        raise RuntimeError(lost[0] if lost else _WORKER_EXITED)  # _LOST_WORKER matches it: run_pipeline says so
+
+    previous_handler = signal.signal(signal.SIGUSR1, stop)
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous_hook
+        signal.signal(signal.SIGUSR1, previous_handler)
+
+
 def run_pipeline(
     options, build: Callable[[beam.Pipeline], None], total_bytes: int | None = None, unit: str = "documents"
 ) -> None:
@@ -337,9 +374,10 @@ def run_pipeline(
 
     worker_logging(options)
     local = runner_name(options.view_as(StandardOptions).runner) in ("FnApiRunner", "DirectRunner")
+    runner = _runner_for(options)
     try:
-        with progress.reporting(options, total_bytes, local, unit):
-            with beam.Pipeline(runner=_runner_for(options), options=options) as p:
+        with progress.reporting(options, total_bytes, local, unit), _lost_workers_stop_the_job(runner is not None):
+            with beam.Pipeline(runner=runner, options=options) as p:
                 build(p)
     except output.OutputError as e:
         raise UsageError(str(e).split(" [while running")[0]) from None
