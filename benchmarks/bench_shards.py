@@ -187,7 +187,7 @@ def main() -> None:
 
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     rows = load_texts(args.docs)
-    from pipeline.read.records import clean_text
+    from pipeline.read.clean import clean_text
 
     # The baseline encodes the texts the job's reader hands on (line ends normalised, C0/C1 controls removed, as
     # FORMAT.md says): the raw text of one article holds a U+009D, 2 tokens more than the job's.

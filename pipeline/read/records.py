@@ -1,13 +1,13 @@
 """Stream documents out of raw corpus files, turning every bad record into a dead letter.
 
-Plain generators (Beam only for :func:`read_file`'s FileSystems): ``pipeline.read.documents.ReadDocuments``
-runs them inside a DoFn, and tests call them directly. Every function here reads a file as a stream of bounded chunks: memory
-never depends on the size of the file, and a single enormous line costs one pass and at most
+Plain generators (Beam only for :func:`read_file`'s FileSystems): ``pipeline.read.documents.ReadDocuments`` runs
+them inside a DoFn, and tests call them directly. Every function here reads a file as a stream of bounded chunks:
+memory never depends on the size of the file, and a single enormous line costs one pass and at most
 ``max_record_bytes`` of memory.
 
-Every record read becomes exactly one :class:`Document` or one :class:`DeadLetter`, so
-``documents_read == documents + dead letters`` per file; :class:`InputSummary` closes each file
-with its byte count, sha256 and whether it was truncated.
+Every record read becomes exactly one :class:`Document` or one :class:`DeadLetter`, so ``documents_read ==
+documents + dead letters`` per file; :class:`InputSummary` closes each file with its byte count, sha256 and whether
+it was truncated.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import itertools
 import json
 import logging
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -45,6 +44,7 @@ from pipeline.elements import (
     preview,
 )
 from pipeline.read import wikitext
+from pipeline.read.clean import clean_text
 from pipeline.read.record_checks import MAX_JSON_DEPTH, UTF8_BOM, json_depth_exceeds, skip_bom, unencodable_at
 from pipeline.read.streams import (
     CorruptInputError,
@@ -59,18 +59,6 @@ from pipeline.read.streams import (
 DEFAULT_MAX_RECORD_BYTES = 16 << 20
 
 log = logging.getLogger(__name__)
-
-
-# C0 and C1 control characters except tab and newline; carriage returns are normalised first.
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-
-
-def clean_text(text: str) -> tuple[str, bool]:
-    """Normalise line ends and remove control characters; return (text, whether anything was removed)."""
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    cleaned = _CONTROL.sub("", text)
-    return cleaned, len(cleaned) != len(text)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from pipeline.elements import Document, Source, TokenizedDocument
-from pipeline.read.records import ReaderOptions, clean_text, read_file
+from pipeline.read.clean import clean_text
+from pipeline.read.records import ReaderOptions, read_file
 from pipeline.tokenize import tokenizer
 from pipeline.tokenize.encodings import Encoded
 from pipeline.tokenize.sentence_encoding import CUT_MARKER, SentenceEncoder

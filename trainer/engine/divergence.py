@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from trainer.engine.checkpoints import latest_tag
+
 
 class Diverged(Exception):
     """The loss or the weights are not finite: training diverged; nothing more is saved."""
@@ -42,3 +44,14 @@ def weights_finite(module: torch.nn.Module, device: torch.device | str) -> bool:
     flag = torch.tensor([bad], dtype=torch.float64, device=device)
     torch.distributed.all_reduce(flag)
     return flag.item() == 0.0
+
+
+def divergence_line(what: Exception, ckpt_dir: str) -> str:
+    """The one line a diverged run ends with (rank 0, on stderr): nothing was saved, not even on a stop signal, and
+    the last checkpoint is the last good one."""
+    tag = latest_tag(ckpt_dir)
+    last = f"the last checkpoint, {ckpt_dir}/{tag}, is kept" if tag else "no checkpoint was saved"
+    return (
+        f"pretrain: error: {what} (not finite: training diverged; a lower --lr, or a longer --warmup-steps, may "
+        f"help); stopped without saving: {last}"
+    )

@@ -29,7 +29,7 @@ from trainer.engine.checkpoints import (
     repair_universal_load,
 )
 from trainer.engine.distributed import Dist, environment_ninja, finish_distributed, init_distributed
-from trainer.engine.divergence import Diverged, stops_on, weights_finite
+from trainer.engine.divergence import Diverged, divergence_line, stops_on, weights_finite
 from trainer.engine.ds_config import parameter_groups
 from trainer.engine.elastic import universal_checkpoint
 from trainer.engine.evaluate import MODEL_INPUTS, SourceCounts, eval_metrics, eval_sums, to_device
@@ -267,18 +267,8 @@ class Trainer:
         return code
 
     def _diverged(self, what: Exception) -> None:
-        """A non-finite loss or weights: an update made the weights NaN or infinite (or came from them), so nothing is
-        saved, not even on a stop signal; the last checkpoint stays the last good one. One line on stderr (rank 0)."""
-        if not self.dist.is_main:
-            return
-        tag = latest_tag(self.ckpt_dir)
-        last = f"the last checkpoint, {self.ckpt_dir}/{tag}, is kept" if tag else "no checkpoint was saved"
-        print(
-            f"pretrain: error: {what} (not finite: training diverged; a lower --lr, or a longer --warmup-steps, may "
-            f"help); stopped without saving: {last}",
-            file=sys.stderr,
-            flush=True,
-        )
+        if self.dist.is_main:
+            print(divergence_line(what, self.ckpt_dir), file=sys.stderr, flush=True)
 
     # Per-step statistics; DEVICE_STATS accumulate on the device, so a step synchronises once (at the all-reduce).
     DEVICE_STATS = ("loss", "mlm_loss", "sbo_loss", "tokens", "targets", "nsp_loss")
