@@ -13,6 +13,20 @@ from pipeline.files import atomic_write
 from schemas import format as fmt
 
 
+def write_reason_file(output: str, relative: str, reason: str, records: list) -> dict:
+    """``records`` (in their order) as one JSON object a line at ``output/relative``, written atomically; the file's
+    entry for the manifest (path, reason, records, bytes, sha256). Dead letters and removed documents alike."""
+    data = "".join(json.dumps(r.as_dict(), ensure_ascii=False, sort_keys=True) + "\n" for r in records).encode("utf-8")
+    atomic_write(f"{output}/{relative}", data)
+    return {
+        "path": relative,
+        "reason": reason,
+        "records": len(records),
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+
+
 def _sort_key(d: DeadLetter):
     return (d.source.path, d.source.byte_offset, d.source.line, d.reason, d.doc_id or "", d.detail)
 
@@ -25,19 +39,8 @@ class _WriteReasonFn(beam.DoFn):
     def process(self, reason_and_letters):
         reason, letters = reason_and_letters
         letters = sorted(letters, key=_sort_key)
-        data = "".join(json.dumps(d.as_dict(), ensure_ascii=False, sort_keys=True) + "\n" for d in letters).encode(
-            "utf-8"
-        )
-        relative = f"{fmt.DEAD_LETTER_DIR}/{reason}.jsonl"
-        atomic_write(f"{self._output}/{relative}", data)
         self._records.inc(len(letters))
-        yield {
-            "path": relative,
-            "reason": reason,
-            "records": len(letters),
-            "bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
-        }
+        yield write_reason_file(self._output, f"{fmt.DEAD_LETTER_DIR}/{reason}.jsonl", reason, letters)
 
 
 class WriteDeadLetters(beam.PTransform):

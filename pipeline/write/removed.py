@@ -3,13 +3,10 @@ position (as ``dead_letter/``: one file per reason, one result per file for the 
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 import apache_beam as beam
 
 from pipeline.elements import RemovedDocument
-from pipeline.files import atomic_write
+from pipeline.write.dead_letters import write_reason_file
 from schemas import format as fmt
 
 
@@ -20,16 +17,7 @@ def _sort_key(r: RemovedDocument):
 def _write_reason(output: str, reason_and_records):
     reason, records = reason_and_records
     records = sorted(records, key=_sort_key)
-    data = "".join(json.dumps(r.as_dict(), ensure_ascii=False, sort_keys=True) + "\n" for r in records).encode("utf-8")
-    relative = f"{fmt.REMOVED_DIR}/{reason}.jsonl"
-    atomic_write(f"{output}/{relative}", data)
-    return {
-        "path": relative,
-        "reason": reason,
-        "records": len(records),
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-    }
+    return write_reason_file(output, f"{fmt.REMOVED_DIR}/{reason}.jsonl", reason, records)
 
 
 class WriteRemoved(beam.PTransform):
