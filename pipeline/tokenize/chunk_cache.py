@@ -45,122 +45,47 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pipeline.tokenize.chunk_keys import Chunks, byte_positions
 from pipeline.tokenize.chunk_table import ChunkTable, exclusive_cumsum, run_indices
 
 _SEPARATOR = np.zeros(256, dtype=bool)
 _SEPARATOR[[9, 10, 13, 32]] = True  # \t \n \r and space: whitespace to BERT's normalizer and pre-tokenizer
 
-# MASKS[k]: the low k bytes of a little-endian word (k = 8: all of it).
-_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
-_M1 = np.uint64(0xFF51AFD7ED558CCD)  # MurmurHash3's 64-bit finalizer constants
-_M2 = np.uint64(0xC4CEB9FE1A85EC53)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_S33 = np.uint64(33)
-_ALL_BITS = np.uint64((1 << 64) - 1)
-_LEAD_BYTE = bytes(int(c & 0xC0 != 0x80) for c in range(256))  # the first byte of a UTF-8 character
 
-
-def _mix(h: np.ndarray) -> np.ndarray:
-    """MurmurHash3's finalizer, in place: every input bit reaches every output bit."""
-    h ^= h >> _S33
-    h *= _M1
-    h ^= h >> _S33
-    h *= _M2
-    h ^= h >> _S33
-    return h
-
-
-class _Chunks:
-    """The chunks of one batch of documents: byte ranges, first words and keys.
+def _wordpiece_chunks(
+    data: bytes,
+    cuts: np.ndarray,
+    glued: np.ndarray,
+    classes: bytes,
+    direct: bool,
+    max_chunk_bytes: int,
+    key_mask: np.uint64,
+) -> Chunks:
+    """The chunks of one batch of documents for WordPiece.
 
     ``classes`` (a ``bytes.translate`` table) maps each byte value to 0 (separator), 1 (ASCII punctuation) or 2
     (anything else); a chunk
     ends wherever the class changes, except at the ``glued`` positions (around added tokens written in the
-    text), and at every ``cut``. With ``direct`` true, runs of punctuation alone (no glued token in them) are
-    marked ``direct``: their ids are their bytes' (one token per character), no cache needed."""
-
-    def __init__(
-        self,
-        data: bytes,
-        cuts: np.ndarray,
-        glued: np.ndarray,
-        classes: bytes,
-        direct: bool,
-        max_chunk_bytes: int,
-        key_mask: np.uint64,
-    ):
-        b = np.frombuffer(data, np.uint8)
-        n = len(b)
-        cls = np.frombuffer(data.translate(classes), np.uint8)  # a 256-byte table: far faster than a numpy gather
-        separator = cls == 0
-        boundary = np.ones(n + 1, bool)  # a chunk may start or end at position p (between bytes p - 1 and p)
-        np.not_equal(cls[1:], cls[:-1], out=boundary[1:n])
-        glued = glued[(glued > 0) & (glued < n)]
-        boundary[glued] = separator[glued - 1] | separator[glued]
-        boundary[cuts] = True
-        inside = ~separator
-        self.starts = np.flatnonzero(boundary[:n] & inside)
-        self.ends = np.flatnonzero(boundary[1:] & inside) + 1
-        self.lengths = self.ends - self.starts
-        self.bytes = b
-        self.direct = np.zeros(len(self.starts), bool)
-        if direct:
-            self.direct = cls[self.starts] == 1
-            mixed = glued[~boundary[glued] & (cls[glued - 1] != cls[glued])]  # a class change inside a chunk
-            self.direct[np.searchsorted(self.starts, mixed, side="right") - 1] = False
-        padded = np.zeros(n + 8, np.uint8)
-        padded[:n] = b
-        self._padded = padded  # keeps the unaligned word view's memory alive
-        self._words = np.ndarray((n + 1,), dtype="<u8", buffer=padded.data, strides=(1,))
-        self.first_words = self._words[self.starts] & _MASKS[np.minimum(self.lengths, 8)]
-        self.cacheable = (self.lengths <= max_chunk_bytes) & ~self.direct
-        self.keys = self._keys()
-        if key_mask != _ALL_BITS:  # tests narrow the keys to force collisions; mixed again to spread them
-            self.keys = _mix(self.keys & key_mask)
-        self.keys |= np.uint64(1)  # 0 marks an empty slot of the table
-
-    def word(self, chunks: np.ndarray, j: int) -> np.ndarray:
-        """Word j (bytes 8j..8j+7, zero past the chunk's end) of each chunk."""
-        w = self._words[self.starts[chunks] + 8 * j]
-        w &= _MASKS[np.clip(self.lengths[chunks] - 8 * j, 0, 8)]
-        return w
-
-    def later_words(self, chunks: np.ndarray):
-        """For j = 1, 2, ...: (j, positions in ``chunks`` of the chunks longer than 8j bytes, their word j)."""
-        j, k = 1, np.flatnonzero(self.lengths[chunks] > 8)
-        while len(k):
-            yield j, k, self.word(chunks[k], j)
-            j += 1
-            k = k[self.lengths[chunks[k]] > 8 * j]
-
-    def same_as(self, which: np.ndarray, lengths: np.ndarray, first_words: np.ndarray, word_j) -> np.ndarray:
-        """Whether each chunk ``which`` holds the bytes of another string given by its ``lengths``, its
-        ``first_words`` and ``word_j(positions, j)`` (its word j, for those positions in ``which``): the
-        lengths and first words, then word by word while they agree."""
-        same = (self.lengths[which] == lengths) & (self.first_words[which] == first_words)
-        for j, k, w in self.later_words(which):
-            k, w = k[same[k]], w[same[k]]  # equal lengths only: the other string has word j too
-            same[k[w != word_j(k, j)]] = False
-        return same
-
-    def words(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """All words of each chunk, one chunk after another, and the number of words of each."""
-        n_words = (self.lengths[chunks] + 7) // 8
-        chunk = np.repeat(chunks, n_words)
-        j = run_indices(np.zeros(len(chunks), np.int64), n_words)
-        w = self._words[self.starts[chunk] + 8 * j]
-        w &= _MASKS[np.minimum(self.lengths[chunk] - 8 * j, 8)]
-        return w, n_words
-
-    def _keys(self) -> np.ndarray:
-        h = self.lengths.astype(np.uint64)
-        h *= _GOLDEN
-        h ^= self.first_words
-        _mix(h)
-        cacheable = np.flatnonzero(self.cacheable)
-        for _, k, w in self.later_words(cacheable):
-            h[cacheable[k]] = _mix(h[cacheable[k]] ^ w)
-        return h
+    text), and at every ``cut``; separators belong to no chunk. With ``direct`` true, runs of punctuation alone
+    (no glued token in them) are marked ``direct``: their ids are their bytes' (one token per character), no cache
+    needed."""
+    n = len(data)
+    cls = np.frombuffer(data.translate(classes), np.uint8)  # a 256-byte table: far faster than a numpy gather
+    separator = cls == 0
+    boundary = np.ones(n + 1, bool)  # a chunk may start or end at position p (between bytes p - 1 and p)
+    np.not_equal(cls[1:], cls[:-1], out=boundary[1:n])
+    glued = glued[(glued > 0) & (glued < n)]
+    boundary[glued] = separator[glued - 1] | separator[glued]
+    boundary[cuts] = True
+    inside = ~separator
+    starts = np.flatnonzero(boundary[:n] & inside)
+    ends = np.flatnonzero(boundary[1:] & inside) + 1
+    is_direct = np.zeros(len(starts), bool)
+    if direct:
+        is_direct = cls[starts] == 1
+        mixed = glued[~boundary[glued] & (cls[glued - 1] != cls[glued])]  # a class change inside a chunk
+        is_direct[np.searchsorted(starts, mixed, side="right") - 1] = False
+    return Chunks(data, starts, ends, is_direct, max_chunk_bytes, key_mask)
 
 
 _ASCII_PUNCTUATION = [c for c in range(128) if chr(c) in string.punctuation]
@@ -183,7 +108,7 @@ def _punctuation_ids(tok, classes: np.ndarray, glued: tuple[str, ...]) -> np.nda
 
 
 def _byte_classes(tok, marker: str, punctuation_cuts: bool) -> tuple[np.ndarray, tuple[str, ...]]:
-    """The byte classes of ``_Chunks`` and the added tokens to glue.
+    """The byte classes of ``_wordpiece_chunks`` and the added tokens to glue.
 
     An added token matters to cuts at punctuation when it could match across one, or when its match depends on
     its neighbours: it holds ASCII punctuation (``[UNK]``; for a normalized token, its normalized form, since
@@ -238,6 +163,7 @@ class ChunkCache:
         max_chunk_bytes: int = 64,
         punctuation_cuts: bool = True,
         key_mask: int = (1 << 64) - 1,
+        values=np.int32,
     ):
         if max_bytes < 1 or max_chunk_bytes < 1:
             raise ValueError("max_bytes and max_chunk_bytes must be positive")
@@ -255,7 +181,8 @@ class ChunkCache:
         self.hits = self.misses = 0  # chunks answered from the cache / not (a batch encodes each distinct miss once)
         self.collisions = 0  # chunks whose key matched a different chunk's
         self.clears = 0  # times the cache was emptied because it was full
-        self._table = ChunkTable()
+        self._values = np.dtype(values)  # what the cache keeps per token: ids (word_cache: ids packed with more)
+        self._table = ChunkTable(self._values)
 
     def __len__(self) -> int:
         return len(self._table)
@@ -282,9 +209,8 @@ class ChunkCache:
         glued = self._glued(big)
         doc_at = char_at
         if len(data) != len(big):  # not ASCII: character positions to byte positions
-            byte_at = np.append(np.flatnonzero(np.frombuffer(data.translate(_LEAD_BYTE), bool)), len(data))
-            doc_at, sent, glued = byte_at[char_at], byte_at[sent], byte_at[glued]
-        chunks = _Chunks(
+            doc_at, sent, glued = (byte_positions(data, x) for x in (char_at, sent, glued))
+        chunks = _wordpiece_chunks(
             data,
             np.concatenate([doc_at, sent.ravel()]),
             glued,
@@ -324,7 +250,7 @@ class ChunkCache:
         a, z = np.array(spans, np.int64).T
         return run_indices(a, z - a)
 
-    def _encode_chunks(self, data: bytes, chunks: _Chunks) -> tuple[np.ndarray, np.ndarray]:
+    def _encode_chunks(self, data: bytes, chunks: Chunks) -> tuple[np.ndarray, np.ndarray]:
         """The ids of all chunks, one after another, and the index of each chunk's first id."""
         count = np.zeros(len(chunks.starts), np.int64)
         source = np.zeros(len(chunks.starts), np.int64)  # where in the cache's ids, or in the new ids
@@ -345,12 +271,12 @@ class ChunkCache:
         missed = ~chunks.direct
         missed[found] = False
         missed = np.flatnonzero(missed)
-        new_ids = np.zeros(0, np.int32)
+        new_ids = np.zeros(0, self._values)
         if len(missed):
             new_ids, unlike = self._encode_missed(data, chunks, missed, count, source)
             collisions += unlike
         token_at, total = exclusive_cumsum(count)
-        out = np.empty(total, np.int32)
+        out = np.empty(total, self._values)
         for src, which, table in (
             (cached_ids, found, None),
             (new_ids, missed, None),
@@ -368,7 +294,7 @@ class ChunkCache:
             self.collisions += collisions
         return out, token_at
 
-    def _encode_missed(self, data: bytes, chunks: _Chunks, missed: np.ndarray, count: np.ndarray, source: np.ndarray):
+    def _encode_missed(self, data: bytes, chunks: Chunks, missed: np.ndarray, count: np.ndarray, source: np.ndarray):
         """Encode the distinct missed chunks in one tokenizer input, fill ``count``/``source`` of every missed
         chunk (``source`` into the returned ids), and add the cacheable ones to the cache. Returns the ids
         and the number of chunks that had another chunk's key."""
@@ -406,7 +332,7 @@ class ChunkCache:
         end = np.append(markers, len(ids))
         return ids[~cut], begin - np.arange(len(pieces)), end - begin
 
-    def _insert(self, keys, chunks: _Chunks, representatives, ids, piece_at, piece_count) -> None:
+    def _insert(self, keys, chunks: Chunks, representatives, ids, piece_at, piece_count) -> None:
         """Add the missed chunks (distinct keys) that the cache does not hold yet; empty it first when they
         would not fit in its budget, and add only as many as an empty cache holds."""
         with self._lock:

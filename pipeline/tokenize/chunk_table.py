@@ -64,7 +64,10 @@ class Entries(NamedTuple):
 
 
 class ChunkTable:
-    def __init__(self):
+    """``values``: the dtype of what the table holds per token (ids, or ids packed with what else a cache keeps)."""
+
+    def __init__(self, values=np.int32):
+        self._values = np.dtype(values)
         self.clear()
 
     def __len__(self) -> int:
@@ -73,7 +76,7 @@ class ChunkTable:
     def clear(self) -> None:
         self._keys = np.zeros(1 << 8, np.uint64)  # the index: 0 = empty slot
         self._slot_entry = np.zeros(1 << 8, np.int64)
-        self._ids = _Buffer(np.int32)  # every entry's ids, one after another
+        self._ids = _Buffer(self._values)  # every entry's ids (values), one after another
         self._words = _Buffer(np.uint64)  # every entry's chunk as words
         self._ids_at, self._ids_count = _Buffer(np.int64), _Buffer(np.int64)
         self._words_at, self._length = _Buffer(np.int64), _Buffer(np.int64)
@@ -84,7 +87,9 @@ class ChunkTable:
         slots = len(self._keys)
         while _LOAD * entries > slots:
             slots *= 2
-        return 32 * entries + 8 * (len(self._words) + words) + 4 * (len(self._ids) + ids) + 16 * slots
+        return (
+            32 * entries + 8 * (len(self._words) + words) + self._values.itemsize * (len(self._ids) + ids) + 16 * slots
+        )
 
     def entries(self) -> Entries:
         return Entries(

@@ -6,7 +6,6 @@ Used by ``tokenized_documents``; numpy and the tokenizer's ``Encoding`` only, no
 from __future__ import annotations
 
 import itertools
-import re
 
 import numpy as np
 
@@ -103,14 +102,19 @@ def _metaspace_cut(text: str, start: int, limit: int, added: tuple[str, ...]) ->
         end = cut
 
 
-_NON_SPACE = re.compile(r"\S")
+def word_numbers(word_ids: list) -> np.ndarray:
+    """An Encoding's word numbers as an array; a token without one (an added token inside text) is a word alone."""
+    try:
+        return np.array(word_ids, dtype=np.int64)
+    except TypeError:
+        return np.array([-1 - i if v is None else v for i, v in enumerate(word_ids)], dtype=np.int64)
 
 
 class Encoded:
     """A tokenizer encoding as arrays: ids, word numbers (distinct per word) and character offsets (n, 2).
 
     Offsets are read back from the tokenizer only when asked for (they cost about a quarter of the
-    encoding itself); :meth:`first_tokens_at` answers sentence starts without them.
+    encoding itself).
     """
 
     def __init__(self, ids: np.ndarray, words: np.ndarray, offsets: np.ndarray | None = None, encoding=None):
@@ -128,53 +132,9 @@ class Encoded:
             ).reshape(n, 2)
         return self._offsets
 
-    def first_tokens_at(self, text: str, chars: np.ndarray) -> np.ndarray:
-        """For each character position ``c`` of ``text`` (a sentence start), the sentence's first token: the first
-        token starting at or after ``c``, or the token that holds ``c`` when only whitespace precedes ``c`` in it (an
-        added token with ``lstrip`` takes the whitespace before it into its span); ``len(ids)`` if none.
-
-        Without the offsets when it can be proved per position: the tokenizer names the token k holding the first
-        non-space character from there; k is the answer when it starts at or after ``c`` and k - 1 starts before
-        ``c``, or when it starts before ``c`` with only whitespace in between and k - 1 ends at or before ``c``.
-        Else the offsets decide (:meth:`first_tokens_exact`)."""
-        enc = self._encoding
-        if enc is not None and self._offsets is None:
-            out = []
-            for c in chars.tolist():
-                m = _NON_SPACE.search(text, c)
-                k = enc.char_to_token(m.start()) if m else None
-                if k is None:
-                    break
-                start = enc.token_to_chars(k)[0]
-                if start >= c:
-                    if k > 0 and enc.token_to_chars(k - 1)[0] >= c:
-                        break
-                elif not (text[start:c].isspace() and (k == 0 or enc.token_to_chars(k - 1)[1] <= c)):
-                    break
-                out.append(k)
-            else:
-                return np.array(out, dtype=np.int64)
-        return self.first_tokens_exact(text, chars)
-
-    def first_tokens_exact(self, text: str, chars: np.ndarray) -> np.ndarray:
-        """:meth:`first_tokens_at` from the offsets."""
-        starts, ends = self.offsets[:, 0], self.offsets[:, 1]
-        after = np.searchsorted(starts, chars, side="left")  # first token starting at or after c
-        holding = np.searchsorted(ends, chars, side="right")  # first token ending after c
-        out = after.copy()
-        for i in np.flatnonzero(holding < after).tolist():
-            start, c = int(starts[holding[i]]), int(chars[i])
-            if start < c and text[start:c].isspace():
-                out[i] = holding[i]
-        return out
-
     @classmethod
     def of(cls, enc, char_base: int = 0) -> Encoded:
-        word_ids = enc.word_ids
-        try:
-            w = np.array(word_ids, dtype=np.int64)
-        except TypeError:  # special tokens inside text have no word: each is its own word
-            w = np.array([-1 - i if v is None else v for i, v in enumerate(word_ids)], dtype=np.int64)
+        w = word_numbers(enc.word_ids)
         ids = np.array(enc.ids, dtype=np.int64)
         if char_base:
             return cls(ids, w, cls(ids, w, encoding=enc).offsets + char_base)

@@ -31,10 +31,12 @@ from pipeline.elements import (
     TokenizedDocument,
     preview,
 )
+from pipeline.tokenize import word_heads
 from pipeline.tokenize.encodings import ENCODE_PIECE_CHARS, Encoded, char_spans_to_tokens, text_pieces
 from pipeline.tokenize.sentence_encoding import DEFAULT_CACHE_BYTES, SentenceEncoder
 from pipeline.tokenize.sentences import sentence_spans
 from pipeline.tokenize.tokenizer import TokenizerSpec
+from pipeline.tokenize.word_cache import WordEncoder
 from schemas.segmenter import Segmenter
 from schemas.tokenizers.families import UNIGRAM, WORDPIECE, piece_cuts_allowed
 
@@ -82,9 +84,12 @@ class _TokenizeFn(beam.DoFn):
         # Without character spans to align (no n-gram dictionary, no spaCy candidates) documents are encoded
         # sentence by sentence without offsets where that provably gives the same tokens (sentence_encoding),
         # through a cache of chunk encodings (chunk_cache).
-        self._sentences = (
-            None if self._segmenter is not None else SentenceEncoder.for_tokenizer(self._tok, self._cache_bytes)
-        )
+        # Byte-level BPE and Unigram: whole documents through a cache of chunk encodings (word_cache).
+        self._sentences: SentenceEncoder | WordEncoder | None = None
+        if self._segmenter is None:
+            self._sentences = SentenceEncoder.for_tokenizer(self._tok, self._cache_bytes) or WordEncoder.for_tokenizer(
+                self._tok, self._cache_bytes
+            )
         # The Rust calls run on our encoder threads (GIL released), each single-threaded: the tokenizers
         # library's own thread pool would compete with them and with this thread for the same cores, and its
         # idle threads spin (measured: 8% slower jobs on 2 cores). Parallelism comes from encoder threads
@@ -236,8 +241,11 @@ class _TokenizeFn(beam.DoFn):
                 idx = sentence_firsts
             else:
                 assert whole is not None, "the sentence path always gives sentence starts"
-                idx = whole.first_tokens_at(
-                    doc.text, np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent))
+                idx = word_heads.sentence_firsts(
+                    doc.text,
+                    whole.offsets[:, 0],
+                    word_start,
+                    np.fromiter((s for s, _ in sent), dtype=np.int64, count=len(sent)),
                 )
             idx = idx[idx < n]
             sentence_start[idx] = True
