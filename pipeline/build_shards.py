@@ -280,7 +280,10 @@ def build_pipeline(
     ids_dtype = "uint16" if fmt.token_id_type(info["vocab_size"]) == fmt.token_id_type(1) else "int32"
 
     read = p | "ReadDocuments" >> ReadDocuments(o.input, _reader_options(o, unk), o.split_bytes, files=files)
-    documents, removed = removal.remove_documents(read["documents"], o)
+    reread = lambda label: (  # noqa: E731
+        p | label >> ReadDocuments(o.input, _reader_options(o, unk), o.split_bytes, files=files)
+    )["documents"]
+    documents, removed = removal.remove_documents(read["documents"], o, reread)
     kinds = static["candidates"]["kinds"]
     spacy_kinds = [k for k in kinds if k in ("entities", "noun_phrases")]
     if spacy_kinds:

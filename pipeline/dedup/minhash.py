@@ -21,7 +21,7 @@ import numpy as np
 
 _SHIFT = np.uint64(32)
 _SEED = 1  # fixed: a signature is a pure function of the shingle set and (bands, rows)
-_CHUNK = 4096  # shingles per step: memory stays at _CHUNK * bands * rows * 8 bytes for any document length
+_CHUNK = 2048  # shingles per step: memory stays at _CHUNK * bands * rows * 8 bytes for any document length
 
 
 @dataclass(frozen=True)
@@ -74,16 +74,21 @@ _PERMS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
 def signature(shingles: np.ndarray, num_perm: int) -> np.ndarray:
-    """The uint32 MinHash signature of a non-empty shingle-hash set."""
+    """The uint32 MinHash signature of a non-empty shingle-hash set. The shift is taken after the minimum (it is
+    monotonic, so the values are the same) and the products are made in one buffer: one pass fewer, no allocation."""
     if num_perm not in _PERMS:
         _PERMS[num_perm] = _permutations(num_perm)
     a, b = _PERMS[num_perm]
     sig = np.full(num_perm, np.iinfo(np.uint64).max, dtype=np.uint64)
+    buf = np.empty((min(_CHUNK, len(shingles)), num_perm), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for start in range(0, len(shingles), _CHUNK):
-            values = (shingles[start : start + _CHUNK, None] * a + b) >> _SHIFT
+            part = shingles[start : start + _CHUNK]
+            values = buf[: len(part)]
+            np.multiply(part[:, None], a, out=values)
+            values += b
             np.minimum(sig, values.min(axis=0), out=sig)
-    return sig.astype(np.uint32)
+    return (sig >> _SHIFT).astype(np.uint32)
 
 
 def band_keys(sig: np.ndarray, params: NearParams) -> list[tuple[int, int]]:

@@ -3,6 +3,7 @@ what the artifact records about the rest (``removed/<reason>.jsonl`` and the man
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import apache_beam as beam
@@ -52,7 +53,7 @@ def describe(o) -> dict[str, Any]:
     info: dict[str, Any] = {"mode": o.dedup}
     if o.dedup != "off":
         info["normalisation"] = text.NORMALISATION
-        info["kept"] = "smallest (doc_id, source path, byte offset) among its confirmed duplicates"
+        info["kept"] = "the smallest (source path, byte offset, line, doc_id) of each cluster of copies"
     if o.dedup == "near":
         info["near"] = near_params(o).describe()
         info["confirmation"] = "exact Jaccard of shingle sets"
@@ -66,21 +67,32 @@ def describe_contamination(o) -> dict[str, Any] | None:
     return {"ngram_size": o.contamination_ngram, "drop": o.drop_contaminated, "files": {}}
 
 
-def remove_documents(documents, o) -> tuple[Any, dict[str, Any]]:
+def remove_documents(documents, o, reread: Callable[[str], Any]) -> tuple[Any, dict[str, Any]]:
     """(the documents kept, the manifest's extra inputs: ``removed`` files, ``removal_stats``, ``contamination``).
-    Evaluation overlap is checked first (per document, no shuffle), then duplicates among the rest."""
+    ``reread(label)``: the input's documents read again (the pre-pass of ``--dedup``). Evaluation overlap is checked
+    first, then duplicates among the rest: without ``--dedup`` on the documents as they are read (no shuffle); with
+    it in the pre-pass, whose contaminated documents the main pass then leaves out (recorded once)."""
     removed = []
     extra: dict[str, Any] = {}
     sets = eval_sets(o)
-    if sets:
-        clean = documents | "DropContaminated" >> DropContaminated(
-            sets, o.contamination_ngram, o.drop_contaminated == "documents"
-        )
-        documents = clean["documents"]
-        removed.append(clean["removed"])
-        extra["contamination"] = clean["figures"]
-    if o.dedup != "off":
-        unique = documents | "DropDuplicates" >> DropDuplicates(o.dedup, near_params(o) if o.dedup == "near" else None)
+    drop = o.drop_contaminated == "documents"
+    if o.dedup == "off":
+        if sets:
+            clean = documents | "DropContaminated" >> DropContaminated(sets, o.contamination_ngram, drop)
+            documents = clean["documents"]
+            removed.append(clean["removed"])
+            extra["contamination"] = clean["figures"]
+    else:
+        inputs = {"documents": documents, "prepass": reread("ReadForDedup")}
+        if sets:
+            clean = inputs["prepass"] | "DropContaminated" >> DropContaminated(sets, o.contamination_ngram, drop)
+            inputs["prepass"] = clean["documents"]
+            removed.append(clean["removed"])
+            extra["contamination"] = clean["figures"]
+            inputs["dropped"] = clean["removed"] | "ContaminatedKeys" >> beam.Map(
+                lambda r: (r.source.path, r.source.byte_offset, r.source.line, r.doc_id)
+            )
+        unique = inputs | "DropDuplicates" >> DropDuplicates(o.dedup, near_params(o) if o.dedup == "near" else None)
         documents = unique["documents"]
         removed.append(unique["removed"])
         extra["removal_stats"] = unique["stats"]

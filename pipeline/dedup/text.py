@@ -10,9 +10,17 @@ has the same words as the text it was built from. Marks of other scripts are kep
 (``दिल`` and ``दाल``, ``がっこう`` and ``かっこう`` are different words; removing all marks, or splitting words at
 them, made them one and dropped different documents as copies).
 
-Words and n-grams are hashed with blake2b (stable across processes, machines and Python versions; Python's
-``hash`` is salted per process): a word to 64 bits, an n-gram to a polynomial of its word hashes modulo 2**64,
-computed for all windows at once with numpy.
+Two ways to the same words. :func:`words` gives them as strings (the reference rule, :func:`normalise_reference`
+then a regex). :func:`analyse` gives what the job needs, their 64-bit hashes and the digest of the whole word
+sequence, without making a string per word: the text's code points as a numpy array, a table saying which code
+points are word characters, and the hashes of the runs computed for all words at once. Normalisation touches only
+the non-ASCII runs of a text (NFKD, casefold and the accent rule act on a character and the marks after it, and an
+ASCII character is never a mark, so the rest is only lower-cased). tests/pipeline/test_dedup.py checks both ways
+give the same words on real pages, ASCII and not.
+
+A word's hash (stable across processes, machines and Python versions; Python's ``hash`` is salted per process): a
+polynomial of its code points modulo 2**64 mixed with its length by splitmix64's finaliser; an n-gram's, a
+polynomial of its word hashes modulo 2**64 (all windows at once).
 """
 
 from __future__ import annotations
@@ -37,70 +45,146 @@ def _ranges(codepoints: list[int]) -> str:
 
 
 _MARKS = [cp for cp in range(0x300, 0x110000) if unicodedata.category(chr(cp)).startswith("M")]
-_ASCII_WORD = re.compile(r"\w+")
 _WORD = re.compile(r"(?:\w|[" + _ranges(_MARKS) + r"])+")
 # Latin, IPA, Greek, Cyrillic (and their extensions): the letters whose combining marks are accents
 _ACCENTED = "\u0000-\u052f\u1d00-\u1dbf\u1e00-\u1fff\u2c60-\u2c7f\ua640-\ua69f\ua720-\ua7ff\uab30-\uab6f"
 _ACCENTS = re.compile(
     "(?<=[" + _ACCENTED + "])[" + _ranges([cp for cp in _MARKS if unicodedata.combining(chr(cp))]) + "]+"
 )
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 NORMALISATION = (
     "NFKD, accents of Latin/Greek/Cyrillic letters removed, casefold; words are runs of \\w and marks "
     "(pipeline.dedup.text)"
 )
 # An odd 64-bit multiplier for the n-gram polynomial (any odd constant mixes; this one is the golden ratio's).
 _BASE = np.uint64(0x9E3779B97F4A7C15)
-_WORD_CACHE_LIMIT = 1 << 20  # words whose hashes one process remembers (about 100 MB at most)
-_word_cache: dict[str, int] = {}
+_CHAR_BASE = np.uint64(0xFF51AFD7ED558CCD)  # odd: the polynomial of a word's code points
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64's finaliser
 
 
-def normalise(text: str) -> str:
-    """NFKD, the accents of Latin, Greek and Cyrillic letters removed, case folded (ASCII text: only lower-cased,
-    which is the same)."""
-    if text.isascii():
-        return text.lower()
+def normalise_reference(text: str) -> str:
+    """The rule as written: NFKD, the accents of Latin, Greek and Cyrillic letters removed, case folded."""
     return _ACCENTS.sub("", unicodedata.normalize("NFKD", text)).casefold()
 
 
-_last = threading.local()  # per thread: the last text split and its words
+def normalise(text: str) -> str:
+    """:func:`normalise_reference`, applied to the non-ASCII runs only (each with the ASCII character before it, which
+    the accent rule looks at); the ASCII between is lower-cased, which is the same."""
+    if text.isascii():
+        return text.lower()
+    parts, at = [], 0
+    for m in _NON_ASCII.finditer(text):
+        start, end = m.span()
+        parts.append(text[at:start].lower())
+        if start:
+            parts.append(normalise_reference(text[start - 1 : end])[1:])  # an ASCII character stays one character
+        else:
+            parts.append(normalise_reference(text[start:end]))
+        at = end
+    parts.append(text[at:].lower())
+    return "".join(parts)
+
+
+_last = threading.local()  # per thread: the last text split and its words; the last analysed and its result
 
 
 def words(text: str) -> list[str]:
-    """The normalised words of ``text`` (see the module docstring). The same text object asked for twice in a row
-    by one thread (the overlap check, then the duplicate signature, fused in one worker) is split once; treat the
-    list as read-only."""
+    """The normalised words of ``text`` as strings (see the module docstring). The same text object asked for twice
+    in a row by one thread is split once; treat the list as read-only."""
     if getattr(_last, "text", None) is text:
         return _last.words
-    found = (_ASCII_WORD if text.isascii() else _WORD).findall(normalise(text))
+    found = _WORD.findall(normalise(text))
     _last.text, _last.words = text, found
     return found
 
 
-def text_digest(text: str) -> bytes | None:
-    """16 bytes naming the normalised text (its words joined by one space); None for a text without words."""
-    found = words(text)
-    if not found:
-        return None
-    return hashlib.blake2b(" ".join(found).encode("utf-8"), digest_size=16).digest()
+_TABLE: list[np.ndarray] = []
 
 
-def _word_hash(word: str) -> int:
-    h = _word_cache.get(word)
-    if h is None:
-        if len(_word_cache) >= _WORD_CACHE_LIMIT:
-            _word_cache.clear()
-        h = int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little")
-        _word_cache[word] = h
-    return h
+def _word_table() -> np.ndarray:
+    """bool per code point (0 to 0x10FFFF): is it a word character (``\\w`` or a mark)? Built once per process."""
+    if not _TABLE:
+        everything = "".join(map(chr, range(0x110000)))
+        table = np.zeros(0x110000, dtype=bool)
+        for m in _WORD.finditer(everything):
+            table[m.start() : m.end()] = True
+        _TABLE.append(table)
+    return _TABLE[0]
+
+
+_POWERS: list[np.ndarray] = [np.ones(1, dtype=np.uint64)]
+
+
+def _powers(n: int) -> np.ndarray:
+    """``_CHAR_BASE ** i`` modulo 2**64 for i < n (grown as longer words come)."""
+    if len(_POWERS[0]) < n:
+        size = max(n, 2 * len(_POWERS[0]), 64)
+        p = np.full(size, _CHAR_BASE, dtype=np.uint64)
+        p[0] = 1
+        with np.errstate(over="ignore"):
+            _POWERS[0] = np.cumprod(p, dtype=np.uint64)
+    return _POWERS[0]
+
+
+def _hash_runs(cp: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """uint64 hash of each run ``cp[start : start + length]`` (runs in order, not overlapping, all non-empty)."""
+    if not len(starts):
+        return np.zeros(0, dtype=np.uint64)
+    total = int(lengths.sum())
+    offsets = np.cumsum(lengths) - lengths  # where each run begins among the selected positions
+    run_of = np.repeat(np.arange(len(starts)), lengths)
+    within = np.arange(total) - offsets[run_of]
+    positions = starts[run_of] + within
+    with np.errstate(over="ignore"):
+        terms = (cp[positions].astype(np.uint64) + np.uint64(1)) * _powers(int(lengths.max()))[within]
+        z = np.add.reduceat(terms, offsets) ^ (lengths.astype(np.uint64) * _BASE)
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        return z ^ (z >> np.uint64(31))
+
+
+def _code_points(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
 
 
 def word_hashes(found: list[str]) -> np.ndarray:
-    """uint64 hash of each word, in order."""
-    get = _word_cache.get
-    hashes = [get(w) for w in found]
-    if None in hashes:
-        hashes = [_word_hash(w) if h is None else h for w, h in zip(found, hashes, strict=True)]
-    return np.array(hashes, dtype=np.uint64)
+    """uint64 hash of each word, in order (the same as :func:`analyse` gives for the words of a text)."""
+    lengths = np.fromiter(map(len, found), dtype=np.int64, count=len(found))
+    return _hash_runs(_code_points("".join(found)), np.cumsum(lengths) - lengths, lengths)
+
+
+def _digest(cp: np.ndarray) -> bytes:
+    return hashlib.blake2b(cp.astype(np.uint32).tobytes(), digest_size=16).digest()
+
+
+def text_digest(text: str) -> bytes | None:
+    """16 bytes naming the normalised text (its words joined by one space); None for a text without words."""
+    return analyse(text)[1]
+
+
+def analyse(text: str) -> tuple[np.ndarray, bytes | None]:
+    """(the uint64 hashes of the normalised words of ``text``, 16 bytes naming the word sequence or None when there
+    is no word): the same as ``word_hashes(words(text))`` and ``blake2b`` of the words joined by one space (as
+    UTF-32-LE). The same text object asked for twice in a row by one thread is analysed once."""
+    if getattr(_last, "analysed", None) is text:
+        return _last.analysis
+    norm = normalise(text)
+    if norm.isascii():
+        cp: np.ndarray = np.frombuffer(norm.encode("ascii"), dtype=np.uint8)
+    else:
+        cp = _code_points(norm)
+    mask = _word_table()[cp]
+    edges = np.diff(mask.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    hashes = _hash_runs(cp, starts, ends - starts)
+    digest = None
+    if len(starts):
+        joined = cp.astype(np.uint32)
+        joined[ends[:-1]] = 32  # one space after every word but the last
+        mask[ends[:-1]] = True
+        digest = _digest(joined[mask])
+    _last.analysed, _last.analysis = text, (hashes, digest)
+    return hashes, digest
 
 
 def ngram_hashes(hashes: np.ndarray, n: int) -> np.ndarray:
@@ -108,20 +192,25 @@ def ngram_hashes(hashes: np.ndarray, n: int) -> np.ndarray:
     count = len(hashes) - n + 1
     if count <= 0:
         return np.zeros(0, dtype=np.uint64)
-    out = np.zeros(count, dtype=np.uint64)
+    out = hashes[:count].copy()
     with np.errstate(over="ignore"):
-        for j in range(n):
-            out = out * _BASE + hashes[j : j + count]
+        for j in range(1, n):
+            out *= _BASE
+            out += hashes[j : j + count]
     return out
 
 
-def shingle_set(found: list[str], n: int) -> np.ndarray:
-    """Sorted distinct hashes of the ``n``-word shingles of the words ``found``; 1 to n-1 words are one shingle of
+def shingles_of(hashes: np.ndarray, n: int) -> np.ndarray:
+    """Sorted distinct hashes of the ``n``-word shingles of words of these hashes; 1 to n-1 words are one shingle of
     all of them; no words, none."""
-    hashes = word_hashes(found)
     if 0 < len(hashes) < n:
         return ngram_hashes(hashes, len(hashes))
     return np.unique(ngram_hashes(hashes, n))
+
+
+def shingle_set(found: list[str], n: int) -> np.ndarray:
+    """:func:`shingles_of` the words ``found``."""
+    return shingles_of(word_hashes(found), n)
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:

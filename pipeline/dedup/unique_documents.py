@@ -3,26 +3,30 @@
 ``--dedup exact``: documents with the same normalised words (``pipeline.dedup.text``) are copies. ``--dedup near``:
 first exact, then MinHash + LSH over word shingles on the documents exact kept; a pair that shares a band is a
 *candidate*, and it is *confirmed* only if the exact Jaccard similarity of the two shingle sets reaches the
-threshold (so no pair below the threshold is ever removed; LSH only decides which pairs get looked at).
+threshold (so no pair below the threshold is ever removed; LSH only decides which pairs get looked at). A bucket of
+m documents gives m - 1 candidates: each member with the bucket's smallest (a star; all pairs grew as m**2 for a
+template many pages share).
 
-Which copy stays: a document is removed if a confirmed duplicate with a smaller key exists, where the key is
-``(doc_id, source path, byte offset)`` (the order the shards sort documents by); the record names the smallest such
-duplicate. For exact copies (a clique) that keeps exactly the smallest of each group. For near copies it is one
-pass, no connected components: in a chain A ~ B ~ C (A < B < C) where A and C are below the threshold, B and C are
-both removed (each has a smaller duplicate) although C's is itself removed. The outcome is a function of the set of
-documents alone: the same whatever the runner, the worker count or the input order.
+Which copy stays: the copies form clusters (connected components of exact copies and confirmed pairs); the smallest
+``(source path, byte offset, line, doc_id)`` of a cluster stays, every other is removed and its record names the one
+that stays, with their similarity (exact Jaccard of their shingle sets: in a chain A ~ B ~ C it may be below the
+threshold for A and C). The outcome is a function of the set of documents alone: the same whatever the runner, the
+worker count or the order the files are given in.
 
-Everything is grouped by Beam (GroupByKey on text digest, on band key, on pair): no process holds an index of the
-corpus. Signatures are computed in the step right after reading (fused with it). What a document needs to know (its
-candidate pairs; whether it is a copy) reaches it through multimap side inputs, which runners look up per key
-instead of loading whole, so the documents themselves are never shuffled; only the shingle sets of documents in a
-candidate pair are (computed again there: cheaper than carrying every document's through a shuffle).
+Two passes over the input, and the documents' text is never held or shuffled for the rest: the *pre-pass* reads the
+input again (decompressing and parsing it costs less than a runner materialising every document), computes a digest
+and band keys per document and groups them (GroupByKey on digest, on band); what each document's fate is reaches the
+*main pass* as a multimap side input looked up per document where it is read. Only the documents in a candidate pair
+(and their exact copies) are set aside there and shuffled with their text to be confirmed and clustered: their number
+grows with the near copies, not with the corpus. Clusters: ``ROUNDS`` rounds of smallest-label propagation over the
+confirmed pairs (a cluster whose documents are more than ``ROUNDS`` confirmed pairs apart is counted in the manifest's
+``dedup.unconverged`` and its far end stays).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import typing
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -31,83 +35,111 @@ from apache_beam.pvalue import TaggedOutput
 from pipeline.dedup import minhash, text
 from pipeline.elements import DUPLICATE, Document, RemovedDocument, preview
 
-DocKey = tuple[str, str, int, int]  # doc_id, source path, byte offset, line (the line only for the record)
+DocKey = tuple[str, int, int, str]  # source path, byte offset, line, doc_id: the order "smallest" means
 MODES = ("off", "exact", "near")
+ROUNDS = 6  # label propagation rounds: clusters up to this many confirmed pairs across are exact
+DEFER = "d"  # the main pass sets the document aside for confirmation
+DROP = ""  # left out and recorded elsewhere (contaminated)
 
 
 def doc_key(d: Document) -> DocKey:
-    return (d.doc_id, d.source.path, d.source.byte_offset, d.source.line)
+    return (d.source.path, d.source.byte_offset, d.source.line, d.doc_id)
 
 
 def key_dict(key: DocKey) -> dict:
-    return {"doc_id": key[0], "source": {"path": key[1], "byte_offset": key[2], "line": key[3]}}
+    return {"doc_id": key[3], "source": {"path": key[0], "byte_offset": key[1], "line": key[2]}}
 
 
-def _side_key(key: DocKey) -> str:
+def side_key(key: DocKey) -> str:
     """A document key as the string key of a multimap side input (looked up per document, never loaded whole)."""
     return json.dumps(list(key), ensure_ascii=False)
 
 
+def _mark(method: str, kept: DocKey, similarity: float) -> dict:
+    return {"method": method, "duplicate_of": key_dict(kept), "similarity": similarity}
+
+
 class _SignFn(beam.DoFn):
-    """document -> (text digest, (key, band keys)); the band keys only for ``near``."""
+    """document (pre-pass) -> (text digest, (key, band keys)); the band keys only for ``near``."""
 
     def __init__(self, params: minhash.NearParams | None):
         self._params = params
         self._no_words = Metrics.counter("dedup", "documents_without_words")
 
     def process(self, doc: Document):
-        found = text.words(doc.text)
-        if not found:
+        hashes, digest = text.analyse(doc.text)
+        if digest is None:
             self._no_words.inc()  # nothing to compare: never a duplicate
             return
-        digest = hashlib.blake2b(" ".join(found).encode("utf-8"), digest_size=16).digest()
         bands: tuple = ()
         if self._params is not None:
-            shingles = text.shingle_set(found, self._params.shingle)
+            shingles = text.shingles_of(hashes, self._params.shingle)
             bands = tuple(minhash.band_keys(minhash.signature(shingles, self._params.num_perm), self._params))
         yield digest, (doc_key(doc), bands)
 
 
 def _exact_copies(digest_members):
-    """The smallest key of a digest stays (and goes on to the bands); every other is an exact copy of it."""
+    """The smallest key of a digest stays (and goes on to the bands); every other -> (its key, the kept key)."""
     _, members = digest_members
     members = sorted(members)
     kept, bands = members[0]
     for band in bands:
         yield TaggedOutput("bands", (band, kept))
     for key, _ in members[1:]:
-        yield key, {"method": "exact", "duplicate_of": key_dict(kept), "similarity": 1.0}
+        yield key, kept
 
 
-def _candidate_pairs(band_members):
+def _star_pairs(band_members):
+    """Every member of a bucket with the bucket's smallest: m - 1 pairs, not m(m-1)/2."""
     _, keys = band_members
     keys = sorted(set(keys))
-    for i, a in enumerate(keys):
-        for b in keys[i + 1 :]:
-            yield a, b
+    for b in keys[1:]:
+        yield keys[0], b
 
 
-def _pair_ends(pair):
-    name = json.dumps([list(pair[0]), list(pair[1])], ensure_ascii=False)
-    yield _side_key(pair[0]), name
-    yield _side_key(pair[1]), name
+def _route_copies(kept_groups):
+    """(kept key, {copies, pairs}) -> a final exact mark per copy, or the copy set aside with its kept document
+    when that one is in a candidate pair (its cluster may have a smaller document)."""
+    kept, groups = kept_groups
+    copies = sorted(groups["copies"])
+    if next(iter(groups["pairs"]), None) is None:
+        for copy in copies:
+            yield side_key(copy), json.dumps(_mark("exact", kept, 1.0), sort_keys=True, ensure_ascii=False)
+        return
+    yield side_key(kept), DEFER
+    for copy in copies:
+        yield side_key(copy), DEFER
+        yield TaggedOutput("edges", (copy, (kept, 1.0)))
+
+
+class _SplitFn(beam.DoFn):
+    """The main pass: each document as it is read -> kept, removed (its record), set aside, or left out silently."""
+
+    def process(self, doc: Document, routes):
+        found = next(iter(routes[side_key(doc_key(doc))]), None)  # at most one route per document
+        if found is None:
+            yield doc
+        elif found == DEFER:
+            yield TaggedOutput("deferred", (doc_key(doc), doc))
+        elif found != DROP:
+            yield TaggedOutput(
+                "removed", RemovedDocument(DUPLICATE, doc.doc_id, doc.source, json.loads(found), preview(doc.text))
+            )
 
 
 class _PairShinglesFn(beam.DoFn):
-    """A document in candidate pairs -> (pair, (its key, its shingle set)) per pair; the others -> nothing. The
-    shingles are computed again here rather than carried: only documents in a pair cost a shuffle."""
+    """(key, {doc, pairs}) -> (pair, (key, shingles)) per candidate pair, and (key, (doc, shingles)) for the rest."""
 
     def __init__(self, shingle: int):
         self._shingle = shingle
 
-    def process(self, doc: Document, pair_ends):
-        key = doc_key(doc)
-        pairs = list(pair_ends[_side_key(key)])  # a lazy iterable on portable runners
-        if not pairs:
-            return
-        shingles = text.shingle_set(text.words(doc.text), self._shingle)
-        for pair in pairs:
+    def process(self, key_groups):
+        key, groups = key_groups
+        doc = next(iter(groups["doc"]))
+        shingles = text.shingles_of(text.analyse(doc.text)[0], self._shingle)
+        for pair in sorted(set(groups["pairs"])):
             yield pair, (key, shingles)
+        yield TaggedOutput("docs", (key, (doc, shingles)))
 
 
 class _ConfirmFn(beam.DoFn):
@@ -115,35 +147,92 @@ class _ConfirmFn(beam.DoFn):
 
     def __init__(self, threshold: float):
         self._threshold = threshold
-        self._confirmed = Metrics.counter("dedup", "confirmed_pairs")
 
     def process(self, pair_shingles):
         _, ends = pair_shingles
         (a, shingles_a), (b, shingles_b) = sorted(ends, key=lambda end: end[0])
         similarity = text.jaccard(shingles_a, shingles_b)
         if similarity >= self._threshold:
-            self._confirmed.inc()
             yield b, (a, round(similarity, 6))
 
 
-def _near_copy(key_matches):
-    key, matches = key_matches
-    a, similarity = min(matches)  # the smallest confirmed duplicate
-    return key, {"method": "near", "duplicate_of": key_dict(a), "similarity": similarity}
+def _both_ways(edge):
+    b, (a, similarity) = edge
+    yield a, (b, similarity)
+    yield b, (a, similarity)
 
 
-class _SplitFn(beam.DoFn):
-    def process(self, doc: Document, marks):
-        found = next(iter(marks[_side_key(doc_key(doc))]), None)  # at most one mark per document
-        if found is not None:
-            detail = json.loads(found)
-            yield TaggedOutput("removed", RemovedDocument(DUPLICATE, doc.doc_id, doc.source, detail, preview(doc.text)))
-        else:
-            yield doc
+def _spread(key_groups):
+    """One round: a document's label to itself and to each neighbour (the smallest arriving wins)."""
+    key, groups = key_groups
+    label = min(groups["label"])
+    yield key, label
+    for other, _ in groups["edges"]:
+        yield other, label
+
+
+def clusters(edges, name: str):
+    """(b, (a, similarity)) edges -> (key, the smallest key within ROUNDS edges) for every key in an edge, and the
+    number of keys whose label would still change (0 when every cluster is within ROUNDS)."""
+    both = edges | f"{name}BothWays" >> beam.FlatMap(_both_ways)
+    labels = (
+        both
+        | f"{name}Start" >> beam.Map(lambda kv: (kv[0], min(kv[0], kv[1][0])))
+        | f"{name}Min0" >> beam.CombinePerKey(min)
+    )
+    for i in range(1, ROUNDS + 1):
+        labels = (
+            {"label": labels, "edges": both}
+            | f"{name}Join{i}" >> beam.CoGroupByKey()
+            | f"{name}Spread{i}" >> beam.FlatMap(_spread)
+            | f"{name}Min{i}" >> beam.CombinePerKey(min)
+        )
+    again = (
+        {"label": labels, "edges": both}
+        | f"{name}JoinCheck" >> beam.CoGroupByKey()
+        | f"{name}SpreadCheck" >> beam.FlatMap(_spread)
+        | f"{name}MinCheck" >> beam.CombinePerKey(min)
+    )
+    unconverged = (
+        {"before": labels, "after": again}
+        | f"{name}Compare" >> beam.CoGroupByKey()
+        | f"{name}Changed" >> beam.Filter(lambda kv: list(kv[1]["before"]) != list(kv[1]["after"]))
+        | f"{name}CountChanged" >> beam.combiners.Count.Globally()
+    )
+    return labels, unconverged
+
+
+def _decide(key_groups):
+    """(key, {doc, label, edges}) -> the document kept, its record (its cluster's smallest is a neighbour), or
+    (smallest, (key, doc, shingles)) to be compared with the smallest."""
+    key, groups = key_groups
+    ((doc, shingles),) = groups["doc"]
+    root = min(groups["label"], default=key)
+    if root == key:
+        yield doc
+        return
+    direct = [s for other, s in groups["edges"] if other == root]
+    if direct:
+        method = "exact" if direct[0] == 1.0 and any(o == root for o, _ in groups["exact"]) else "near"
+        yield TaggedOutput(
+            "removed",
+            RemovedDocument(DUPLICATE, doc.doc_id, doc.source, _mark(method, root, direct[0]), preview(doc.text)),
+        )
+    else:
+        yield TaggedOutput("far", (root, (key, doc, shingles)))
+
+
+def _far_records(root_groups):
+    root, groups = root_groups
+    (root_shingles,) = [s for _, s in groups["root"]]
+    for _, doc, shingles in sorted(groups["far"], key=lambda f: f[0]):
+        similarity = round(text.jaccard(root_shingles, shingles), 6)
+        yield RemovedDocument(DUPLICATE, doc.doc_id, doc.source, _mark("near", root, similarity), preview(doc.text))
 
 
 class DropDuplicates(beam.PTransform):
-    """``documents`` -> ``{"documents": kept, "removed": RemovedDocument, "stats": (name, count)}``."""
+    """``{"documents": the main pass, "prepass": the same documents read again, "dropped": keys to leave out
+    silently (optional)}`` -> ``{"documents": kept, "removed": RemovedDocument, "stats": (name, count)}``."""
 
     def __init__(self, mode: str, params: minhash.NearParams | None = None):
         super().__init__()
@@ -151,30 +240,93 @@ class DropDuplicates(beam.PTransform):
             raise ValueError(f"DropDuplicates: mode must be exact or near, got {mode!r}")
         self._params = (params or minhash.NearParams()) if mode == "near" else None
 
-    def expand(self, documents):
-        signed = documents | "Sign" >> beam.ParDo(_SignFn(self._params))
+    def expand(self, inputs):
+        documents, prepass = inputs["documents"], inputs["prepass"]
+        pipeline = documents.pipeline
         exact = (
-            signed
+            prepass
+            | "Sign" >> beam.ParDo(_SignFn(self._params))
             | "GroupByDigest" >> beam.GroupByKey()
-            | "ExactCopies" >> beam.FlatMap(_exact_copies).with_outputs("bands", main="copies")
+            | "ExactCopies"
+            >> beam.FlatMap(_exact_copies).with_output_types(typing.Any).with_outputs("bands", main="copies")
         )
-        marks = [exact["copies"]]
-        stats = []
-        if self._params is not None:
+        dropped = inputs.get("dropped") or (pipeline | "NoneDropped" >> beam.Create([]))
+        routes = [dropped | "DropRoutes" >> beam.Map(lambda k: (side_key(k), DROP))]
+        stats: list = []
+        params = self._params
+        if params is None:
+            routes.append(
+                exact["copies"]
+                | "ExactMarks"
+                >> beam.Map(
+                    lambda c: (
+                        side_key(c[0]),
+                        json.dumps(_mark("exact", c[1], 1.0), sort_keys=True, ensure_ascii=False),
+                    )
+                )
+            )
+        else:
             pairs = (
                 exact["bands"]
                 | "GroupByBand" >> beam.GroupByKey()
-                | "CandidatePairs" >> beam.FlatMap(_candidate_pairs)
+                | "StarPairs" >> beam.FlatMap(_star_pairs)
                 | "DistinctPairs" >> beam.Distinct()
             )
-            ends = pairs | "PairEnds" >> beam.FlatMap(_pair_ends).with_output_types(tuple[str, str])
-            confirmed = (
-                documents
-                | "PairShingles" >> beam.ParDo(_PairShinglesFn(self._params.shingle), beam.pvalue.AsMultiMap(ends))
-                | "GroupByPair" >> beam.GroupByKey()
-                | "Confirm" >> beam.ParDo(_ConfirmFn(self._params.threshold))
+            ends = pairs | "PairEnds" >> beam.FlatMap(lambda p: [(p[0], p), (p[1], p)])
+            copies = (
+                {"copies": exact["copies"] | "ByKept" >> beam.Map(lambda c: (c[1], c[0])), "pairs": ends}
+                | "CopiesAndPairs" >> beam.CoGroupByKey()
+                | "RouteCopies"
+                >> beam.FlatMap(_route_copies).with_output_types(typing.Any).with_outputs("edges", main="routes")
             )
-            marks.append(confirmed | "GroupByCopy" >> beam.GroupByKey() | "NearCopies" >> beam.Map(_near_copy))
+            routes += [copies["routes"], ends | "DeferPairs" >> beam.Map(lambda e: (side_key(e[0]), DEFER))]
+        route_pc = (
+            routes
+            | "AllRoutes" >> beam.Flatten()
+            | "Routes" >> beam.Map(lambda kv: kv).with_output_types(tuple[str, str])
+            | "OneRoute" >> beam.CombinePerKey(min).with_output_types(tuple[str, str])  # in several pairs: one route
+        )
+        split = documents | "Split" >> beam.ParDo(_SplitFn(), beam.pvalue.AsMultiMap(route_pc)).with_output_types(
+            typing.Any
+        ).with_outputs("removed", "deferred", main="documents")
+        kept, removed = [split["documents"]], [split["removed"]]
+        if params is not None:
+            shingled = (
+                {"doc": split["deferred"], "pairs": ends}
+                | "DocAndPairs" >> beam.CoGroupByKey()
+                | "PairShingles"
+                >> beam.ParDo(_PairShinglesFn(params.shingle))
+                .with_output_types(typing.Any)
+                .with_outputs("docs", main="pairs")
+            )
+            confirmed = (
+                shingled["pairs"]
+                | "GroupByPair" >> beam.GroupByKey()
+                | "Confirm" >> beam.ParDo(_ConfirmFn(params.threshold))
+            )
+            edges = (confirmed, copies["edges"]) | "AllEdges" >> beam.Flatten()
+            labels, unconverged = clusters(edges, "Cluster")
+            decided = (
+                {
+                    "doc": shingled["docs"],
+                    "label": labels,
+                    "edges": edges | "EdgesBothWays" >> beam.FlatMap(_both_ways),
+                    "exact": copies["edges"],
+                }
+                | "DocClusters" >> beam.CoGroupByKey()
+                | "Decide"
+                >> beam.FlatMap(_decide).with_output_types(typing.Any).with_outputs("removed", "far", main="kept")
+            )
+            far = (
+                {
+                    "far": decided["far"],
+                    "root": shingled["docs"] | "RootShingles" >> beam.Map(lambda kv: (kv[0], (None, kv[1][1]))),
+                }
+                | "FarAndRoots" >> beam.CoGroupByKey()
+                | "FarRecords" >> beam.FlatMap(lambda kv: _far_records(kv) if next(iter(kv[1]["far"]), None) else [])
+            )
+            kept.append(decided["kept"])
+            removed += [decided["removed"], far]
             stats = [
                 pairs
                 | "CountCandidates" >> beam.combiners.Count.Globally()
@@ -182,18 +334,11 @@ class DropDuplicates(beam.PTransform):
                 confirmed
                 | "CountConfirmed" >> beam.combiners.Count.Globally()
                 | "NameConfirmed" >> beam.Map(lambda n: ("confirmed_pairs", n)),
+                unconverged | "NameUnconverged" >> beam.Map(lambda n: ("unconverged", n)),
             ]
-        side_marks = (
-            marks
-            | "AllCopies" >> beam.Flatten()
-            | "AsSideMarks"
-            >> beam.Map(
-                lambda m: (_side_key(m[0]), json.dumps(m[1], sort_keys=True, ensure_ascii=False))
-            ).with_output_types(tuple[str, str])
-        )
-        split = documents | "Split" >> beam.ParDo(_SplitFn(), beam.pvalue.AsMultiMap(side_marks)).with_outputs(
-            "removed", main="documents"
-        )
-        pipeline = documents.pipeline
         stats_pc = (stats or [pipeline | "NoStats" >> beam.Create([])]) | "AllStats" >> beam.Flatten()
-        return {"documents": split["documents"], "removed": split["removed"], "stats": stats_pc}
+        return {
+            "documents": kept | "AllKept" >> beam.Flatten(),
+            "removed": removed | "AllRemovedCopies" >> beam.Flatten(),
+            "stats": stats_pc,
+        }
