@@ -30,7 +30,7 @@ from pipeline import jobs  # before Beam: it hides a warning Beam logs while it 
 import numpy as np
 from tokenizers import Tokenizer, decoders
 
-from pipeline.dedup.eval_sets import EvalFileError, read_eval_file
+from pipeline.dedup.eval_sets import EvalFileError, given_twice, read_eval_file, twice_message
 from pipeline.dedup.overlap import DEFAULT_N, EvalSet, OverlapIndex
 from pipeline.jobs import UsageError
 from schemas import commands
@@ -184,9 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.ngram < 1:
         print(f"contamination: error: --ngram must be at least 1, got {args.ngram}", file=sys.stderr)
         return 2
-    twice = sorted({p for p in args.eval if args.eval.count(p) > 1})
-    if twice:
-        print(f"contamination: error: --eval {twice[0]} is given more than once", file=sys.stderr)
+    twice = given_twice(args.eval)
+    if twice:  # its examples would be counted twice
+        print(f"contamination: error: {twice_message('--eval', *twice)}", file=sys.stderr)
         return 2
 
     def run() -> None:

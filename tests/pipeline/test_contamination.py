@@ -310,3 +310,25 @@ def test_standalone_report_equals_the_build_time_report_example_for_example(tmp_
             assert sorted(e["id"] for e in r["contaminated_examples"]) == examples, (artifact.name, f)
         assert [e["id"] for e in report[str(planted)]["contaminated_examples"]] == ["before-unknown"]
         assert report[str(XQUAD)]["examples_contaminated"] >= 40
+
+
+def test_one_evaluation_file_under_two_spellings_is_refused(tmp_path, capsys, demo_artifact, monkeypatch):
+    """``dev.jsonl``, ``./dev.jsonl``, its absolute path or a link to it: one file, whose examples would be counted
+    twice (review of issue 35, D8). Refused rather than read once: the report is keyed by the name given, and two
+    names for one file is a mistake in the command to be told about, not guessed through."""
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text(json.dumps({"id": "1", "text": "one two three four five six seven eight nine ten"}) + "\n")
+    (tmp_path / "link.jsonl").symlink_to(dev)
+    monkeypatch.chdir(tmp_path)
+    for other in ("./dev.jsonl", str(dev), "link.jsonl", "sub/../dev.jsonl"):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        code = contamination.main([str(demo_artifact), "--eval", "dev.jsonl", "--eval", other])
+        err = capsys.readouterr().err
+        assert (
+            code == 2 and err.strip() == f"contamination: error: --eval dev.jsonl and --eval {other} are the same file"
+        )
+        argv = ["--input", str(DEMO_CORPUS), "--output", str(tmp_path / "out"), "--decontaminate", "dev.jsonl"]
+        assert build_shards.main([*argv, "--decontaminate", other]) == 2
+        err = capsys.readouterr().err
+        assert f"build_shards: error: --decontaminate dev.jsonl and --decontaminate {other} are the same file" in err
+        assert "Traceback" not in err and not (tmp_path / "out").exists()
