@@ -4,7 +4,9 @@
         --eval ../shared/data/finetune/glue_rte/dev.tsv [--ngram 13] [--json]
 
 Reads the artifact's own rows (local, gs://, s3://), a document at a time: the ids of a document's rows are joined
-and decoded with the artifact's tokenizer.json, so no source text is needed. The evaluation files are read as
+and decoded with the artifact's tokenizer.json, so no source text is needed. No n-gram spans an unknown word (a word
+holding ``[UNK]``/``<unk>`` is left out and cuts the text) or two documents (two documents may share a doc_id; with
+``full-sentences`` packing the separator token ends one). The evaluation files are read as
 distributed (SQuAD v1.1/v2.0 and XQuAD JSON, GLUE TSV, JSONL with a text field: ``pipeline.dedup.eval_sets``) and
 their n-grams held in memory; the corpus never is. Overlap rules: ``pipeline.dedup.overlap`` and docs/DEDUP.md.
 
@@ -28,7 +30,7 @@ from pipeline import jobs  # before Beam: it hides a warning Beam logs while it 
 import numpy as np
 from tokenizers import Tokenizer, decoders
 
-from pipeline.dedup.eval_sets import EvalFileError, read_eval_file
+from pipeline.dedup.eval_sets import EvalFileError, given_twice, read_eval_file, twice_message
 from pipeline.dedup.overlap import DEFAULT_N, EvalSet, OverlapIndex
 from pipeline.jobs import UsageError
 from schemas import commands
@@ -49,24 +51,82 @@ def artifact_tokenizer(art: Artifact) -> Tokenizer:
     return tok
 
 
-def artifact_documents(art: Artifact, tok: Tokenizer) -> Iterator[tuple[str, str]]:
-    """(doc_id, decoded text) per document, shard by shard; a document's rows are consecutive in its shard."""
+def unknown_ids(art: Artifact, tok: Tokenizer) -> np.ndarray:
+    """The ids that stand for unknown text: the unk role's and the model's own (a Unigram trained by ``tokenizers``
+    holds ``<unk>`` twice, as its piece 3 that the model emits and as an added token that the role names)."""
+    model = json.loads(tok.to_str())["model"]
+    ids = {art.special_token_ids["unk"]}
+    if isinstance(model.get("unk_id"), int):
+        ids.add(model["unk_id"])
+    named = tok.token_to_id(model["unk_token"]) if isinstance(model.get("unk_token"), str) else None
+    if named is not None:
+        ids.add(named)
+    return np.array(sorted(ids))
+
+
+def document_texts(tok: Tokenizer, ids: np.ndarray, word_start: np.ndarray, unk: np.ndarray) -> list[str]:
+    """One document's tokens decoded as texts that no n-gram may span: every word (the tokenizer's, as
+    ``word_start`` marks it) holding the unknown token is left out and cuts the text there, as the source's unknown
+    word is no word of the evaluation set's either (skipping ``[UNK]`` alone would join its neighbours)."""
+    if not len(ids):
+        return []
+    unknown = np.isin(ids, unk)
+    if not unknown.any():
+        return [tok.decode(ids.tolist(), skip_special_tokens=True)]
+    word = np.cumsum(word_start)
+    keep = ~np.isin(word, word[unknown])
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], keep.astype(np.int8), [0]))))
+    return [tok.decode(ids[s:e].tolist(), skip_special_tokens=True) for s, e in zip(edges[::2], edges[1::2])]
+
+
+def _row_documents(art: Artifact, shard: str, sep: int, full_sentences: bool):
+    """(doc_id, ids, word_start) per document of one shard, its rows joined. A document starts at a row whose
+    doc_id differs from the row before; with ``doc-sentences`` also at ``seq_index`` 0 (two documents may share an
+    id, FORMAT.md); with ``full-sentences`` rows cross documents: the separator token between two documents ends
+    one, and a document with no row starting in it is named ``<doc_id of its row>+k`` (the k-th after it)."""
+    reader = art.open_shard(shard)
+    current: str | None = None
+    ids: list[np.ndarray] = []
+    starts: list[np.ndarray] = []
+
+    def flush():
+        if current is not None and ids:
+            yield current, np.concatenate(ids), np.concatenate(starts)
+
+    for b in range(reader.num_record_batches):
+        batch = reader.get_batch(b)
+        doc_ids = batch.column("doc_id").to_pylist()
+        seq = batch.column("seq_index").to_pylist()
+        rows = batch.column("input_ids").to_numpy(zero_copy_only=False)
+        word_starts = batch.column("word_start").to_numpy(zero_copy_only=False)
+        for doc_id, s, row, ws in zip(doc_ids, seq, rows, word_starts, strict=True):
+            row, ws = np.asarray(row), np.asarray(ws, dtype=bool)
+            if doc_id != current or (s == 0 and not full_sentences):
+                yield from flush()
+                current, ids, starts = doc_id, [], []
+            if not full_sentences:
+                ids.append(row)
+                starts.append(ws)
+                continue
+            cuts = np.flatnonzero(row == sep)
+            begin = 0
+            for k, cut in enumerate(cuts.tolist(), 1):
+                ids.append(row[begin:cut])
+                starts.append(ws[begin:cut])
+                yield from flush()
+                current, ids, starts, begin = f"{doc_id}+{k}", [], [], cut + 1
+            ids.append(row[begin:])
+            starts.append(ws[begin:])
+    yield from flush()
+
+
+def artifact_documents(art: Artifact, tok: Tokenizer) -> Iterator[tuple[str, list[str]]]:
+    """(doc_id, texts) per document, shard by shard (:func:`document_texts`, :func:`_row_documents`)."""
+    sep, unk = art.special_token_ids["sep"], unknown_ids(art, tok)
+    full_sentences = art.manifest.get("pack") == "full-sentences"
     for shard in art.shard_paths:
-        reader = art.open_shard(shard)
-        current: str | None = None
-        pieces: list[np.ndarray] = []
-        for b in range(reader.num_record_batches):
-            batch = reader.get_batch(b)
-            doc_ids = batch.column("doc_id").to_pylist()
-            rows = batch.column("input_ids").to_numpy(zero_copy_only=False)
-            for doc_id, ids in zip(doc_ids, rows, strict=True):
-                if doc_id != current:
-                    if current is not None:
-                        yield current, tok.decode(np.concatenate(pieces).tolist(), skip_special_tokens=True)
-                    current, pieces = doc_id, []
-                pieces.append(ids)
-        if current is not None:
-            yield current, tok.decode(np.concatenate(pieces).tolist(), skip_special_tokens=True)
+        for doc_id, tokens, word_start in _row_documents(art, shard, sep, full_sentences):
+            yield doc_id, document_texts(tok, tokens, word_start, unk)
 
 
 def load_eval_sets(paths: list[str], n: int, text_field: str = "text") -> list[EvalSet]:
@@ -88,8 +148,8 @@ def check(artifact: str, eval_paths: list[str], n: int = DEFAULT_N, text_field: 
     """The report of ``OverlapIndex.report`` for one artifact, plus ``documents_scanned`` under the key ``""``."""
     index = OverlapIndex(load_eval_sets(eval_paths, n, text_field), n)
     art = Artifact.open(artifact)
-    for doc_id, body in artifact_documents(art, artifact_tokenizer(art)):
-        index.scan(doc_id, body)
+    for doc_id, texts in artifact_documents(art, artifact_tokenizer(art)):
+        index.scan(doc_id, texts)
     log.info("%s: %d documents scanned", artifact, index.documents_scanned)
     return index.report()
 
@@ -124,9 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.ngram < 1:
         print(f"contamination: error: --ngram must be at least 1, got {args.ngram}", file=sys.stderr)
         return 2
-    twice = sorted({p for p in args.eval if args.eval.count(p) > 1})
-    if twice:
-        print(f"contamination: error: --eval {twice[0]} is given more than once", file=sys.stderr)
+    twice = given_twice(args.eval)
+    if twice:  # its examples would be counted twice
+        print(f"contamination: error: {twice_message('--eval', *twice)}", file=sys.stderr)
         return 2
 
     def run() -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from pipeline import verify_removed
 from pipeline.verify_rows import check_shard_rows
 from pipeline.verify_tree import Listing, list_artifact, shown
 from schemas import commands
@@ -147,7 +148,8 @@ def _check_no_stray_files(listing: Listing, m: dict[str, Any], report: Report) -
 def _check_dead_letters(art: Artifact, listing: Listing, report: Report, key: str = "dead_letter") -> None:
     """Each dead-letter file (with ``key="removed"``: each file of removed documents, format 2.1): JSON Lines (split
     at \\n only: a preview may hold U+2028), one object per record with a string ``reason``, all of the file's
-    reason."""
+    reason; a removed document's record also says what the build records (``verify_removed``)."""
+    seen: dict[tuple, str] = {}  # removed documents' sources, across the removed files
     for d in art.manifest.get(key, []):
         path = d["path"]
         if not _check_file(art, listing, path, d["bytes"], d["sha256"], report):
@@ -159,6 +161,7 @@ def _check_dead_letters(art: Artifact, listing: Listing, report: Report, key: st
             report.fail(f"{path}: {len(lines)} records, manifest says {d['records']}")
         reasons: set[str] = set()
         bad: list[str] = []
+        parsed: list[tuple[int, dict]] = []
         for n, raw in enumerate(lines, 1):
             try:
                 record = json.loads(raw.decode("utf-8"))
@@ -172,12 +175,16 @@ def _check_dead_letters(art: Artifact, listing: Listing, report: Report, key: st
                 bad.append(f"line {n}: not a dead-letter record (a JSON object with a string reason)")
                 continue
             reasons.add(record["reason"])
+            parsed.append((n, record))
         report.count("dead letters checked" if key == "dead_letter" else "removed documents checked", len(lines))
         if bad:
             more = f" (and {len(bad) - 1} more bad line(s))" if len(bad) > 1 else ""
             report.fail(f"{path} {bad[0]}{more}")
         if reasons and reasons != {path.rsplit("/", 1)[-1].removesuffix(".jsonl")}:
             report.fail(f"{path}: holds reasons {sorted(reasons)[:5]}")
+        elif key == "removed":
+            for line in verify_removed.file_problems(path, parsed, art.manifest, seen):
+                report.fail(line)
 
 
 def _check_counts(m: dict[str, Any], report: Report) -> None:
@@ -195,6 +202,13 @@ def _check_counts(m: dict[str, Any], report: Report) -> None:
             + "".join(f" + {k} {v:,}" for k, v in removed.items())
         )
     by_reason = {d["path"].rsplit("/", 1)[-1].removesuffix(".jsonl"): d["records"] for d in m.get("removed", [])}
+    for d in m.get("removed", []):
+        reason = d["path"].rsplit("/", 1)[-1].removesuffix(".jsonl")
+        if reason not in verify_removed.REASONS or d["path"] != f"{fmt.REMOVED_DIR}/{reason}.jsonl":
+            report.fail(
+                f"{d['path']}: not a removed-documents file of the format ({fmt.REMOVED_DIR}/duplicate.jsonl, "
+                f"{fmt.REMOVED_DIR}/contaminated.jsonl): its {d['records']:,} record(s) are in no count"
+            )
     for reason in ("duplicate", "contaminated"):
         if by_reason.get(reason, 0) != removed[f"documents_{reason}"]:
             report.fail(

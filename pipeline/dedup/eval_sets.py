@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +141,33 @@ def read_jsonl(path: str, content: str, text_field: str = "text") -> list[Exampl
             raise EvalFileError(f"{path}: line {n}: no string field {text_field!r}")
         examples.append(Example(str(record.get("id", f"line {n}")), (record[text_field],)))
     return examples
+
+
+def _identity(path: str) -> str:
+    """What names one file however it is spelt: a local path resolved (links, ``.``, ``..``, relative), a URL as is
+    with its ``.``/``//`` parts folded."""
+    scheme, sep, rest = path.partition("://")
+    if sep:
+        return f"{scheme}://{os.path.normpath(rest)}"
+    return os.path.realpath(path)
+
+
+def given_twice(paths: list[str] | tuple[str, ...]) -> tuple[str, str] | None:
+    """The first two of ``paths`` that name the same file (its examples would be counted twice, and every record
+    would name it twice), or None."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        key = _identity(path)
+        if key in seen:
+            return seen[key], path
+        seen[key] = path
+    return None
+
+
+def twice_message(option: str, first: str, second: str) -> str:
+    if first == second:
+        return f"{option} {first} is given more than once"
+    return f"{option} {first} and {option} {second} are the same file"
 
 
 def read_eval_file(path: str, text_field: str = "text") -> list[Example]:

@@ -34,7 +34,7 @@ class EvalSet:
     example_ids: list[str]
     pair_hashes: np.ndarray  # uint64, sorted; with pair_examples: the distinct (n-gram, example) pairs
     pair_examples: np.ndarray  # int32, the example index of each pair
-    documents: set[str] = field(default_factory=set)  # corpus doc ids holding one of them (standalone check)
+    documents: list[str] = field(default_factory=list)  # a doc id per corpus document holding one (standalone check)
 
     @classmethod
     def build(cls, name: str, examples: list[Example], n: int) -> EvalSet:
@@ -87,22 +87,29 @@ class OverlapIndex:
         self.found: set[int] = set()  # evaluation n-grams seen in the corpus (a subset of theirs: small)
         self.documents_scanned = 0
 
-    def scan(self, doc_id: str, body: str, record: bool = True) -> np.ndarray:
-        """The evaluation n-grams one corpus document holds (sorted, distinct); ``record``: also count them and the
-        document for :meth:`report` (a Beam worker does not: it sends them on instead)."""
+    def scan(self, doc_id: str, body: str | list[str], record: bool = True) -> np.ndarray:
+        """The evaluation n-grams one corpus document holds (sorted, distinct); ``body``: its text, or its texts
+        when no n-gram may span from one to the next (a decoded document cut at its unknown words); ``record``: also
+        count them and the document for :meth:`report` (a Beam worker does not: it sends them on instead)."""
         self.documents_scanned += 1
-        grams = members(self.hashes, np.unique(text.ngram_hashes(text.word_hashes(text.words(body)), self.n)))
+        parts = [
+            text.ngram_hashes(text.word_hashes(text.words(t)), self.n)
+            for t in ([body] if isinstance(body, str) else body)
+        ]
+        own = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
+        grams = members(self.hashes, own)
         if len(grams) and record:
             self.found.update(int(h) for h in grams)
             for s in self.sets:
                 if len(members(s.pair_hashes, grams)):
-                    s.documents.add(doc_id)
+                    s.documents.append(doc_id)
         return grams
 
     def report(self) -> dict[str, dict]:
         """Per evaluation file: examples, examples_contaminated (sharing at least one n-gram with the corpus),
         examples_too_short, ngrams / ngrams_found (distinct, whole file), ngram_fraction_found (the mean, over the
-        contaminated examples, of the fraction of their n-grams found), documents (sorted corpus doc ids) and
+        contaminated examples, of the fraction of their n-grams found), documents (sorted corpus doc ids, one per
+        document: an id two documents share is there twice when both hold one) and
         contaminated_examples ({id, fraction})."""
         found = np.array(sorted(self.found), dtype=np.uint64)
         out = {}

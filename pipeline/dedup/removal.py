@@ -10,7 +10,7 @@ import apache_beam as beam
 
 from pipeline.dedup import overlap, text
 from pipeline.dedup.clean_documents import DropContaminated
-from pipeline.dedup.eval_sets import EvalFileError, read_eval_file
+from pipeline.dedup.eval_sets import EvalFileError, given_twice, read_eval_file, twice_message
 from pipeline.dedup.minhash import NearParams
 from pipeline.dedup.unique_documents import DropDuplicates
 from pipeline.write.removed import WriteRemoved
@@ -32,9 +32,9 @@ def eval_sets(o) -> list[overlap.EvalSet]:
     if key not in _EVAL_SETS:
         if o.contamination_ngram < 1:
             raise ValueError(f"--contamination-ngram must be at least 1, got {o.contamination_ngram}")
-        twice = sorted({p for p in paths if paths.count(p) > 1})
+        twice = given_twice(paths)
         if twice:  # its examples would be counted twice, and every record would name it twice
-            raise ValueError(f"--decontaminate {twice[0]} is given more than once")
+            raise ValueError(twice_message("--decontaminate", *twice))
         sets = []
         for path in paths:
             try:

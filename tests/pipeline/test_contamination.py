@@ -217,3 +217,118 @@ def test_an_evaluation_file_given_twice_is_refused(tmp_path, capsys, demo_artifa
     err = capsys.readouterr().err
     assert f"build_shards: error: --decontaminate {dev} is given more than once" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+# -- the standalone check agrees with --decontaminate, family by family (review of issue 35, D5) --------------------
+
+RUNIC = "ᚠᚢᚦmega"  # letters no tokenizer trained on WikiText knows: [UNK] / <unk> in WordPiece and Unigram rows
+
+
+def _wordpiece_json() -> str:
+    """A lowercase WordPiece trained here on WikiText-2 valid (BERT's roles)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    from tests.pipeline.test_byte_level_bpe import _wikitext_texts
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(_wikitext_texts(), trainers.WordPieceTrainer(vocab_size=4000, special_tokens=specials))
+    return tok.to_str()
+
+
+def _family_json(family: str) -> str:
+    from tests.pipeline.test_byte_level_bpe import roberta_tokenizer
+    from tests.pipeline.test_unigram import ROBERTA, _train
+
+    return {"wordpiece": _wordpiece_json, "bpe": roberta_tokenizer, "unigram": lambda: _train(ROBERTA)}[family]()
+
+
+def _planted(tmp_path: Path) -> tuple[Path, Path]:
+    """Real pages (two XQuAD articles, a census page) and documents whose words are another real page's: one with
+    an unknown word between two halves of an evaluation example, one with an example wholly before it, and two
+    documents sharing an id, the end of the first and the start of the second an example."""
+    pages = _pages({"Page/Black_Death.md", "Page/Chloroplast.md", "Page/Ames,_Iowa.md", "Page/Apollo_12.md"})
+    words = [w for w in next(p for p in pages if p["id"] == "Page/Apollo_12.md")["text"].split() if w.isalpha()]
+    pages = [p for p in pages if p["id"] != "Page/Apollo_12.md"]
+    a, b, c, d = (words[i : i + 7] for i in (20, 40, 60, 80))
+    planted = [
+        {"id": "unknown", "text": f"{' '.join(words[100:114])} {RUNIC} {' '.join(a)} {RUNIC} {' '.join(b)}."},
+        {"id": "twin", "text": f"First of two. {' '.join(c)}"},
+        {"id": "twin", "text": f"{' '.join(d)}. Second of two."},
+    ]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in pages + planted), encoding="utf-8")
+    evals = [
+        {"id": "across-unknown", "text": " ".join(a + b)},  # false if [UNK] is skipped
+        {"id": "before-unknown", "text": " ".join(words[100:114])},  # true: 14 words of the document
+        {"id": "across-documents", "text": " ".join(c + d)},  # false if two documents are joined
+    ]
+    planted_eval = tmp_path / "planted.jsonl"
+    planted_eval.write_text("".join(json.dumps(e) + "\n" for e in evals))
+    return corpus, planted_eval
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["wordpiece", "bpe", "unigram"])
+def test_standalone_report_equals_the_build_time_report_example_for_example(tmp_path, capsys, family):
+    corpus, planted = _planted(tmp_path)
+    (tmp_path / "tokenizer.json").write_text(_family_json(family), encoding="utf-8")
+    files = [str(XQUAD), str(planted)]
+    common = ["--tokenizer", str(tmp_path / "tokenizer.json"), "--num-shards", "1"]
+    for f in files:
+        common += ["--decontaminate", f]
+    kept = build(corpus, tmp_path / "kept", *common, "--drop-contaminated", "none")
+    c = build(corpus, tmp_path / "dropped", *common)["counts"]
+    assert c["documents_read"] == c["documents_written"] + c["documents_dead_lettered"] + c["documents_contaminated"]
+    records = [json.loads(line) for line in (tmp_path / "dropped/removed/contaminated.jsonl").read_text().splitlines()]
+    artifacts = [tmp_path / "kept"]
+    if family == "wordpiece":  # rows cross documents: the separator ends one
+        build(corpus, tmp_path / "full", *common, "--drop-contaminated", "none", "--pack", "full-sentences")
+        artifacts.append(tmp_path / "full")
+    order = sorted(json.loads(line)["id"] for line in corpus.read_text(encoding="utf-8").splitlines())  # 1 shard
+
+    def named(doc: str) -> str:  # full-sentences: "<id>+k" is the k-th document after <id> in the shard
+        at, plus, k = doc.rpartition("+")
+        return order[order.index(at) + int(k)] if plus and at in order else doc
+
+    for artifact in artifacts:
+        assert contamination.main([str(artifact), *(a for f in files for a in ("--eval", f)), "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        for f in files:
+            report[f]["documents"] = sorted(named(doc) for doc in report[f]["documents"])
+            r, at_build = report[f], kept["contamination"]["files"][f]
+            assert {k: v for k, v in r.items() if k not in ("documents", "contaminated_examples")} == {
+                k: v for k, v in at_build.items() if k != "documents"
+            }, (artifact.name, f)
+            assert len(r["documents"]) == at_build["documents"]
+            held = [(rec["doc_id"], e) for rec in records for e in rec["evaluation"] if e["file"] == f]
+            assert r["documents"] == sorted(doc for doc, _ in held), (artifact.name, f)
+            examples = sorted({i for _, e in held for i in e["example_ids"]})
+            assert sorted(e["id"] for e in r["contaminated_examples"]) == examples, (artifact.name, f)
+        assert [e["id"] for e in report[str(planted)]["contaminated_examples"]] == ["before-unknown"]
+        assert report[str(XQUAD)]["examples_contaminated"] >= 40
+
+
+def test_one_evaluation_file_under_two_spellings_is_refused(tmp_path, capsys, demo_artifact, monkeypatch):
+    """``dev.jsonl``, ``./dev.jsonl``, its absolute path or a link to it: one file, whose examples would be counted
+    twice (review of issue 35, D8). Refused rather than read once: the report is keyed by the name given, and two
+    names for one file is a mistake in the command to be told about, not guessed through."""
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text(json.dumps({"id": "1", "text": "one two three four five six seven eight nine ten"}) + "\n")
+    (tmp_path / "link.jsonl").symlink_to(dev)
+    monkeypatch.chdir(tmp_path)
+    for other in ("./dev.jsonl", str(dev), "link.jsonl", "sub/../dev.jsonl"):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        code = contamination.main([str(demo_artifact), "--eval", "dev.jsonl", "--eval", other])
+        err = capsys.readouterr().err
+        assert (
+            code == 2 and err.strip() == f"contamination: error: --eval dev.jsonl and --eval {other} are the same file"
+        )
+        argv = ["--input", str(DEMO_CORPUS), "--output", str(tmp_path / "out"), "--decontaminate", "dev.jsonl"]
+        assert build_shards.main([*argv, "--decontaminate", other]) == 2
+        err = capsys.readouterr().err
+        assert f"build_shards: error: --decontaminate dev.jsonl and --decontaminate {other} are the same file" in err
+        assert "Traceback" not in err and not (tmp_path / "out").exists()
