@@ -5,9 +5,10 @@ reported, one line per kind of problem naming the file and the first line that h
 - every record: ``doc_id`` (string) and ``source`` (``path`` string, ``line`` and ``byte_offset`` integers);
   records sorted as the writer sorts them (source path, byte offset, line, doc_id); no source recorded twice in
   the removed files (a document is removed once);
-- ``duplicate``: ``method`` ``exact`` (``similarity`` 1.0) or ``near`` (``similarity`` from the manifest's
-  ``dedup.near.threshold`` to 1.0), the method the manifest's ``dedup.mode`` allows, and ``duplicate_of`` a
-  document with a smaller key ``(doc_id, source path, byte offset)``;
+- ``duplicate``: ``method`` ``exact`` (``similarity`` 1.0) or ``near`` (``similarity`` from 0 to 1: the exact
+  Jaccard with the document kept, which in a chain A ~ B ~ C may be below ``dedup.near.threshold``), the method the
+  manifest's ``dedup.mode`` allows, and ``duplicate_of`` the document its cluster keeps, so one with a smaller key
+  ``(source path, byte offset, line, doc_id)``;
 - ``contaminated``: ``ngram_size`` the manifest's, ``ngrams_found`` at least 1, ``evaluation`` a non-empty list of
   ``{file, examples, example_ids}`` naming an evaluation file of the manifest's ``contamination.files`` and
   1 to 100 example ids (at most ``examples``).
@@ -53,15 +54,13 @@ def _duplicate_problem(r: dict[str, Any], m: dict[str, Any]) -> str | None:
         return "no numeric similarity"
     if method == "exact" and similarity != 1.0:
         return f"similarity {similarity} of an exact copy (1.0)"
-    threshold: Any = _obj(dedup.get("near")).get("threshold")
-    if method == "near" and (not _number(threshold) or not threshold <= similarity <= 1.0):
-        return f"similarity {similarity} outside [dedup.near.threshold {threshold}, 1]"
+    if method == "near" and not 0.0 <= similarity <= 1.0:
+        return f"similarity {similarity} outside [0, 1]"
     of = r.get("duplicate_of")
     if not isinstance(of, dict) or not isinstance(of.get("doc_id"), str) or source_problem(of.get("source")):
         return "duplicate_of is not {doc_id, source}"
-    own = (r["doc_id"], r["source"]["path"], r["source"]["byte_offset"])
-    if (of["doc_id"], of["source"]["path"], of["source"]["byte_offset"]) >= own:
-        return "duplicate_of is not a document with a smaller key (doc_id, source path, byte offset)"
+    if sort_key(of) >= sort_key(r):
+        return "duplicate_of is not a document with a smaller key (source path, byte offset, line, doc_id)"
     return None
 
 

@@ -298,6 +298,26 @@ def test_dedup_counts_are_verified(tmp_path, capsys):
     assert "documents_duplicate 1" in err and "removed/duplicate.jsonl holds 2 records, documents_duplicate is 1" in err
 
 
+def test_a_chain_built_into_an_artifact_verifies(tmp_path, capsys):
+    """A ~ B ~ C as a build writes it: C's record names A, kept at the smallest position although its doc_id sorts
+    last, with J(A, C) below the threshold; verify accepts what the build wrote (it refused both: it wanted
+    doc_id-first keys and every near similarity at the threshold)."""
+    a = WORDS
+    b = ["p"] * 10 + WORDS[10:]
+    c = b[:90] + ["q"] * 10
+    rows = [("z-a", a), ("y-b", b), ("x-c", c)]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"id": i, "text": " ".join(w)}) + "\n" for i, w in rows))
+    out = tmp_path / "artifact"
+    m = build(
+        tmp_path / "c.jsonl", out, "--train-tokenizer", "--vocab-size", "200", "--num-shards", "1", "--dedup", "near"
+    )
+    assert m["counts"]["documents_duplicate"] == 2
+    records = [json.loads(line) for line in (out / "removed" / "duplicate.jsonl").read_text().splitlines()]
+    assert [(r["doc_id"], r["duplicate_of"]["doc_id"]) for r in records] == [("y-b", "z-a"), ("x-c", "z-a")]
+    assert records[1]["similarity"] < 0.8
+    assert verify_mod.main([str(out)]) == 0, capsys.readouterr().err
+
+
 def test_bad_dedup_option_is_one_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "c.jsonl").write_text('{"id": "1", "text": "x"}\n')
     code = build_shards.main(

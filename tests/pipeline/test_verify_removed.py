@@ -95,9 +95,13 @@ DUPLICATE_EDITS: dict[str, tuple[Callable[[list[dict]], list[dict]], str]] = {
         )(rs),
         "of an exact copy",
     ),  # fmt: skip
-    "near below the threshold": (
-        lambda rs: _edit(_near(rs), lambda r: r.update(similarity=0.5))(rs),
-        "outside [dedup.near.threshold 0.8, 1]",
+    "duplicate_of a smaller doc_id later in the file": (
+        _edit(0, lambda r: r.update(duplicate_of={"doc_id": "", "source": dict(r["source"], byte_offset=1 << 40)})),
+        "smaller key (source path",
+    ),  # fmt: skip
+    "near above 1": (
+        lambda rs: _edit(_near(rs), lambda r: r.update(similarity=1.5))(rs),
+        "outside [0, 1]",
     ),  # fmt: skip
     "similarity a string": (_edit(0, lambda r: r.update(similarity="1.0")), "no numeric similarity"),
     "not sorted": (lambda rs: rs[::-1], "not sorted"),
