@@ -164,6 +164,7 @@ class ChunkCache:
         punctuation_cuts: bool = True,
         key_mask: int = (1 << 64) - 1,
         values=np.int32,
+        byte_classes: bool = True,
     ):
         if max_bytes < 1 or max_chunk_bytes < 1:
             raise ValueError("max_bytes and max_chunk_bytes must be positive")
@@ -174,8 +175,12 @@ class ChunkCache:
         self._max_bytes = max_bytes
         self._max_chunk_bytes = max_chunk_bytes
         self._key_mask = np.uint64(key_mask)  # tests narrow the keys to force collisions
-        self._classes, self._glued_tokens = _byte_classes(marked, marker, punctuation_cuts)
-        self._punctuation_ids = _punctuation_ids(marked, self._classes, self._glued_tokens)
+        self._classes = np.full(256, 2, np.uint8)
+        self._glued_tokens: tuple[str, ...] = ()
+        self._punctuation_ids: np.ndarray | None = None
+        if byte_classes:  # WordPiece's cuts (word_cache cuts its own way)
+            self._classes, self._glued_tokens = _byte_classes(marked, marker, punctuation_cuts)
+            self._punctuation_ids = _punctuation_ids(marked, self._classes, self._glued_tokens)
         self._class_table = self._classes.tobytes()
         self._lock = threading.Lock()
         self.hits = self.misses = 0  # chunks answered from the cache / not (a batch encodes each distinct miss once)

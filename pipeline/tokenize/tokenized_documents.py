@@ -86,10 +86,10 @@ class _TokenizeFn(beam.DoFn):
         # through a cache of chunk encodings (chunk_cache).
         # Byte-level BPE and Unigram: whole documents through a cache of chunk encodings (word_cache).
         self._sentences: SentenceEncoder | WordEncoder | None = None
-        if self._segmenter is None:
-            self._sentences = SentenceEncoder.for_tokenizer(self._tok, self._cache_bytes) or WordEncoder.for_tokenizer(
-                self._tok, self._cache_bytes
-            )
+        if self._segmenter is None and family == WORDPIECE:
+            self._sentences = SentenceEncoder.for_tokenizer(self._tok, self._cache_bytes)
+        elif self._segmenter is None:
+            self._sentences = WordEncoder.for_tokenizer(self._tok, self._cache_bytes, family, added)
         # The Rust calls run on our encoder threads (GIL released), each single-threaded: the tokenizers
         # library's own thread pool would compete with them and with this thread for the same cores, and its
         # idle threads spin (measured: 8% slower jobs on 2 cores). Parallelism comes from encoder threads

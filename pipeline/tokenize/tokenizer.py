@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -145,6 +146,10 @@ def train(
     return _add_post_processor(_bert_pipeline(tok, lowercase))
 
 
+def _spec_from_state(packed: bytes, source: str, lowercase: bool, family: str, roles) -> TokenizerSpec:
+    return TokenizerSpec(zlib.decompress(packed).decode("utf-8"), source, lowercase, family, roles)
+
+
 @dataclass(frozen=True)
 class TokenizerSpec:
     """Everything workers and the manifest need to know about the tokenizer, picklable."""
@@ -154,6 +159,18 @@ class TokenizerSpec:
     lowercase: bool
     family: str = WORDPIECE  # schemas/tokenizers/families.py
     roles: tuple[tuple[str, str], ...] = tuple(SPECIAL_TOKENS.items())  # (role, token) of pad unk cls sep mask
+
+    def __reduce__(self):
+        # Beam pickles every DoFn that holds the spec and bz2-compresses the pickle, then decompresses it for every
+        # bundle processor a worker builds: a 1.2 MB byte-level BPE cost ~1 s of a 7 s job that way. The JSON
+        # travels zlib-compressed (a quarter of the size, and bz2 works in proportion to its input).
+        return _spec_from_state, (
+            zlib.compress(self.json.encode("utf-8"), 6),
+            self.source,
+            self.lowercase,
+            self.family,
+            self.roles,
+        )
 
     @property
     def special_tokens(self) -> dict[str, str]:

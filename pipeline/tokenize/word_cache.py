@@ -1,21 +1,33 @@
-"""Byte-level BPE and Unigram documents through a cache of chunk encodings (the families' fast path).
+r"""Byte-level BPE and Unigram documents through a cache of chunk encodings (the families' fast path).
 
 A chunk here is a run of text that starts at a document's start or at a *cut* and holds everything up to the next
-one, whitespace included (these families keep a space with the word after it: ``Ġword``, ``▁word``). A cut is
+one, whitespace included (these families keep a space with the word after it: ``Ġword``, ``▁word``). A cut is the
+start of a run of whitespace that follows a non-space character:
 
-* a space (U+0020) between two printable non-space ASCII characters (``!`` .. ``~``), in both families;
-* for byte-level BPE also a line feed followed by such a character;
+* **byte-level BPE**: a space, tab, line feed or carriage return after a character that is not whitespace
+  (Python's ``isspace``, which holds every character the regex's ``\s`` matches). Why the tokens stay the same: in
+  the regex ``'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`` a match that holds a
+  non-space character never goes on into the whitespace after it (only a leading space is optional), so a match
+  starts at the cut; matches are made left to right and look only forward, so from the cut on the text is matched
+  as if it started there, and before it as if it ended there (the last character before the cut is no whitespace,
+  so no ``(?!\S)`` there looks across). BPE merges never cross a match. No normalizer.
+* **Unigram**: a run of the characters the normalizer makes a space (a space; a line feed, tab or carriage return
+  where it maps them to one, as ``Nmt`` does: ``_run_characters``) between two printable non-space ASCII characters
+  (``!`` .. ``~``), cut at its first character. Why: the accepted normalizers work per character, per
+  normalization segment (a space is a starter that neither decomposes nor composes) or on runs of spaces (the
+  ``Replace``), and the characters on both sides of the run stay non-space characters, so the normalized text is
+  the normalized chunks laid end to end, the run becoming the same run of spaces either way; Metaspace then cuts
+  before every ``▁``, and a chunk that starts with ``▁`` gets none prepended. The long-text cut of
+  ``schemas/tokenizers/families.py`` is the case of a run of one space.
 
-and never next to an added token the text tokenizer matches (no cut at either edge of an occurrence found in the
-text). These are the cuts ``encodings.text_pieces`` makes in long texts, proved in
-``schemas/tokenizers/families.py``: at every one of them the whole text's words end, and the text after it is
-tokenized as if it started there. So a document's tokens are its chunks' tokens, each chunk encoded alone, and
-most chunks of a corpus are repeats (`` the``, `` of``) that the cache answers.
+No cut is next to an added token the text tokenizer matches (neither where an occurrence found in the text ends,
+nor, for Unigram, where the run ends and one begins), and none is made when an added token holds whitespace or
+strips it (``piece_cuts_allowed``). So a document's tokens are its chunks' tokens, each chunk tokenized alone, and
+most chunks of a corpus are repeats (`` the``, `` of``, ``\n\nThe``) that the cache answers.
 
-Encoded alone means: the first chunk of a document, which has no space before it, is tokenized as the start of a
-text (a Unigram ``prepend_scheme`` ``first`` gives it its ``▁`` there only: such chunks are encoded as inputs of
-their own); every other chunk starts with its cut character and is encoded as a piece of one input, between
-cut markers (the tokenizer splits at added tokens first, so each piece is tokenized alone).
+A missed chunk is tokenized alone by laying the missed chunks end to end where the place they meet is itself a cut
+(``_follows``) and starting another input where not (a document's first chunk always starts one, so it is
+tokenized as the start of a text, which matters to a Unigram's ``prepend_scheme``).
 
 The cache keeps, per token, its id packed with what the documents need beyond the ids (read from the tokenizer's
 word numbers and offsets when a chunk is missed, with the rule of ``word_heads``): whether the token starts one
@@ -47,6 +59,16 @@ _ID_SHIFT = np.int64(32)
 _MARK = np.int64(0xFFFFFFFF)
 _PRINTABLE = np.zeros(256, bool)
 _PRINTABLE[0x21:0x7F] = True
+_ASCII_SPACES = " \t\n\r"
+_BPE_RUN = np.zeros(256, bool)
+_BPE_RUN[[ord(c) for c in _ASCII_SPACES]] = True
+# The last byte of a character that is not whitespace: printable ASCII, or a UTF-8 continuation byte that ends no
+# whitespace character (U+0085 and U+00A0 end in 85 and A0, U+1680 and U+3000 in 80, U+2000..U+200A in 80..8A,
+# U+2028, U+2029, U+202F, U+205F in A8, A9, AF, 9F).
+_ENDS_NON_SPACE = np.zeros(256, bool)
+_ENDS_NON_SPACE[0x21:0x7F] = True
+_ENDS_NON_SPACE[0x80:0xC0] = True
+_ENDS_NON_SPACE[[*range(0x80, 0x8B), 0x85, 0x9F, 0xA0, 0xA8, 0xA9, 0xAF]] = False
 _UTF8_LENGTH = (0x80, 0x800, 0x10000)
 
 
@@ -68,6 +90,7 @@ class WordCache(ChunkCache):
         tok,
         glued: tuple[str, ...],
         token_bytes: np.ndarray | None,
+        run_chars: str = " ",
         *,
         max_bytes: int,
         max_chunk_bytes: int = 64,
@@ -83,14 +106,29 @@ class WordCache(ChunkCache):
             punctuation_cuts=False,
             key_mask=key_mask,
             values=np.int64,
+            byte_classes=False,
         )
         self._glued_tokens = glued
         self._punctuation_ids = None
         self._token_bytes = token_bytes  # BPE: each token's length in bytes; None for Unigram
-        self._line_feeds = token_bytes is not None  # BPE's cuts at line feeds
+        self._bpe = token_bytes is not None
+        self.refused = 0  # batches left to the whole-document path
+        self._run_chars = run_chars
+        self._run = np.zeros(256, bool)
+        self._run[[ord(c) for c in run_chars]] = True
 
     def encode(self, texts: list[str], sentences: list[list[tuple[int, int]]]):
-        """Per document: (ids int32, word starts, each sentence's first token), as ``SentenceEncoder.encode``."""
+        """Per document: (ids int32, word starts, each sentence's first token), as ``SentenceEncoder.encode``. Raises
+        what the tokenizer raises, or ValueError when the tokens of a missed chunk cannot be told apart (counted in
+        ``refused``): the batch's documents then take the whole-document path."""
+        try:
+            return self._encode(texts, sentences)
+        except Exception:
+            with self._lock:
+                self.refused += 1
+            raise
+
+    def _encode(self, texts: list[str], sentences: list[list[tuple[int, int]]]):
         big = "".join(texts)
         data = big.encode("utf-8")
         char_at = np.zeros(len(texts) + 1, np.int64)
@@ -123,22 +161,29 @@ class WordCache(ChunkCache):
         ]
 
     def _chunks(self, data: bytes, doc_at: np.ndarray, glued: np.ndarray) -> Chunks:
+        """The chunks of a batch: cut at every document start and every cut of the module docstring."""
         b = np.frombuffer(data, np.uint8)
         n = len(b)
-        printable = _PRINTABLE[b]
         edge = np.zeros(n + 1, bool)
         edge[doc_at] = True
         near_token = np.zeros(n + 1, bool)
         near_token[glued[glued <= n]] = True
         cut = edge.copy()
-        inner = np.arange(1, n - 1) if n > 2 else np.zeros(0, np.int64)
-        at = inner[b[inner] == 0x20]
-        at = at[printable[at - 1] & printable[at + 1]]
-        if self._line_feeds:
-            feeds = inner[b[inner] == 0x0A]
-            at = np.concatenate([at, feeds[printable[feeds + 1]]])
-        at = at[~edge[at + 1] & ~near_token[at] & ~near_token[at + 1]]
-        cut[at] = True
+        if n > 1:
+            after = np.arange(1, n)
+            if self._bpe:
+                at = after[_BPE_RUN[b[1:]] & _ENDS_NON_SPACE[b[:-1]]]
+                at = at[~near_token[at]]
+            else:
+                run = self._run[b]
+                at = after[run[1:] & ~run[:-1] & _PRINTABLE[b[:-1]]]
+                other = np.append(np.flatnonzero(~run), n)
+                end = other[np.searchsorted(other, at)]  # where each run ends
+                next_edge = doc_at[np.searchsorted(doc_at, at, side="right")]
+                ok = (end < next_edge) & _PRINTABLE[b[np.minimum(end, n - 1)]]
+                at, end = at[ok], end[ok]
+                at = at[~near_token[at] & ~near_token[end]]
+            cut[at] = True
         starts = np.flatnonzero(cut[:n])
         ends = np.append(starts[1:], n)
         return Chunks(data, starts, ends, np.zeros(len(starts), bool), self._max_chunk_bytes, self._key_mask)
@@ -179,12 +224,16 @@ class WordCache(ChunkCache):
             token_at, begin_at = starts, piece_begin[:-1]
         first_of_piece = np.searchsorted(token_at, begin_at)
         # an input's first piece has its input's first tokens (a document's first chunk may begin with characters
-        # the normalizer removes or makes a prepended ``▁``); every other piece's first token starts where it does
+        # the normalizer removes or makes a prepended ``▁``); every other piece's tokens start inside it: where it
+        # does for BPE (bytes are bytes), in its first run of whitespace for Unigram (a collapsed run keeps the
+        # offset of one of its characters)
         input_first = np.zeros(len(pieces), bool)
         input_first[breaks] = True
         first_of_piece[input_first] = np.cumsum(n) - n
         joined = np.flatnonzero(~input_first & (first_of_piece < total))
-        if np.any(token_at[first_of_piece[joined]] != begin_at[joined]):
+        slack = 0 if self._bpe else np.fromiter((_run_length(pieces[i], self._run_chars) for i in joined), np.int64)
+        at = token_at[first_of_piece[joined]] - begin_at[joined]
+        if np.any(at < 0) or np.any(at > slack):
             raise ValueError("a piece's first token does not start where the piece does")
         piece = np.searchsorted(first_of_piece, np.arange(total), side="right") - 1
         word_start = np.ones(total, bool)
@@ -201,42 +250,59 @@ class WordCache(ChunkCache):
         return (ids << _ID_SHIFT) | mark, first_of_piece, piece_count
 
     def _follows(self, before: str, piece: str) -> bool:
-        """Whether ``piece`` may follow ``before`` in one input, the place they meet being a cut (module docstring):
-        a space between printable ASCII characters, or for BPE a line feed before one; no added token next to it."""
-        if len(piece) < 2 or not before or not "!" <= piece[1] <= "~":
+        """Whether ``piece`` may follow ``before`` in one input: where they meet is a cut (module docstring)."""
+        if not before or not piece or (self._glued_tokens and before.endswith(self._glued_tokens)):
             return False
-        if piece[0] == " ":
-            if not "!" <= before[-1] <= "~":
-                return False
-        elif not (self._line_feeds and piece[0] == "\n"):
-            return False
-        return not (
-            self._glued_tokens and (before.endswith(self._glued_tokens) or piece.startswith(self._glued_tokens, 1))
+        if self._bpe:
+            return piece[0] in _ASCII_SPACES and not before[-1].isspace()
+        run = _run_length(piece, self._run_chars)
+        return (
+            0 < run < len(piece)
+            and "!" <= piece[run] <= "~"
+            and "!" <= before[-1] <= "~"
+            and not (self._glued_tokens and piece.startswith(self._glued_tokens, run))
         )
 
 
-def word_cache_for(tok: Tokenizer, cache_bytes: int):
+def _run_length(piece: str, run_chars: str) -> int:
+    return len(piece) - len(piece.lstrip(run_chars))
+
+
+def word_cache_for(tok: Tokenizer, cache_bytes: int, kind: str | None = None, added: list[dict] | None = None):
     """A :class:`WordCache` for ``tok`` (a byte-level BPE or Unigram text tokenizer) shared in the process, or None
-    where it does not apply (module docstring)."""
+    where it does not apply (module docstring). ``kind`` (its family) and ``added`` (its JSON's ``added_tokens``) when
+    the caller has them: a tokenizer's JSON takes ~0.1 s to parse."""
     if cache_bytes <= 0:
         return None
-    try:
-        kind = family(tok)
-    except ValueError:
-        return None
+    if kind is None:
+        try:
+            kind = family(tok)
+        except ValueError:
+            return None
     if kind not in (BYTE_LEVEL_BPE, UNIGRAM):
         return None
-    config = json.loads(tok.to_str())
-    added = config.get("added_tokens") or []
+    if added is None:
+        added = json.loads(tok.to_str()).get("added_tokens") or []
     if not piece_cuts_allowed(added, tok.normalizer):
         return None
     if tok.normalizer is not None and any(t.get("normalized", True) for t in added):
         return None
     glued = tuple(str(t.get("content")) for t in added if t.get("content"))
     token_bytes = _token_bytes(tok, added) if kind == BYTE_LEVEL_BPE else None
+    run_chars = _run_characters(tok)
     return shared_cache(
-        ("words", tok.to_str(), cache_bytes), lambda: WordCache(tok, glued, token_bytes, max_bytes=cache_bytes)
+        ("words", tok.to_str(), cache_bytes),
+        lambda: WordCache(tok, glued, token_bytes, run_chars, max_bytes=cache_bytes, max_chunk_bytes=256),
     )
+
+
+def _run_characters(tok: Tokenizer) -> str:
+    """The ASCII whitespace characters a Unigram's normalizer makes a space: a space, and a tab, line feed or
+    carriage return where it maps them to one (``Nmt``); asked of the normalizer itself."""
+    normalizer = tok.normalizer
+    if normalizer is None:
+        return " "
+    return "".join(c for c in _ASCII_SPACES if normalizer.normalize_str(f"a{c}b") == "a b")
 
 
 def _token_bytes(tok: Tokenizer, added: list[dict]) -> np.ndarray:
@@ -260,8 +326,10 @@ class WordEncoder:
         self.cache = cache
 
     @classmethod
-    def for_tokenizer(cls, tok, cache_bytes: int) -> WordEncoder | None:
-        cache = word_cache_for(tok, cache_bytes)
+    def for_tokenizer(
+        cls, tok, cache_bytes: int, kind: str | None = None, added: list[dict] | None = None
+    ) -> WordEncoder | None:
+        cache = word_cache_for(tok, cache_bytes, kind, added)
         return cls(cache) if isinstance(cache, WordCache) else None
 
     def applies(self, text: str, sentences: list[tuple[int, int]]) -> bool:

@@ -111,6 +111,7 @@ def test_byte_level_bpe_generated_edge_cases_equal_the_whole_document_path(bpe_j
     forced = _forced(spec)
     assert _assert_exact(spec, docs, forced) >= len(docs) - 3
     assert forced.cache.collisions > 0 and forced.cache.clears > 0 and forced.cache.hits > 0
+    assert forced.cache.refused == 0  # every batch took the fast path
 
 
 @pytest.mark.parametrize("variant", sorted(_normalizer_variants()))
@@ -123,6 +124,7 @@ def test_unigram_variants_equal_the_whole_document_path(variant, unigram_json):
     forced = _forced(spec)
     assert _assert_exact(spec, docs, forced) >= len(docs) - 3
     assert forced.cache.collisions > 0 and forced.cache.hits > 0
+    assert forced.cache.refused == 0  # every batch took the fast path
 
 
 def _real_docs() -> list[Document]:
@@ -145,6 +147,7 @@ def test_real_text_equals_the_whole_document_path(family, bpe_json, unigram_json
     assert encoder is not None
     assert _assert_exact(spec, docs, encoder) == len(docs) > 50
     assert encoder.cache.hits > 0.3 * (encoder.cache.hits + encoder.cache.misses)  # repeats came from the cache
+    assert encoder.cache.refused == 0
 
 
 def test_tokenizers_the_word_cache_does_not_cover_keep_the_whole_document_path(bpe_json, unigram_json):
