@@ -313,8 +313,7 @@ class ChunkCache:
         )
         alone = np.concatenate([missed[~chunks.cacheable[missed]], keyed[~alike]])
         pieces = np.concatenate([representatives, alone])
-        starts, ends = chunks.starts[pieces].tolist(), chunks.ends[pieces].tolist()
-        ids, piece_at, piece_count = self._encode_pieces([data[s:e].decode("utf-8") for s, e in zip(starts, ends)])
+        ids, piece_at, piece_count = self._encode_chunk_pieces(data, chunks, pieces)
         k = len(representatives)
         slot = np.empty(len(chunks.starts), np.int64)
         slot[representatives] = np.arange(k)
@@ -324,6 +323,11 @@ class ChunkCache:
         source[missed] = piece_at[slot[missed]]
         self._insert(keys, chunks, representatives, ids, piece_at[:k], piece_count[:k])
         return ids, len(alike) - int(alike.sum())
+
+    def _encode_chunk_pieces(self, data: bytes, chunks: Chunks, pieces: np.ndarray):
+        """:meth:`_encode_pieces` of the chunks ``pieces`` (indices into ``chunks``)."""
+        starts, ends = chunks.starts[pieces].tolist(), chunks.ends[pieces].tolist()
+        return self._encode_pieces([data[s:e].decode("utf-8") for s, e in zip(starts, ends)])
 
     def _encode_pieces(self, pieces: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ids of all pieces without the markers, index of each piece's first id, number of ids of each)."""

@@ -59,6 +59,7 @@ class Chunks:
         self.lengths = ends - starts
         self.bytes = b
         self.direct = direct
+        self.near_token = np.zeros(n + 1, bool)  # where an added token written in the text ends or begins
         padded = np.zeros(n + 8, np.uint8)
         padded[:n] = b
         self._padded = padded  # keeps the unaligned word view's memory alive

@@ -47,7 +47,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from pipeline.tokenize.chunk_cache import ChunkCache, shared_cache
-from pipeline.tokenize.chunk_keys import Chunks, byte_positions
+from pipeline.tokenize.chunk_keys import LEAD_BYTE, Chunks, byte_positions
+from pipeline.tokenize.chunk_table import run_indices
 from pipeline.tokenize.encodings import word_numbers
 from pipeline.tokenize.sentence_encoding import CUT_MARKER
 from pipeline.tokenize.word_heads import code_points, first_tokens, heads
@@ -186,39 +187,50 @@ class WordCache(ChunkCache):
             cut[at] = True
         starts = np.flatnonzero(cut[:n])
         ends = np.append(starts[1:], n)
-        return Chunks(data, starts, ends, np.zeros(len(starts), bool), self._max_chunk_bytes, self._key_mask)
+        chunks = Chunks(data, starts, ends, np.zeros(len(starts), bool), self._max_chunk_bytes, self._key_mask)
+        chunks.near_token = near_token  # the misses' inputs join chunks only where a cut could be
+        return chunks
 
-    def _encode_pieces(self, pieces: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(values of all pieces, index of each piece's first value, number of values of each).
+    def _encode_chunk_pieces(self, data: bytes, chunks: Chunks, pieces: np.ndarray):
+        """(values of all pieces, index of each piece's first value, number of values of each), for the chunks
+        ``pieces`` (indices into ``chunks``).
 
         Pieces are laid end to end into inputs, with no separator, wherever the place they meet is itself a cut
-        (:meth:`_follows`): the tokenizer then tokenizes each piece as if alone, as in the documents. A piece that
+        (:meth:`_follow`): the tokenizer then tokenizes each piece as if alone, as in the documents. A piece that
         cannot follow the one before starts an input, as a document's first chunk does. A piece's tokens are those
         from its first character on: for BPE counted in bytes (each token's length is known: ``_token_bytes``),
-        for Unigram from the tokens' offsets; either way each piece's first token must start exactly where the
-        piece does, or the batch is refused (ValueError: its documents take the whole-document path)."""
-        breaks = [0] + [i for i in range(1, len(pieces)) if not self._follows(pieces[i - 1], pieces[i])]
-        texts = ["".join(pieces[a:b]) for a, b in zip(breaks, breaks[1:] + [len(pieces)])]
+        for Unigram from the tokens' offsets; either way each piece's first token must start where the piece does
+        (for Unigram: in its first run of whitespace), or the batch is refused (ValueError: its documents take the
+        whole-document path)."""
+        b = chunks.bytes
+        begin, end = chunks.starts[pieces], chunks.ends[pieces]
+        follows = self._follow(b, chunks, begin, end)
+        breaks = np.flatnonzero(~follows)
+        lengths = end - begin
+        gathered = b[run_indices(begin, lengths)].tobytes()
+        piece_byte = np.zeros(len(pieces) + 1, np.int64)
+        np.cumsum(lengths, out=piece_byte[1:])
+        input_byte = np.append(piece_byte[breaks], piece_byte[-1])
+        bounds = input_byte.tolist()
+        texts = [gathered[x:y].decode("utf-8") for x, y in zip(bounds[:-1], bounds[1:])]
         encodings = self._tok.encode_batch(texts, add_special_tokens=False)
         n = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
         total = int(n.sum())
-        ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), np.int64, total)
+        ids = np.concatenate([np.array(e.ids, np.int64) for e in encodings]) if total else np.zeros(0, np.int64)
         words = word_numbers(list(itertools.chain.from_iterable(e.word_ids for e in encodings)))
-        starts = np.fromiter((a for e in encodings for a, _ in e.offsets), np.int64, total)  # from each input's start
-        input_at = np.zeros(len(texts) + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)), out=input_at[1:])
-        starts += np.repeat(input_at[:-1], n)
-        big = "".join(texts)
-        cps = code_points(big)
+        cps = code_points("".join(texts))
         byte_at = _utf8_offsets(cps)
-        piece_begin = np.zeros(len(pieces) + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)), out=piece_begin[1:])
+        lead = np.flatnonzero(np.frombuffer(gathered.translate(LEAD_BYTE), bool))
+        piece_begin = np.searchsorted(lead, piece_byte)  # characters
         if self._token_bytes is not None:
             token_bytes = self._token_bytes[ids]
-            if int(token_bytes.sum()) != int(byte_at[-1]):
+            if int(token_bytes.sum()) != len(gathered):
                 raise ValueError("the tokens' lengths do not add up to the text's")
-            token_at, begin_at = np.cumsum(token_bytes) - token_bytes, byte_at[piece_begin[:-1]]
+            token_at, begin_at = np.cumsum(token_bytes) - token_bytes, piece_byte[:-1]
+            starts = np.searchsorted(byte_at, token_at)  # characters (a word's first token starts at one)
         else:
+            starts = np.concatenate([np.array(e.offsets, np.int64).reshape(-1, 2)[:, 0] for e in encodings])
+            starts += np.repeat(np.searchsorted(lead, input_byte[:-1]), n)  # from each input's start
             if np.any(starts[1:] < starts[:-1]):
                 raise ValueError("the tokens' offsets go backwards")
             token_at, begin_at = starts, piece_begin[:-1]
@@ -227,12 +239,11 @@ class WordCache(ChunkCache):
         # the normalizer removes or makes a prepended ``▁``); every other piece's tokens start inside it: where it
         # does for BPE (bytes are bytes), in its first run of whitespace for Unigram (a collapsed run keeps the
         # offset of one of its characters)
-        input_first = np.zeros(len(pieces), bool)
-        input_first[breaks] = True
-        first_of_piece[input_first] = np.cumsum(n) - n
-        joined = np.flatnonzero(~input_first & (first_of_piece < total))
-        slack = 0 if self._bpe else np.fromiter((_run_length(pieces[i], self._run_chars) for i in joined), np.int64)
+        first_of_piece[breaks] = np.cumsum(n) - n
+        joined = np.flatnonzero(follows & (first_of_piece < total))
         at = token_at[first_of_piece[joined]] - begin_at[joined]
+        # a Unigram run is ASCII: as many characters as bytes
+        slack = 0 if self._bpe else self._run_ends(b, begin[joined], end[joined]) - begin[joined]
         if np.any(at < 0) or np.any(at > slack):
             raise ValueError("a piece's first token does not start where the piece does")
         piece = np.searchsorted(first_of_piece, np.arange(total), side="right") - 1
@@ -245,27 +256,31 @@ class WordCache(ChunkCache):
         ends[last] = piece_begin[1:][piece[first][last]]
         h = heads(cps, begins, ends)
         mark = np.zeros(total, np.int64)
-        mark[first] = np.where(h >= 0, byte_at[np.maximum(h, 0)] - byte_at[piece_begin[piece[first]]] + 2, 1)
+        mark[first] = np.where(h >= 0, byte_at[np.maximum(h, 0)] - piece_byte[piece[first]] + 2, 1)
         piece_count = np.diff(np.append(first_of_piece, total))
         return (ids << _ID_SHIFT) | mark, first_of_piece, piece_count
 
-    def _follows(self, before: str, piece: str) -> bool:
-        """Whether ``piece`` may follow ``before`` in one input: where they meet is a cut (module docstring)."""
-        if not before or not piece or (self._glued_tokens and before.endswith(self._glued_tokens)):
-            return False
+    def _run_ends(self, b: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Where the run of ``_run_chars`` that each chunk ``[begin, end)`` starts with ends (``end`` at most)."""
+        other = np.append(np.flatnonzero(~self._run[b]), len(b))
+        return np.minimum(other[np.searchsorted(other, begin)], end)
+
+    def _follow(self, b: np.ndarray, chunks: Chunks, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Whether each chunk ``[begin[i], end[i])`` may follow the one before it in one input, where they meet being
+        a cut (module docstring); false for the first."""
+        out = np.zeros(len(begin), bool)
+        if len(begin) < 2:
+            return out
+        first, last = b[begin[1:]], b[end[:-1] - 1]
+        near = chunks.near_token
         if self._bpe:
-            return piece[0] in _ASCII_SPACES and not before[-1].isspace()
-        run = _run_length(piece, self._run_chars)
-        return (
-            0 < run < len(piece)
-            and "!" <= piece[run] <= "~"
-            and "!" <= before[-1] <= "~"
-            and not (self._glued_tokens and piece.startswith(self._glued_tokens, run))
-        )
-
-
-def _run_length(piece: str, run_chars: str) -> int:
-    return len(piece) - len(piece.lstrip(run_chars))
+            out[1:] = _BPE_RUN[first] & _ENDS_NON_SPACE[last] & ~near[begin[1:]]
+        else:
+            run_end = self._run_ends(b, begin[1:], end[1:])
+            ok = (run_end > begin[1:]) & (run_end < end[1:]) & _PRINTABLE[last]
+            ok &= _PRINTABLE[b[np.minimum(run_end, len(b) - 1)]] & ~near[begin[1:]] & ~near[run_end]
+            out[1:] = ok
+        return out
 
 
 def word_cache_for(tok: Tokenizer, cache_bytes: int, kind: str | None = None, added: list[dict] | None = None):

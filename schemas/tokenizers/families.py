@@ -9,7 +9,8 @@ written in the text stays text. Three families are:
 * ``wordpiece``: a WordPiece model behind ``BertPreTokenizer``, with a ``BertNormalizer`` (any settings) or none;
   the sentence path and the chunk cache apply (``pipeline.tokenize.sentence_encoding``);
 * ``byte_level_bpe`` (RoBERTa, GPT-2): a BPE model without dropout behind a ``ByteLevel`` pre-tokenizer with its
-  regex and without ``add_prefix_space``, no normalizer. Encoded whole (no sentence path, no cache); a text over
+  regex and without ``add_prefix_space``, no normalizer. Encoded through a cache of chunks cut at the start of whitespace
+  runs (``pipeline.tokenize.word_cache``, which proves those cuts; no sentence path); a text over
   ``pipeline.tokenize.encodings.ENCODE_PIECE_CHARS`` (``encodings`` below) is cut only at a line feed followed by a
   non-space character that does not start an added token the tokenizer matches in text (it splits those off first).
   Why that gives the same tokens: in the regex (``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``)
@@ -23,7 +24,8 @@ written in the text stays text. Three families are:
   without byte fallback behind a ``Metaspace`` pre-tokenizer (replacement ``▁``, ``split`` true, any
   ``prepend_scheme``), with no normalizer or one made of :data:`UNIGRAM_NORMALIZERS` (``Nmt``, ``NFC``, ``NFD``,
   ``NFKC``, ``NFKD``, ``Lowercase``, ``StripAccents``, ``Replace(Regex(" {2,}"), " ")``; not ``Precompiled``: its
-  character map is data, any rule could hide in it). Encoded whole (no sentence path, no cache). The ``▁`` of a word
+  character map is data, any rule could hide in it). Encoded through a cache of chunks cut at runs of spaces between
+  printable ASCII characters (``pipeline.tokenize.word_cache``, which proves those cuts). The ``▁`` of a word
   is inside its first piece, so a row that starts at a word start starts with its ``▁`` (or, for the first word of a
   text under ``prepend_scheme`` first/never, without one). Two rules of this family:
 
