@@ -35,7 +35,10 @@ of the tokenizer's words, and for a word's first token where the word's first no
 from the chunk's start. Sentence starts then follow from the Punkt starts without offsets (``word_heads``).
 
 Not applied (documents take the whole-document path, same rows) when an added token holds whitespace or strips
-it, when one is matched on normalized text (``str.find`` cannot see where), or with ``--encode-cache-mb 0``.
+it, when one is matched on normalized text (``str.find`` cannot see where), when a byte-level BPE's vocabulary lacks
+one of the 256 byte characters (a byte it lacks becomes the unk token, of any length, or nothing: its tokens'
+lengths in bytes are not known, and a long unk and a short one cancel in the lengths' sum), or with
+``--encode-cache-mb 0``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import json
 
 import numpy as np
 from tokenizers import Tokenizer
+from tokenizers.pre_tokenizers import ByteLevel
 
 from pipeline.tokenize.chunk_cache import ChunkCache, shared_cache
 from pipeline.tokenize.chunk_keys import LEAD_BYTE, Chunks, byte_positions
@@ -301,6 +305,8 @@ def word_cache_for(tok: Tokenizer, cache_bytes: int, kind: str | None = None, ad
     if not piece_cuts_allowed(added, tok.normalizer):
         return None
     if tok.normalizer is not None and any(t.get("normalized", True) for t in added):
+        return None
+    if kind == BYTE_LEVEL_BPE and not set(ByteLevel.alphabet()) <= set(tok.get_vocab(with_added_tokens=False)):
         return None
     glued = tuple(str(t.get("content")) for t in added if t.get("content"))
     token_bytes = _token_bytes(tok, added) if kind == BYTE_LEVEL_BPE else None

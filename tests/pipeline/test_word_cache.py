@@ -239,3 +239,18 @@ def test_artifacts_of_every_family_count_punkts_sentences_and_the_cache_changes_
     # the sentences Punkt finds, less those that begin inside one of the family's words (module docstring)
     assert wordpiece >= counts["bpe", "64"] >= 0.9 * wordpiece, (counts, wordpiece)
     assert wordpiece >= counts["unigram", "64"] >= 0.9 * wordpiece, (counts, wordpiece)
+
+
+def test_byte_level_bpe_lacking_a_byte_character_keeps_the_whole_document_path(bpe_json):
+    """A byte-level BPE without the byte ``z`` in its vocabulary (unk, fused): an unk covers any number of bytes, so
+    the tokens' lengths in bytes are not known. Before, a 9-byte unk in one document and a 1-byte unk in the next
+    cancelled in the lengths' sum and the second document's id came out as -1."""
+    config = json.loads(bpe_json)
+    model = config["model"]
+    model["unk_token"], model["fuse_unk"] = "<unk>", True
+    model["vocab"] = {k: v for k, v in model["vocab"].items() if "z" not in k}
+    model["merges"] = [m for m in model["merges"] if "z" not in (m if isinstance(m, str) else " ".join(m))]
+    spec = _spec(json.dumps(config))
+    docs = _docs(["zzzzzzzzz", "z"])  # one batch
+    assert _assert_exact(spec, docs, "default") == len(docs)
+    assert WordEncoder.for_tokenizer(spec.load_for_text(), 1 << 20) is None
