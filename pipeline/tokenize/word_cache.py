@@ -308,6 +308,8 @@ def word_cache_for(tok: Tokenizer, cache_bytes: int, kind: str | None = None, ad
         return None
     if kind == BYTE_LEVEL_BPE and not set(ByteLevel.alphabet()) <= set(tok.get_vocab(with_added_tokens=False)):
         return None
+    if getattr(tok.model, "continuing_subword_prefix", None) or getattr(tok.model, "end_of_word_suffix", None):
+        return None  # its tokens' strings are longer than their bytes: every batch would be refused
     glued = tuple(str(t.get("content")) for t in added if t.get("content"))
     token_bytes = _token_bytes(tok, added) if kind == BYTE_LEVEL_BPE else None
     run_chars = _run_characters(tok)

@@ -159,6 +159,10 @@ def test_tokenizers_the_word_cache_does_not_cover_keep_the_whole_document_path(b
     normalized.add_tokens(["Ωmega"])  # matched on normalized text: str.find cannot see where
     assert WordEncoder.for_tokenizer(normalized, 1 << 20) is None
     assert WordEncoder.for_tokenizer(tokenizer.train(["Some text."] * 5, vocab_size=60), 1 << 20) is None
+    suffixed = json.loads(bpe_json)
+    suffixed["model"]["end_of_word_suffix"] = "</w>"  # token strings longer than their bytes
+    assert WordEncoder.for_tokenizer(Tokenizer.from_str(bpe_json), 1 << 20) is not None
+    assert WordEncoder.for_tokenizer(Tokenizer.from_str(json.dumps(suffixed)), 1 << 20) is None
 
 
 def _heads(text: str, tok) -> list[int]:
