@@ -55,11 +55,15 @@ def _wikitext_documents() -> list[Document]:
     return [r for r in read_file(str(wikitext2("valid")), opts) if isinstance(r, Document)]
 
 
-def _tokenize(spec: tokenizer.TokenizerSpec, docs: list[Document], sentence_path: bool) -> list:
+def _tokenize(spec: tokenizer.TokenizerSpec, docs: list[Document], sentence_path: bool, encoder=None) -> list:
+    """The tokenize stage's documents: on its fast path (``encoder``, else the one it picks) or the whole-document
+    path."""
     fn = _TokenizeFn(spec, "int32")
     fn.setup()
     if not sentence_path:
         fn._sentences = None  # the whole-document path: sentence starts placed through the offsets
+    elif encoder is not None:
+        fn._sentences = encoder
     assert sentence_path == (fn._sentences is not None)
     out = []
     for i in range(0, len(docs), 32):

@@ -22,6 +22,7 @@ from pipeline.tokenize.word_cache import WordCache, WordEncoder, word_cache_for
 from tests.conftest import WIKIPEDIA_SAMPLE, build, wikitext2
 from tests.pipeline.test_byte_level_bpe import _by_doc, _wikitext_texts, roberta_tokenizer
 from tests.pipeline.test_sentence_encoding import generated_texts
+from tests.pipeline.test_tokenizer_rules import _tokenize
 from tests.pipeline.test_unigram import ROBERTA, _normalizer_variants, _train, _variant
 
 EDGES = [
@@ -46,17 +47,15 @@ def _docs(texts: list[str]) -> list[Document]:
 
 
 def _run(spec, docs: list[Document], encoder) -> list:
-    """The tokenize stage's documents, with ``encoder`` as its fast path ("default": what it picks itself)."""
-    fn = _TokenizeFn(spec, "int32")
-    fn.setup()
-    if encoder != "default":
-        fn._sentences = encoder
-    out = []
-    for i in range(0, len(docs), 32):
-        out.extend(fn.process(docs[i : i + 32]))
-    out.extend(o.value for o in fn.finish_bundle())
-    fn.teardown()
-    return out
+    """The tokenize stage's documents, with ``encoder`` as its fast path ("default": what it picks itself; None: the
+    whole-document path)."""
+    if encoder == "default":
+        fn = _TokenizeFn(spec, "int32")
+        fn.setup()
+        picked = fn._sentences is not None
+        fn.teardown()
+        return _tokenize(spec, docs, picked)
+    return _tokenize(spec, docs, encoder is not None, encoder)
 
 
 def _assert_exact(spec, docs: list[Document], encoder) -> int:
