@@ -135,6 +135,18 @@ def _byte_classes(tok, marker: str, punctuation_cuts: bool) -> tuple[np.ndarray,
     return classes, tuple(glued)
 
 
+def documents_of(ids: np.ndarray, word_start: np.ndarray, doc_token: np.ndarray, first_token: np.ndarray, per_doc):
+    """The batch's arrays cut per document: (ids, word starts, each sentence's first token from the document's)."""
+    first_token = first_token - np.repeat(doc_token[:-1], per_doc)
+    sent_at = np.zeros(len(per_doc) + 1, np.int64)
+    np.cumsum(per_doc, out=sent_at[1:])
+    bounds = doc_token.tolist()
+    return [
+        (ids[a:z], word_start[a:z], first_token[s:e])
+        for a, z, s, e in zip(bounds[:-1], bounds[1:], sent_at[:-1].tolist(), sent_at[1:].tolist())
+    ]
+
+
 _SHARED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
 
@@ -203,18 +215,7 @@ class ChunkCache:
     def encode(self, texts: list[str], sentences: list[list[tuple[int, int]]]):
         """Per document: (ids int32, word starts, index of each sentence's first token), as
         ``SentenceEncoder.encode`` gives them. Raises what the tokenizer raises."""
-        big = "".join(texts)
-        data = big.encode("utf-8")
-        char_at = np.zeros(len(texts) + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)), out=char_at[1:])
-        per_doc = np.fromiter(map(len, sentences), np.int64, len(sentences))
-        edges = itertools.chain.from_iterable(itertools.chain.from_iterable(sentences))
-        sent = np.fromiter(edges, np.int64, 2 * int(per_doc.sum())).reshape(-1, 2)
-        sent += np.repeat(char_at[:-1], per_doc)[:, None]
-        glued = self._glued(big)
-        doc_at = char_at
-        if len(data) != len(big):  # not ASCII: character positions to byte positions
-            doc_at, sent, glued = (byte_positions(data, x) for x in (char_at, sent, glued))
+        data, doc_at, sent, glued, per_doc = self._batch(texts, sentences)
         chunks = _wordpiece_chunks(
             data,
             np.concatenate([doc_at, sent.ravel()]),
@@ -228,18 +229,28 @@ class ChunkCache:
             empty = np.zeros(0, np.int32)
             return [(empty, np.zeros(0, bool), np.zeros(k, np.int64)) for k in per_doc.tolist()]
         ids, token_at = self._encode_chunks(data, chunks)
-        word_start = ~self._continuation[ids]
         token_at = np.append(token_at, len(ids))
-        doc_token = token_at[np.searchsorted(chunks.starts, doc_at)]
         first_token = token_at[np.searchsorted(chunks.starts, sent[:, 0])]
-        first_token -= np.repeat(doc_token[:-1], per_doc)
-        sent_at = np.zeros(len(texts) + 1, np.int64)
-        np.cumsum(per_doc, out=sent_at[1:])
-        bounds = doc_token.tolist()
-        return [
-            (ids[a:z], word_start[a:z], first_token[s:e])
-            for a, z, s, e in zip(bounds[:-1], bounds[1:], sent_at[:-1].tolist(), sent_at[1:].tolist())
-        ]
+        return documents_of(
+            ids, ~self._continuation[ids], token_at[np.searchsorted(chunks.starts, doc_at)], first_token, per_doc
+        )
+
+    def _batch(self, texts: list[str], sentences: list[list[tuple[int, int]]]):
+        """The batch as one text: (its UTF-8 bytes, each document's start, each sentence's (start, end), the positions
+        ``_glued`` gives, each document's number of sentences), positions in bytes."""
+        big = "".join(texts)
+        data = big.encode("utf-8")
+        char_at = np.zeros(len(texts) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)), out=char_at[1:])
+        per_doc = np.fromiter(map(len, sentences), np.int64, len(sentences))
+        edges = itertools.chain.from_iterable(itertools.chain.from_iterable(sentences))
+        sent = np.fromiter(edges, np.int64, 2 * int(per_doc.sum())).reshape(-1, 2)
+        sent += np.repeat(char_at[:-1], per_doc)[:, None]
+        glued = self._glued(big)
+        doc_at = char_at
+        if len(data) != len(big):  # not ASCII: character positions to byte positions
+            doc_at, sent, glued = (byte_positions(data, x) for x in (char_at, sent, glued))
+        return data, doc_at, sent, glued, per_doc
 
     def _glued(self, text: str) -> np.ndarray:
         """Character positions where no chunk may end: inside and at both edges of every occurrence (overlapping

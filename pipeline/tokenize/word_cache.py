@@ -50,8 +50,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tokenizers.pre_tokenizers import ByteLevel
 
-from pipeline.tokenize.chunk_cache import ChunkCache, shared_cache
-from pipeline.tokenize.chunk_keys import LEAD_BYTE, Chunks, byte_positions
+from pipeline.tokenize.chunk_cache import ChunkCache, documents_of, shared_cache
+from pipeline.tokenize.chunk_keys import LEAD_BYTE, Chunks
 from pipeline.tokenize.chunk_table import run_indices
 from pipeline.tokenize.encodings import word_numbers
 from pipeline.tokenize.sentence_encoding import CUT_MARKER
@@ -114,7 +114,6 @@ class WordCache(ChunkCache):
             byte_classes=False,
         )
         self._glued_tokens = glued
-        self._punctuation_ids = None
         self._token_bytes = token_bytes  # BPE: each token's length in bytes; None for Unigram
         self._bpe = token_bytes is not None
         self.refused = 0  # batches left to the whole-document path
@@ -134,18 +133,7 @@ class WordCache(ChunkCache):
             raise
 
     def _encode(self, texts: list[str], sentences: list[list[tuple[int, int]]]):
-        big = "".join(texts)
-        data = big.encode("utf-8")
-        char_at = np.zeros(len(texts) + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)), out=char_at[1:])
-        per_doc = np.fromiter(map(len, sentences), np.int64, len(sentences))
-        firsts = itertools.chain.from_iterable((s for s, _ in sent) for sent in sentences)
-        sent = np.fromiter(firsts, np.int64, int(per_doc.sum()))
-        sent += np.repeat(char_at[:-1], per_doc)
-        glued = self._glued(big)
-        doc_at = char_at
-        if len(data) != len(big):  # not ASCII: character positions to byte positions
-            doc_at, sent, glued = (byte_positions(data, x) for x in (char_at, sent, glued))
+        data, doc_at, sent, glued, per_doc = self._batch(texts, sentences)
         chunks = self._chunks(data, doc_at, glued)
         values, token_at = self._encode_chunks(data, chunks)
         ids = (values >> _ID_SHIFT).astype(np.int32)
@@ -154,16 +142,7 @@ class WordCache(ChunkCache):
         head = np.flatnonzero(mark >= 2)
         head_at = np.repeat(chunks.starts, counts)[head] + mark[head] - 2
         doc_token = np.append(token_at, len(ids))[np.searchsorted(chunks.starts, doc_at)]
-        first_token = first_tokens(head, head_at, sent, len(ids))
-        first_token -= np.repeat(doc_token[:-1], per_doc)
-        sent_at = np.zeros(len(texts) + 1, np.int64)
-        np.cumsum(per_doc, out=sent_at[1:])
-        word_start = mark != 0
-        bounds = doc_token.tolist()
-        return [
-            (ids[a:z], word_start[a:z], first_token[s:e])
-            for a, z, s, e in zip(bounds[:-1], bounds[1:], sent_at[:-1].tolist(), sent_at[1:].tolist())
-        ]
+        return documents_of(ids, mark != 0, doc_token, first_tokens(head, head_at, sent[:, 0], len(ids)), per_doc)
 
     def _chunks(self, data: bytes, doc_at: np.ndarray, glued: np.ndarray) -> Chunks:
         """The chunks of a batch: cut at every document start and every cut of the module docstring."""
