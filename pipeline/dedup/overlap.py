@@ -18,10 +18,11 @@ from pipeline.dedup import text
 from pipeline.dedup.eval_sets import Example
 
 DEFAULT_N = 13
+_FILTER_BITS = 23  # a bool per value of an n-gram hash's top 23 bits (8 MiB): few corpus n-grams pass to the search
 
 
 def text_ngrams(body: str, n: int) -> np.ndarray:
-    """Sorted distinct n-gram hashes of one text."""
+    """Sorted distinct n-gram hashes of one text (the reference rule: words as strings, then their hashes)."""
     return np.unique(text.ngram_hashes(text.word_hashes(text.words(body)), n))
 
 
@@ -38,21 +39,31 @@ class EvalSet:
 
     @classmethod
     def build(cls, name: str, examples: list[Example], n: int) -> EvalSet:
-        by_text: dict[str, np.ndarray] = {}  # a SQuAD context is shared by its questions: hash it once
-        hashes, owners = [], []
+        """The distinct (n-gram, example) pairs of ``examples``: each distinct text (a SQuAD context is shared by its
+        questions) analysed once, all texts in one batch (:func:`text.analyse_texts`), each n-gram given to every
+        example holding its text; the same pairs as :func:`text_ngrams` of each text gives."""
+        index: dict[str, int] = {}
+        text_of: list[int] = []  # with owners_of: the (text, example) pairs, example by example
+        owners_of: list[int] = []
         for i, ex in enumerate(examples):
-            parts = []
             for t in ex.texts:
-                if t not in by_text:
-                    by_text[t] = text_ngrams(t, n)
-                parts.append(by_text[t])
-            grams = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
-            hashes.append(grams)
-            owners.append(np.full(len(grams), i, dtype=np.int32))
-        pair_hashes = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
-        pair_examples = np.concatenate(owners) if owners else np.zeros(0, np.int32)
-        order = np.argsort(pair_hashes, kind="stable")
-        return cls(name, [ex.id for ex in examples], pair_hashes[order], pair_examples[order])
+                text_of.append(index.setdefault(t, len(index)))
+                owners_of.append(i)
+        hashes, word_text = text.analyse_texts(list(index))
+        grams, gram_text = text.ngrams_within(hashes, word_text, n)
+        by_text = np.argsort(np.asarray(text_of, dtype=np.int64), kind="stable")
+        pair_text = np.asarray(text_of, dtype=np.int64)[by_text]
+        pair_example = np.asarray(owners_of, dtype=np.int32)[by_text]
+        first = np.searchsorted(pair_text, np.arange(len(index)))  # each text's first (text, example) pair
+        count = np.bincount(pair_text, minlength=len(index))[gram_text]
+        gram = np.repeat(np.arange(len(grams)), count)
+        within = np.arange(len(gram)) - np.repeat(np.cumsum(count) - count, count)
+        pair_hashes, pair_examples = grams[gram], pair_example[first[gram_text[gram]] + within]
+        order = np.lexsort((pair_examples, pair_hashes))
+        pair_hashes, pair_examples = pair_hashes[order], pair_examples[order]
+        distinct = np.ones(len(order), dtype=bool)
+        distinct[1:] = (pair_hashes[1:] != pair_hashes[:-1]) | (pair_examples[1:] != pair_examples[:-1])
+        return cls(name, [ex.id for ex in examples], pair_hashes[distinct], pair_examples[distinct])
 
     @property
     def hashes(self) -> np.ndarray:
@@ -84,6 +95,8 @@ class OverlapIndex:
         self.sets = sets
         self.n = n
         self.hashes = np.unique(np.concatenate([s.pair_hashes for s in sets])) if sets else np.zeros(0, np.uint64)
+        self._filter = np.zeros(1 << _FILTER_BITS, dtype=bool)  # by the top bits: most corpus n-grams stop here
+        self._filter[self.hashes >> np.uint64(64 - _FILTER_BITS)] = True
         self.found: set[int] = set()  # evaluation n-grams seen in the corpus (a subset of theirs: small)
         self.documents_scanned = 0
 
@@ -92,11 +105,9 @@ class OverlapIndex:
         when no n-gram may span from one to the next (a decoded document cut at its unknown words); ``record``: also
         count them and the document for :meth:`report` (a Beam worker does not: it sends them on instead)."""
         self.documents_scanned += 1
-        parts = [
-            text.ngram_hashes(text.word_hashes(text.words(t)), self.n)
-            for t in ([body] if isinstance(body, str) else body)
-        ]
-        own = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
+        parts = [text.ngram_hashes(text.analyse(t)[0], self.n) for t in ([body] if isinstance(body, str) else body)]
+        own = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+        own = np.unique(own[self._filter[own >> np.uint64(64 - _FILTER_BITS)]])
         grams = members(self.hashes, own)
         if len(grams) and record:
             self.found.update(int(h) for h in grams)

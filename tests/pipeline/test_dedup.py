@@ -140,6 +140,25 @@ def test_fast_analysis_gives_the_words_of_the_reference_rule_on_real_text():
         assert digest == (hashlib.blake2b(joined, digest_size=16).digest() if reference else None)
 
 
+def test_word_hashes_of_long_texts_and_of_texts_in_one_batch_equal_each_text_alone():
+    """analyse hashes words from prefix sums, in blocks past text._PREFIX_LIMIT code points (a word longer than a
+    block by the run rule); analyse_texts joins texts by U+FFFF. Both must give what the word strings give."""
+    pages = [p["text"] for p in wikipedia_pages(400)]
+    long_text = " ".join(pages)
+    assert len(long_text) > text._PREFIX_LIMIT  # three blocks of words
+    for body in (long_text, "x" * (text._PREFIX_LIMIT + 5) + " tail " + pages[0], pages[1] + " " + "y" * 600_000):
+        assert np.array_equal(text.analyse(body)[0], text.word_hashes(text.words(body)))
+    batch = [*pages[:50], "", "\u0301lead mark", "Caf\u00e9\u0301 x", "\u00ab\u2014\u00bb", "end\u0308"]
+    for texts in (batch, [*batch, "a\uffffb"]):  # a text holding the separator: analysed alone
+        hashes, owner = text.analyse_texts(texts)
+        alone = [text.word_hashes(text.words(t)) for t in texts]
+        assert np.array_equal(hashes, np.concatenate(alone))
+        assert np.array_equal(owner, np.repeat(np.arange(len(texts)), [len(a) for a in alone]))
+    grams, owners = text.ngrams_within(*text.analyse_texts(pages[:20]), 5)
+    assert np.array_equal(grams, np.concatenate([text.ngram_hashes(text.analyse(p)[0], 5) for p in pages[:20]]))
+    assert len(owners) == len(grams)
+
+
 def test_a_template_bucket_gives_one_pair_per_member_and_one_cluster():
     """300 template stubs made a bucket of 272 and 44,850 pairs (D2): now each member is compared with the bucket's
     smallest (at most bands x (m - 1) pairs), and the whole template is one cluster whose records all name the one page kept."""
