@@ -115,7 +115,7 @@ def _validate(o: argparse.Namespace) -> None:
         raise UsageError(f"--vocab-size {o.vocab_size} is too small")
     try:
         removal.near_params(o)
-        removal.eval_sets(o)  # read once here: a bad evaluation file stops the job before it starts
+        removal.eval_files(o)  # read once here: a bad evaluation file stops the job before it starts
     except ValueError as e:
         raise UsageError(str(e)) from None
     if (o.tokenizer or o.tokenizer_from) and o.lowercase:

@@ -14,6 +14,7 @@ A file that is none of these fails with one line naming the file and the positio
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import zstandard
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 TSV_TEXT_COLUMNS = ("sentence", "sentence1", "sentence2", "question", "question1", "question2", "premise",
@@ -38,12 +40,17 @@ class Example:
     texts: tuple[str, ...]  # each checked on its own: no n-gram spans two of them
 
 
-def _read(path: str) -> str:
+def _read_bytes(path: str) -> bytes:
     try:
-        with FileSystems.open(path) as f:
-            raw = f.read()
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            return f.read()
     except Exception as e:  # Beam's filesystems raise BeamIOError, OSError, ...
         raise EvalFileError(f"{path}: cannot be read ({' '.join(str(e).split())[:200]})") from None
+
+
+def _read(path: str, raw: bytes | None = None) -> str:
+    if raw is None:
+        raw = _read_bytes(path)
     try:
         if path.endswith(".gz"):
             raw = gzip.decompress(raw)
@@ -170,15 +177,40 @@ def twice_message(option: str, first: str, second: str) -> str:
     return f"{option} {first} and {option} {second} are the same file"
 
 
-def read_eval_file(path: str, text_field: str = "text") -> list[Example]:
-    """The examples of one evaluation file; :class:`EvalFileError` when it cannot be used."""
+def read_eval_file(path: str, text_field: str = "text", raw: bytes | None = None) -> list[Example]:
+    """The examples of one evaluation file (of its bytes ``raw`` when given); :class:`EvalFileError` when it cannot
+    be used."""
     name = path.lower()
     if name.endswith(".json"):
-        return read_squad(path, _read(path))
+        return read_squad(path, _read(path, raw))
     if name.endswith(".tsv"):
-        return read_tsv(path, _read(path))
+        return read_tsv(path, _read(path, raw))
     if name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")):
-        return read_jsonl(path, _read(path), text_field)
+        return read_jsonl(path, _read(path, raw), text_field)
     raise EvalFileError(
         f"{path}: unknown kind of evaluation file (.json SQuAD/XQuAD, .tsv GLUE, or .jsonl with a {text_field!r} field)"
     )
+
+
+@dataclass(frozen=True)
+class EvalFile:
+    """An evaluation file as the launcher checked it: its path and the sha256 of its bytes. The job's workers read
+    it again (so the job carries a path, not the file's n-grams, which Beam would compress into every step) and
+    refuse it if its bytes are no longer those checked."""
+
+    path: str
+    sha256: str
+
+    @classmethod
+    def check(cls, path: str) -> EvalFile:
+        """Read and parse ``path``; :class:`EvalFileError` when it cannot be used or has no example."""
+        raw = _read_bytes(path)
+        if not read_eval_file(path, raw=raw):
+            raise EvalFileError(f"{path}: no examples")
+        return cls(path, hashlib.sha256(raw).hexdigest())
+
+    def examples(self) -> list[Example]:
+        raw = _read_bytes(self.path)
+        if hashlib.sha256(raw).hexdigest() != self.sha256:
+            raise EvalFileError(f"{self.path}: changed since the job started (its sha256 is no longer {self.sha256})")
+        return read_eval_file(self.path, raw=raw)

@@ -8,9 +8,9 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipeline.dedup import overlap, text
+from pipeline.dedup import text
 from pipeline.dedup.clean_documents import DropContaminated
-from pipeline.dedup.eval_sets import EvalFileError, given_twice, read_eval_file, twice_message
+from pipeline.dedup.eval_sets import EvalFile, EvalFileError, given_twice, twice_message
 from pipeline.dedup.minhash import NearParams
 from pipeline.dedup.unique_documents import DropDuplicates
 from pipeline.write.removed import WriteRemoved
@@ -21,31 +21,30 @@ def near_params(o) -> NearParams:
     return NearParams(threshold=o.dedup_threshold, shingle=o.dedup_shingle, bands=o.dedup_bands, rows=o.dedup_rows)
 
 
-_EVAL_SETS: dict[tuple, list[overlap.EvalSet]] = {}
+_EVAL_FILES: dict[tuple, list[EvalFile]] = {}
 
 
-def eval_sets(o) -> list[overlap.EvalSet]:
-    """``--decontaminate``'s files read once in the launcher (cached); ValueError (one line, file and position) for a
-    file that cannot be used."""
+def eval_files(o) -> list[EvalFile]:
+    """``--decontaminate``'s files read once in the launcher to check them (cached): a file that cannot be used is a
+    ValueError (one line, file and position) before the job starts. The job's workers read them again
+    (:class:`DropContaminated`), as they read the input, and refuse a file whose bytes changed in between."""
     paths = tuple(o.decontaminate or ())
     key = (paths, o.contamination_ngram)
-    if key not in _EVAL_SETS:
+    if key not in _EVAL_FILES:
         if o.contamination_ngram < 1:
             raise ValueError(f"--contamination-ngram must be at least 1, got {o.contamination_ngram}")
         twice = given_twice(paths)
         if twice:  # its examples would be counted twice, and every record would name it twice
             raise ValueError(twice_message("--decontaminate", *twice))
-        sets = []
+        files = []
         for path in paths:
             try:
-                examples = read_eval_file(path)
+                found = EvalFile.check(path)
             except EvalFileError as e:
                 raise ValueError(f"--decontaminate {e}") from None
-            if not examples:
-                raise ValueError(f"--decontaminate {path}: no examples")
-            sets.append(overlap.EvalSet.build(path, examples, o.contamination_ngram))
-        _EVAL_SETS[key] = sets
-    return _EVAL_SETS[key]
+            files.append(found)
+        _EVAL_FILES[key] = files
+    return _EVAL_FILES[key]
 
 
 def describe(o) -> dict[str, Any]:
@@ -74,7 +73,7 @@ def remove_documents(documents, o, reread: Callable[[str], Any]) -> tuple[Any, d
     it in the pre-pass, whose contaminated documents the main pass then leaves out (recorded once)."""
     removed = []
     extra: dict[str, Any] = {}
-    sets = eval_sets(o)
+    sets = eval_files(o)
     drop = o.drop_contaminated == "documents"
     if o.dedup == "off":
         if sets:

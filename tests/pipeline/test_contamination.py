@@ -3,12 +3,14 @@ on an artifact's decoded rows agreeing with the same check on the source text (W
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import typing
 from pathlib import Path
 
 import apache_beam as beam
+import numpy as np
 import pytest
 import zstandard
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -17,7 +19,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from pipeline import build_shards, contamination, verify
 from pipeline.dedup import overlap
 from pipeline.dedup.clean_documents import DropContaminated
-from pipeline.dedup.eval_sets import EvalFileError, read_eval_file
+from pipeline.dedup.eval_sets import EvalFile, EvalFileError, read_eval_file
 from pipeline.elements import Document, Source
 from tests.conftest import DEMO_CORPUS, SHARED_DATA, WIKIPEDIA_SAMPLE, build
 
@@ -87,6 +89,51 @@ def test_bad_evaluation_file_is_one_line_with_its_position_and_exit_2(
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if "contamination: error:" in line]
     assert code == 2 and len(lines) == 1 and message in lines[0] and "Traceback" not in err
+
+
+def test_compressed_jsonl_evaluation_files_are_read(tmp_path):
+    """.jsonl.gz and .jsonl.zst are documented kinds: Beam's FileSystems.open decompressed .gz by its name and the
+    reader then decompressed again, so both were refused as "cannot be decompressed"."""
+    lines = "".join(json.dumps({"id": f"e{i}", "text": f"sentence number {i} is here"}) + "\n" for i in range(3))
+    (tmp_path / "e.jsonl.gz").write_bytes(gzip.compress(lines.encode()))
+    (tmp_path / "e.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines.encode()))
+    for name in ("e.jsonl.gz", "e.jsonl.zst"):
+        examples = read_eval_file(str(tmp_path / name))
+        assert [(e.id, e.texts) for e in examples] == [(f"e{i}", (f"sentence number {i} is here",)) for i in range(3)]
+
+
+def test_an_evaluation_file_changed_after_the_launcher_checked_it_is_refused(tmp_path):
+    """The workers read the file again: different bytes than the launcher checked are one line, never other n-grams."""
+    path = tmp_path / "e.jsonl"
+    path.write_text(json.dumps({"id": "a", "text": "one two three"}) + "\n")
+    checked = EvalFile.check(str(path))
+    assert [e.id for e in checked.examples()] == ["a"]
+    path.write_text(json.dumps({"id": "b", "text": "one two three"}) + "\n")
+    with pytest.raises(EvalFileError, match="changed since the job started") as refused:
+        checked.examples()
+    assert str(refused.value).startswith(f"{path}: ") and "\n" not in str(refused.value)
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(EvalFileError, match="empty.jsonl: no examples"):
+        EvalFile.check(str(tmp_path / "empty.jsonl"))
+
+
+@pytest.mark.skipif(not XQUAD.exists(), reason="needs ../shared/data")
+def test_eval_set_built_in_one_batch_equals_each_text_by_the_reference_rule():
+    """EvalSet.build analyses all texts of a file at once (joined by U+FFFF); its (n-gram, example) pairs must be those
+    of every text split by the regex rule on its own (a SQuAD context shared by questions, GLUE pairs, CoLA)."""
+    finetune = SHARED_DATA / "finetune"
+    paths = [XQUAD, finetune / "glue_rte" / "dev.tsv", finetune / "glue_sst2" / "dev.tsv",
+             finetune / "glue_cola" / "in_domain_dev.tsv"]  # fmt: skip
+    for path in paths:
+        examples = read_eval_file(str(path))
+        for n in (13, 4):
+            built = overlap.EvalSet.build(str(path), examples, n)
+            pairs = sorted(
+                (int(h), i) for i, ex in enumerate(examples) for h in np.unique(np.concatenate(
+                    [overlap.text_ngrams(t, n) for t in ex.texts]))
+            )  # fmt: skip
+            assert len(pairs) > 100
+            assert list(zip(built.pair_hashes.tolist(), built.pair_examples.tolist(), strict=True)) == pairs, path
 
 
 def test_passages_copied_from_the_corpus_are_found_in_the_artifact_rows(tmp_path, capsys, demo_artifact):
@@ -160,12 +207,12 @@ def _eval_copying(tmp_path, doc: dict) -> Path:
 
 def test_drop_contaminated_composite_records_the_example_ids(tmp_path):
     docs = [json.loads(line) for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()][:6]
-    sets = contamination.load_eval_sets([str(_eval_copying(tmp_path, docs[2]))], 13)
+    files = [EvalFile.check(str(_eval_copying(tmp_path, docs[2])))]
     items = [Document(d["id"], d["text"], Source("c.jsonl", i + 1, i * 100)) for i, d in enumerate(docs)]
     for drop, kept in ((True, [d["id"] for d in docs if d is not docs[2]]), (False, [d["id"] for d in docs])):
         with TestPipeline(runner="FnApiRunner") as p:
             created = p | beam.Create(range(len(items))) | beam.Map(lambda i: items[i]).with_output_types(typing.Any)
-            out = created | DropContaminated(sets, 13, drop)
+            out = created | DropContaminated(files, 13, drop)
             assert_that(out["documents"] | "Kept" >> beam.Map(lambda d: d.doc_id), equal_to(kept), "kept")
             removed = out["removed"] | "Removed" >> beam.Map(
                 lambda r: (r.doc_id, r.detail["evaluation"][0]["example_ids"], r.detail["ngrams_found"])
