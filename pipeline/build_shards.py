@@ -310,7 +310,7 @@ def build_pipeline(
     dead_letters = (
         (read["dead_letters"], tokenized["dead_letters"])
         | "AllDeadLetters" >> beam.Flatten()
-        | "WriteDeadLetters" >> WriteDeadLetters(o.output)
+        | "WriteDeadLetters" >> WriteDeadLetters(o.output, o.spill_buffer_mb << 20)
     )
     _ = {
         "input_summaries": read["input_summaries"],

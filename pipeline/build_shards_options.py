@@ -275,7 +275,8 @@ class BuildShardsOptions(PipelineOptions):
             dest="spill_buffer_mb",
             type=int,
             default=256,
-            help="per-worker memory for documents before they are spilled, sorted, to run files",
+            help="per-worker memory for documents (and dead_letter/, removed/ records) before they are spilled, sorted, "
+            "to run files",
         )
         g.add_argument(
             "--encoder-threads",

@@ -96,5 +96,7 @@ def remove_documents(documents, o, reread: Callable[[str], Any]) -> tuple[Any, d
         removed.append(unique["removed"])
         extra["removal_stats"] = unique["stats"]
     if removed:
-        extra["removed"] = removed | "AllRemoved" >> beam.Flatten() | "WriteRemoved" >> WriteRemoved(o.output)
+        extra["removed"] = (
+            removed | "AllRemoved" >> beam.Flatten() | "WriteRemoved" >> WriteRemoved(o.output, o.spill_buffer_mb << 20)
+        )
     return documents, extra
