@@ -49,10 +49,11 @@ class _ScanFn(beam.DoFn):
 
 
 class _ReadFn(beam.DoFn):
-    """Streams the records of one file, or of one byte range of a split file."""
+    """Streams the records of one file, or of one byte range of a split file, counted in the progress ``phase``."""
 
-    def __init__(self, options: ReaderOptions):
+    def __init__(self, options: ReaderOptions, phase: str = progress.MAIN):
         self._options = options
+        self._phase = phase
         self._documents = Metrics.counter("read", "documents")
         self._dead = Metrics.counter("read", "dead_letters")
         self._ranges = Metrics.counter("read", "ranges")
@@ -65,10 +66,10 @@ class _ReadFn(beam.DoFn):
         else:
             log.info("reading %s", item.path)
             records = read_file(item.path, self._options)
-        for rec in records:
+        for rec in progress.counting_as(self._phase, records):
             if isinstance(rec, Document):
                 self._documents.inc()
-                progress.add(1)
+                progress.add(1, phase=self._phase)
                 yield rec
             elif isinstance(rec, DeadLetter):
                 self._dead.inc()
@@ -105,6 +106,9 @@ class ReadDocuments(beam.PTransform):
     already (``jobs.match_inputs``). When none of them is split and there are at most ``LISTED_FILES_MAX``, the job
     reads that list directly: the same reads without the five steps that match, plan and scan at run time
     (four of them stages of their own: about 0.2 s of a local run).
+
+    ``progress_phase``: what the reading counts as in the job's progress (``pipeline/progress.py``): the default
+    for the read that feeds the output, a name for a second read of the same input (``--dedup``'s pre-pass).
     """
 
     LISTED_FILES_MAX = 1000  # more file names would weigh on the job graph (Dataflow limits its size)
@@ -115,9 +119,11 @@ class ReadDocuments(beam.PTransform):
         options: ReaderOptions,
         split_bytes: int = DEFAULT_SPLIT_BYTES,
         files: list[tuple[str, int]] | None = None,
+        progress_phase: str = progress.MAIN,
     ):
         super().__init__()
         self._patterns = list(patterns)
+        self._phase = progress_phase
         self._options = options
         self._split_bytes = split_bytes
         self._whole_files = None
@@ -171,5 +177,8 @@ class ReadDocuments(beam.PTransform):
         return (
             reads
             | "SpreadReads" >> beam.Reshuffle()
-            | "Read" >> beam.ParDo(_ReadFn(self._options)).with_outputs(DEAD_LETTERS, INPUT_SUMMARIES, main=DOCUMENTS)
+            | "Read"
+            >> beam.ParDo(_ReadFn(self._options, self._phase)).with_outputs(
+                DEAD_LETTERS, INPUT_SUMMARIES, main=DOCUMENTS
+            )
         )

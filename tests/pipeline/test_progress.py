@@ -56,6 +56,18 @@ def test_describe_gives_the_share_the_rate_and_an_eta():
     assert progress.describe(5, 3_000_000, None, 2.0, "lines") == "5 lines, 3.0 MB read in 2s, 1.5 MB/s"
 
 
+def test_describe_phases_gives_each_read_its_own_figures_and_time():
+    """The main read first, then the others by label; the phase begun first timed from the job's start (100 s),
+    a later one from its first count (110 s), so its rate and ETA are its own."""
+    phases = {progress.MAIN: (10, 1_000_000, 110.0), "dedup pre-pass": (40, 4_000_000, 102.0)}
+    line = progress.describe_phases(phases, 4_000_000, 100.0, 120.0, "documents")
+    assert line == (
+        "10 documents, 1.0 of 4.0 MB read (25.0%) in 10s, 0.1 MB/s, ETA 30s; "
+        "dedup pre-pass: 40 documents, 4.0 of 4.0 MB read (100.0%) in 20s, 0.2 MB/s, input read"
+    )
+    assert progress.describe_phases({}, 4_000_000, 100.0, 101.0, "documents") == progress.describe(0, 0, 4_000_000, 1.0)
+
+
 def test_a_local_multi_process_build_reports_progress_and_its_workers_are_quiet(tmp_path):
     proc = subprocess.run(
         [
@@ -144,3 +156,38 @@ def test_on_a_terminal_the_progress_is_a_tqdm_bar(tmp_path):
     bars = re.findall(r"read: +100%\|[^|]*\| *([\d.]+)k/([\d.]+)k \[[^\]]*, (\d+) lines\]", text)
     assert bars, text[-2000:]  # ... but a bar, which ends full, with the lines counted (both reads of the input)
     assert int(bars[-1][2]) == 80
+
+
+_PART = r"(\d+) documents, ([\d.]+) of ([\d.]+) MB read \(([\d.]+)%\)"
+
+
+def test_a_dedup_build_reports_its_pre_pass_apart_and_counts_each_document_once(tmp_path, caplog):
+    """--dedup reads the input twice (the pre-pass, then the main pass): each read is its own part of the progress
+    line, each counting every document and byte once (both were summed: 2 x the documents, "input read" while the
+    main pass had read none), and the manifest's documents_read is the input's documents."""
+    import logging
+
+    from tests.conftest import build
+    from tests.pipeline.test_dedup import planted_corpus
+
+    corpus = tmp_path / "corpus.jsonl"
+    n = len(planted_corpus(corpus))
+    size = round(corpus.stat().st_size / 1e6, 1)
+    with caplog.at_level(logging.INFO, logger="pipeline.progress"):
+        m = build(corpus, tmp_path / "out", "--train-tokenizer", "--vocab-size", "2000", "--num-shards", "2",
+                  "--dedup", "near", "--progress-seconds", "0.02")  # fmt: skip
+    assert m["counts"]["documents_read"] == n and m["counts"]["documents_duplicate"] > 0
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("progress: ")]
+    assert lines
+    for line in lines:
+        main = re.match(r"progress: " + _PART, line)
+        prepass = re.search(r"dedup pre-pass: " + _PART, line)
+        assert main or prepass, line
+        for part in (main, prepass):
+            if part:
+                assert int(part.group(1)) <= n and float(part.group(2)) <= size and float(part.group(4)) <= 100, line
+        if main and int(main.group(1)):  # the main pass reads after the pre-pass has read everything (its side input)
+            assert prepass and int(prepass.group(1)) == n and prepass.group(4) == "100.0", line
+    last = lines[-1]
+    assert re.match(rf"progress: {n} documents, {size} of {size} MB read \(100.0%\) .*, input read; ", last), last
+    assert re.search(rf"; dedup pre-pass: {n} documents, {size} of {size} MB read \(100.0%\) .*, input read$", last)
