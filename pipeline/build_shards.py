@@ -54,7 +54,6 @@ from schemas.tokenizers.files import from_file
 log = logging.getLogger("pipeline.build_shards")
 
 MIN_SPLIT_BYTES = 4096  # a smaller --split-bytes is almost surely a unit mistake (it is bytes)
-DEDUP_PREPASS = "dedup pre-pass"  # the progress phase of --dedup's second read of the input (pipeline/progress.py)
 
 
 def _job_parser() -> argparse.ArgumentParser:
@@ -281,10 +280,8 @@ def build_pipeline(
     ids_dtype = "uint16" if fmt.token_id_type(info["vocab_size"]) == fmt.token_id_type(1) else "int32"
 
     read = p | "ReadDocuments" >> ReadDocuments(o.input, _reader_options(o, unk), o.split_bytes, files=files)
-    reread = lambda label: (  # noqa: E731  (a second read of the input, apart in the progress line)
-        p
-        | label
-        >> ReadDocuments(o.input, _reader_options(o, unk), o.split_bytes, files=files, progress_phase=DEDUP_PREPASS)
+    reread = lambda label, phase: (  # noqa: E731  (another read of the input, apart in the progress line)
+        p | label >> ReadDocuments(o.input, _reader_options(o, unk), o.split_bytes, files=files, progress_phase=phase)
     )["documents"]
     documents, removed = removal.remove_documents(read["documents"], o, reread)
     kinds = static["candidates"]["kinds"]

@@ -74,7 +74,8 @@ _PERMS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
 def signature(shingles: np.ndarray, num_perm: int) -> np.ndarray:
-    """The uint32 MinHash signature of a non-empty shingle-hash set. The shift is taken after the minimum (it is
+    """The uint32 MinHash signature of a non-empty array of shingle hashes (a value there twice changes nothing: the
+    signature is that of the set). The shift is taken after the minimum (it is
     monotonic, so the values are the same) and the products are made in one buffer: one pass fewer, no allocation."""
     if num_perm not in _PERMS:
         _PERMS[num_perm] = _permutations(num_perm)

@@ -66,11 +66,16 @@ def describe_contamination(o) -> dict[str, Any] | None:
     return {"ngram_size": o.contamination_ngram, "drop": o.drop_contaminated, "files": {}}
 
 
-def remove_documents(documents, o, reread: Callable[[str], Any]) -> tuple[Any, dict[str, Any]]:
+PREPASS = "dedup pre-pass"  # the progress phases (pipeline/progress.py) of --dedup's other reads of the input
+CONFIRMATION = "dedup confirmation"
+
+
+def remove_documents(documents, o, reread: Callable[[str, str], Any]) -> tuple[Any, dict[str, Any]]:
     """(the documents kept, the manifest's extra inputs: ``removed`` files, ``removal_stats``, ``contamination``).
-    ``reread(label)``: the input's documents read again (the pre-pass of ``--dedup``). Evaluation overlap is checked
-    first, then duplicates among the rest: without ``--dedup`` on the documents as they are read (no shuffle); with
-    it in the pre-pass, whose contaminated documents the main pass then leaves out (recorded once)."""
+    ``reread(label, phase)``: the input's documents read again (``--dedup``'s pre-pass, and near's confirmation
+    pass), counted as ``phase`` in the progress line. Evaluation overlap is checked first, then duplicates among the
+    rest: without ``--dedup`` on the documents as they are read (no shuffle); with it in the pre-pass, whose
+    contaminated documents the main pass then leaves out (recorded once)."""
     removed = []
     extra: dict[str, Any] = {}
     sets = eval_files(o)
@@ -82,7 +87,9 @@ def remove_documents(documents, o, reread: Callable[[str], Any]) -> tuple[Any, d
             removed.append(clean["removed"])
             extra["contamination"] = clean["figures"]
     else:
-        inputs = {"documents": documents, "prepass": reread("ReadForDedup")}
+        inputs = {"documents": documents, "prepass": reread("ReadForDedup", PREPASS)}
+        if o.dedup == "near":
+            inputs["confirm"] = reread("ReadForConfirmation", CONFIRMATION)
         if sets:
             clean = inputs["prepass"] | "DropContaminated" >> DropContaminated(sets, o.contamination_ngram, drop)
             inputs["prepass"] = clean["documents"]

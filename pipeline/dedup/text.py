@@ -143,7 +143,9 @@ def _hash_runs(cp: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.nd
         return z ^ (z >> np.uint64(31))
 
 
-_PREFIX_LIMIT = 1 << 20  # code points: the prefix-sum tables (16 bytes each) stop growing here; longer texts hash run by run
+_PREFIX_LIMIT = (
+    1 << 20
+)  # code points: the prefix-sum tables (16 bytes each) stop growing here; longer texts hash run by run
 _INVERSE = np.uint64(pow(int(_CHAR_BASE), -1, 2**64))  # _CHAR_BASE is odd, so it has an inverse modulo 2**64
 _PREFIX: list[tuple[np.ndarray, np.ndarray]] = []
 
@@ -284,12 +286,17 @@ def ngrams_within(hashes: np.ndarray, owner: np.ndarray, n: int) -> tuple[np.nda
     return grams[keep], owner[: len(grams)][keep]
 
 
-def shingles_of(hashes: np.ndarray, n: int) -> np.ndarray:
-    """Sorted distinct hashes of the ``n``-word shingles of words of these hashes; 1 to n-1 words are one shingle of
-    all of them; no words, none."""
+def shingle_windows(hashes: np.ndarray, n: int) -> np.ndarray:
+    """The hashes of the ``n``-word shingles of words of these hashes, one per window (so a shingle that occurs twice
+    is there twice: a MinHash needs no more); 1 to n-1 words are one shingle of all of them; no words, none."""
     if 0 < len(hashes) < n:
         return ngram_hashes(hashes, len(hashes))
-    return np.unique(ngram_hashes(hashes, n))
+    return ngram_hashes(hashes, n)
+
+
+def shingles_of(hashes: np.ndarray, n: int) -> np.ndarray:
+    """Sorted distinct :func:`shingle_windows` (what the exact Jaccard compares)."""
+    return np.unique(shingle_windows(hashes, n))
 
 
 def shingle_set(found: list[str], n: int) -> np.ndarray:

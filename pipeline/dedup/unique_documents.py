@@ -13,14 +13,17 @@ that stays, with their similarity (exact Jaccard of their shingle sets: in a cha
 threshold for A and C). The outcome is a function of the set of documents alone: the same whatever the runner, the
 worker count or the order the files are given in.
 
-Two passes over the input, and the documents' text is never held or shuffled for the rest: the *pre-pass* reads the
-input again (decompressing and parsing it costs less than a runner materialising every document), computes a digest
-and band keys per document and groups them (GroupByKey on digest, on band); what each document's fate is reaches the
-*main pass* as a multimap side input looked up per document where it is read. Only the documents in a candidate pair
-(and their exact copies) are set aside there and shuffled with their text to be confirmed and clustered: their number
-grows with the near copies, not with the corpus. Clusters: ``ROUNDS`` rounds of smallest-label propagation over the
-confirmed pairs (a cluster whose documents are more than ``ROUNDS`` confirmed pairs apart is counted in the manifest's
-``dedup.unconverged`` and its far end stays).
+Three reads of the input, and the documents' text is never held or shuffled: the *pre-pass* reads the input
+(decompressing and parsing it again costs less than a runner materialising every document), computes a digest and
+band keys per document and groups them (GroupByKey on digest, on band). ``near``'s *confirmation pass* reads it once
+more and sets aside the shingles of the documents in a candidate pair (and their exact copies), looked up per
+document in a multimap side input: their number grows with the near copies, not with the corpus. Those are shuffled
+to be confirmed and clustered: ``ROUNDS`` rounds of smallest-label propagation over the confirmed pairs (a cluster
+whose documents are more than ``ROUNDS`` confirmed pairs apart is counted in the manifest's ``dedup.unconverged``
+and its far end stays). Each removed document's fate (its record's method, kept document and similarity) then
+reaches the *main pass* as a multimap side input looked up per document where it is read, so the main pass reads,
+filters and tokenizes in one fused step (a kept document joining the main pass from a shuffle would make a local
+runner hold every document in memory before tokenizing).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from pipeline.elements import DUPLICATE, Document, RemovedDocument, preview
 DocKey = tuple[str, int, int, str]  # source path, byte offset, line, doc_id: the order "smallest" means
 MODES = ("off", "exact", "near")
 ROUNDS = 6  # label propagation rounds: clusters up to this many confirmed pairs across are exact
-DEFER = "d"  # the main pass sets the document aside for confirmation
+DEFER = "d"  # the confirmation pass sets the document's shingles aside
 DROP = ""  # left out and recorded elsewhere (contaminated)
 
 
@@ -73,8 +76,8 @@ class _SignFn(beam.DoFn):
             return
         bands: tuple = ()
         if self._params is not None:
-            shingles = text.shingles_of(hashes, self._params.shingle)
-            bands = tuple(minhash.band_keys(minhash.signature(shingles, self._params.num_perm), self._params))
+            windows = text.shingle_windows(hashes, self._params.shingle)  # a minimum needs no sorting or dedup
+            bands = tuple(minhash.band_keys(minhash.signature(windows, self._params.num_perm), self._params))
         yield digest, (doc_key(doc), bands)
 
 
@@ -98,48 +101,54 @@ def _star_pairs(band_members):
 
 
 def _route_copies(kept_groups):
-    """(kept key, {copies, pairs}) -> a final exact mark per copy, or the copy set aside with its kept document
-    when that one is in a candidate pair (its cluster may have a smaller document)."""
+    """(kept key, {copies, pairs}) -> a final exact mark per copy, or the copy and its kept document set aside for
+    confirmation when that one is in a candidate pair (its cluster may have a smaller document)."""
     kept, groups = kept_groups
     copies = sorted(groups["copies"])
     if next(iter(groups["pairs"]), None) is None:
         for copy in copies:
             yield side_key(copy), json.dumps(_mark("exact", kept, 1.0), sort_keys=True, ensure_ascii=False)
         return
-    yield side_key(kept), DEFER
+    yield TaggedOutput("deferred", kept)
     for copy in copies:
-        yield side_key(copy), DEFER
+        yield TaggedOutput("deferred", copy)
         yield TaggedOutput("edges", (copy, (kept, 1.0)))
 
 
 class _SplitFn(beam.DoFn):
-    """The main pass: each document as it is read -> kept, removed (its record), set aside, or left out silently."""
+    """The main pass: each document as it is read -> kept, removed (its record), or left out silently."""
 
     def process(self, doc: Document, routes):
         found = next(iter(routes[side_key(doc_key(doc))]), None)  # at most one route per document
         if found is None:
             yield doc
-        elif found == DEFER:
-            yield TaggedOutput("deferred", (doc_key(doc), doc))
         elif found != DROP:
             yield TaggedOutput(
                 "removed", RemovedDocument(DUPLICATE, doc.doc_id, doc.source, json.loads(found), preview(doc.text))
             )
 
 
-class _PairShinglesFn(beam.DoFn):
-    """(key, {doc, pairs}) -> (pair, (key, shingles)) per candidate pair, and (key, (doc, shingles)) for the rest."""
+class _SetAsideFn(beam.DoFn):
+    """The confirmation pass: a document to be confirmed -> (its key, its sorted distinct shingles)."""
 
     def __init__(self, shingle: int):
         self._shingle = shingle
 
+    def process(self, doc: Document, deferred):
+        key = doc_key(doc)
+        if next(iter(deferred[side_key(key)]), None) is not None:
+            yield key, text.shingles_of(text.analyse(doc.text)[0], self._shingle)
+
+
+class _PairShinglesFn(beam.DoFn):
+    """(key, {shingles, pairs}) -> (pair, (key, shingles)) per candidate pair, and (key, shingles) for the rest."""
+
     def process(self, key_groups):
         key, groups = key_groups
-        doc = next(iter(groups["doc"]))
-        shingles = text.shingles_of(text.analyse(doc.text)[0], self._shingle)
+        shingles = next(iter(groups["shingles"]))
         for pair in sorted(set(groups["pairs"])):
             yield pair, (key, shingles)
-        yield TaggedOutput("docs", (key, (doc, shingles)))
+        yield TaggedOutput("docs", (key, shingles))
 
 
 class _ConfirmFn(beam.DoFn):
@@ -202,37 +211,39 @@ def clusters(edges, name: str):
     return labels, unconverged
 
 
+def _route(key: DocKey, method: str, kept: DocKey, similarity: float) -> tuple[str, str]:
+    return side_key(key), json.dumps(_mark(method, kept, similarity), sort_keys=True, ensure_ascii=False)
+
+
 def _decide(key_groups):
-    """(key, {doc, label, edges}) -> the document kept, its record (its cluster's smallest is a neighbour), or
-    (smallest, (key, doc, shingles)) to be compared with the smallest."""
+    """(key, {shingles, label, edges, exact}) -> nothing (kept: its cluster's smallest), its route (the smallest is a
+    neighbour), or (smallest, (key, shingles)) to be compared with the smallest."""
     key, groups = key_groups
-    ((doc, shingles),) = groups["doc"]
+    (shingles,) = groups["shingles"]
     root = min(groups["label"], default=key)
     if root == key:
-        yield doc
         return
     direct = [s for other, s in groups["edges"] if other == root]
     if direct:
         method = "exact" if direct[0] == 1.0 and any(o == root for o, _ in groups["exact"]) else "near"
-        yield TaggedOutput(
-            "removed",
-            RemovedDocument(DUPLICATE, doc.doc_id, doc.source, _mark(method, root, direct[0]), preview(doc.text)),
-        )
+        yield _route(key, method, root, direct[0])
     else:
-        yield TaggedOutput("far", (root, (key, doc, shingles)))
+        yield TaggedOutput("far", (root, (key, shingles)))
 
 
-def _far_records(root_groups):
+def _far_routes(root_groups):
     root, groups = root_groups
-    (root_shingles,) = [s for _, s in groups["root"]]
-    for _, doc, shingles in sorted(groups["far"], key=lambda f: f[0]):
-        similarity = round(text.jaccard(root_shingles, shingles), 6)
-        yield RemovedDocument(DUPLICATE, doc.doc_id, doc.source, _mark("near", root, similarity), preview(doc.text))
+    if next(iter(groups["far"]), None) is None:
+        return
+    (root_shingles,) = groups["root"]
+    for key, shingles in sorted(groups["far"], key=lambda f: f[0]):
+        yield _route(key, "near", root, round(text.jaccard(root_shingles, shingles), 6))
 
 
 class DropDuplicates(beam.PTransform):
-    """``{"documents": the main pass, "prepass": the same documents read again, "dropped": keys to leave out
-    silently (optional)}`` -> ``{"documents": kept, "removed": RemovedDocument, "stats": (name, count)}``."""
+    """``{"documents": the main pass, "prepass": the same documents read again, "confirm": read once more (near
+    only), "dropped": keys to leave out silently (optional)}`` -> ``{"documents": kept, "removed": RemovedDocument,
+    "stats": (name, count)}``."""
 
     def __init__(self, mode: str, params: minhash.NearParams | None = None):
         super().__init__()
@@ -255,16 +266,7 @@ class DropDuplicates(beam.PTransform):
         stats: list = []
         params = self._params
         if params is None:
-            routes.append(
-                exact["copies"]
-                | "ExactMarks"
-                >> beam.Map(
-                    lambda c: (
-                        side_key(c[0]),
-                        json.dumps(_mark("exact", c[1], 1.0), sort_keys=True, ensure_ascii=False),
-                    )
-                )
-            )
+            routes.append(exact["copies"] | "ExactMarks" >> beam.Map(lambda c: _route(c[0], "exact", c[1], 1.0)))
         else:
             pairs = (
                 exact["bands"]
@@ -277,27 +279,25 @@ class DropDuplicates(beam.PTransform):
                 {"copies": exact["copies"] | "ByKept" >> beam.Map(lambda c: (c[1], c[0])), "pairs": ends}
                 | "CopiesAndPairs" >> beam.CoGroupByKey()
                 | "RouteCopies"
-                >> beam.FlatMap(_route_copies).with_output_types(typing.Any).with_outputs("edges", main="routes")
-            )
-            routes += [copies["routes"], ends | "DeferPairs" >> beam.Map(lambda e: (side_key(e[0]), DEFER))]
-        route_pc = (
-            routes
-            | "AllRoutes" >> beam.Flatten()
-            | "Routes" >> beam.Map(lambda kv: kv).with_output_types(tuple[str, str])
-            | "OneRoute" >> beam.CombinePerKey(min).with_output_types(tuple[str, str])  # in several pairs: one route
-        )
-        split = documents | "Split" >> beam.ParDo(_SplitFn(), beam.pvalue.AsMultiMap(route_pc)).with_output_types(
-            typing.Any
-        ).with_outputs("removed", "deferred", main="documents")
-        kept, removed = [split["documents"]], [split["removed"]]
-        if params is not None:
-            shingled = (
-                {"doc": split["deferred"], "pairs": ends}
-                | "DocAndPairs" >> beam.CoGroupByKey()
-                | "PairShingles"
-                >> beam.ParDo(_PairShinglesFn(params.shingle))
+                >> beam.FlatMap(_route_copies)
                 .with_output_types(typing.Any)
-                .with_outputs("docs", main="pairs")
+                .with_outputs("deferred", "edges", main="routes")
+            )
+            routes.append(copies["routes"])
+            deferred = (
+                (copies["deferred"], ends | "PairMembers" >> beam.Map(lambda e: e[0]))
+                | "AllDeferred" >> beam.Flatten()
+                | "DeferKeys" >> beam.Map(lambda k: (side_key(k), DEFER)).with_output_types(tuple[str, str])
+                | "OneDefer" >> beam.Distinct()
+            )
+            set_aside = inputs["confirm"] | "SetAside" >> beam.ParDo(
+                _SetAsideFn(params.shingle), beam.pvalue.AsMultiMap(deferred)
+            )
+            shingled = (
+                {"shingles": set_aside, "pairs": ends}
+                | "ShinglesAndPairs" >> beam.CoGroupByKey()
+                | "PairShingles"
+                >> beam.ParDo(_PairShinglesFn()).with_output_types(typing.Any).with_outputs("docs", main="pairs")
             )
             confirmed = (
                 shingled["pairs"]
@@ -308,25 +308,16 @@ class DropDuplicates(beam.PTransform):
             labels, unconverged = clusters(edges, "Cluster")
             decided = (
                 {
-                    "doc": shingled["docs"],
+                    "shingles": shingled["docs"],
                     "label": labels,
                     "edges": edges | "EdgesBothWays" >> beam.FlatMap(_both_ways),
                     "exact": copies["edges"],
                 }
                 | "DocClusters" >> beam.CoGroupByKey()
-                | "Decide"
-                >> beam.FlatMap(_decide).with_output_types(typing.Any).with_outputs("removed", "far", main="kept")
+                | "Decide" >> beam.FlatMap(_decide).with_output_types(typing.Any).with_outputs("far", main="routes")
             )
-            far = (
-                {
-                    "far": decided["far"],
-                    "root": shingled["docs"] | "RootShingles" >> beam.Map(lambda kv: (kv[0], (None, kv[1][1]))),
-                }
-                | "FarAndRoots" >> beam.CoGroupByKey()
-                | "FarRecords" >> beam.FlatMap(lambda kv: _far_records(kv) if next(iter(kv[1]["far"]), None) else [])
-            )
-            kept.append(decided["kept"])
-            removed += [decided["removed"], far]
+            far = {"far": decided["far"], "root": shingled["docs"]} | "FarAndRoots" >> beam.CoGroupByKey()
+            routes += [decided["routes"], far | "FarRoutes" >> beam.FlatMap(_far_routes)]
             stats = [
                 pairs
                 | "CountCandidates" >> beam.combiners.Count.Globally()
@@ -336,9 +327,14 @@ class DropDuplicates(beam.PTransform):
                 | "NameConfirmed" >> beam.Map(lambda n: ("confirmed_pairs", n)),
                 unconverged | "NameUnconverged" >> beam.Map(lambda n: ("unconverged", n)),
             ]
+        route_pc = (
+            routes
+            | "AllRoutes" >> beam.Flatten()
+            | "Routes" >> beam.Map(lambda kv: kv).with_output_types(tuple[str, str])
+            | "OneRoute" >> beam.CombinePerKey(min).with_output_types(tuple[str, str])  # contaminated wins: recorded
+        )
+        split = documents | "Split" >> beam.ParDo(_SplitFn(), beam.pvalue.AsMultiMap(route_pc)).with_output_types(
+            typing.Any
+        ).with_outputs("removed", main="documents")
         stats_pc = (stats or [pipeline | "NoStats" >> beam.Create([])]) | "AllStats" >> beam.Flatten()
-        return {
-            "documents": kept | "AllKept" >> beam.Flatten(),
-            "removed": removed | "AllRemovedCopies" >> beam.Flatten(),
-            "stats": stats_pc,
-        }
+        return {"documents": split["documents"], "removed": split["removed"], "stats": stats_pc}

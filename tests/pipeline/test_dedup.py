@@ -37,11 +37,20 @@ def _doc(doc_id: str, words: list[str] | str, line: int = 1) -> Document:
     return Document(doc_id, body, Source("corpus.jsonl", line, line * 1000))
 
 
+def _inputs(p, docs: list[Document]) -> dict:
+    """The three reads of the input DropDuplicates takes (the main pass, the pre-pass, near's confirmation pass)."""
+    return {
+        "documents": p | _create(docs),
+        "prepass": p | "Again" >> _create(docs),
+        "confirm": p | "Once more" >> _create(docs),
+    }
+
+
 def _check(docs: list[Document], mode: str, kept: list, removed: list) -> None:
     """Run DropDuplicates and assert the kept (doc_id, line)s and removed (doc_id, line, method, duplicate_of,
     similarity)s."""
     with TestPipeline(runner="FnApiRunner") as p:
-        out = {"documents": p | _create(docs), "prepass": p | "Again" >> _create(docs)} | DropDuplicates(mode)
+        out = _inputs(p, docs) | DropDuplicates(mode)
         assert_that(out["documents"] | "Kept" >> beam.Map(lambda d: (d.doc_id, d.source.line)), equal_to(kept), "kept")
         assert_that(
             out["removed"]
@@ -165,7 +174,7 @@ def test_a_template_bucket_gives_one_pair_per_member_and_one_cluster():
     stub = "is a commune in the Aisne department in Hauts-de-France in northern France. " * 4
     docs = [_doc(f"t{i:02d}", f"Town{i} {stub}", i + 1) for i in range(80)]
     with TestPipeline(runner="FnApiRunner") as p:
-        out = {"documents": p | _create(docs), "prepass": p | "Again" >> _create(docs)} | DropDuplicates("near")
+        out = _inputs(p, docs) | DropDuplicates("near")
         stats = out["stats"] | beam.combiners.ToDict()
         assert_that(
             stats | beam.Map(lambda d: d["candidate_pairs"] <= 20 * 79 < 80 * 79 // 2), equal_to([True]), "pairs"
