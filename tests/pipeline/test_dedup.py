@@ -163,6 +163,9 @@ def test_word_hashes_of_long_texts_and_of_texts_in_one_batch_equal_each_text_alo
         alone = [text.word_hashes(text.words(t)) for t in texts]
         assert np.array_equal(hashes, np.concatenate(alone))
         assert np.array_equal(owner, np.repeat(np.arange(len(texts)), [len(a) for a in alone]))
+    for page in pages[:40]:  # the job signs the shingle windows, repeats and all: the set's signature
+        windows = text.shingle_windows(text.analyse(page)[0], 5)
+        assert np.array_equal(minhash.signature(windows, 120), minhash.signature(np.unique(windows), 120))
     grams, owners = text.ngrams_within(*text.analyse_texts(pages[:20]), 5)
     assert np.array_equal(grams, np.concatenate([text.ngram_hashes(text.analyse(p)[0], 5) for p in pages[:20]]))
     assert len(owners) == len(grams)
