@@ -379,3 +379,66 @@ def test_one_evaluation_file_under_two_spellings_is_refused(tmp_path, capsys, de
         err = capsys.readouterr().err
         assert f"build_shards: error: --decontaminate dev.jsonl and --decontaminate {other} are the same file" in err
         assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+# -- attack35: the workers' re-read of an evaluation file (5d2208d) ------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack35 bug: EvalFile.examples() raises EvalFileError inside the BuildEvalSets step on the workers; "
+    "nothing turns it into a one-line error, so the job dies with Beam's traceback (rc 1, or the exception "
+    "escapes build_shards.main)",
+)
+def test_build_refuses_in_one_line_an_evaluation_file_changed_after_the_launcher_checked_it(
+    tmp_path, capsys, monkeypatch
+):
+    from pipeline.dedup import removal
+
+    docs = [json.loads(line) for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
+    evals = _eval_copying(tmp_path, docs[4])
+    checked = removal.eval_files
+
+    def check_then_edit(o):  # the real check; the file is then edited before the workers read it
+        files = checked(o)
+        evals.write_text(json.dumps({"id": "late", "text": "written after the launcher checked it " * 3}) + "\n")
+        return files
+
+    monkeypatch.setattr(removal, "eval_files", check_then_edit)
+    argv = ["--input", str(DEMO_CORPUS), "--output", str(tmp_path / "out"), "--train-tokenizer", "--vocab-size",
+            "2000", "--num-shards", "2", "--runner", "FnApiRunner", "--decontaminate", str(evals)]  # fmt: skip
+    code = build_shards.main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("build_shards: error:")]
+    assert code != 0 and "Traceback" not in err, err[-2000:]
+    assert len(lines) == 1 and str(evals) in lines[0] and "changed since the job started" in lines[0]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack35 bug: removal._EVAL_FILES caches the launcher's EvalFile (path, sha256) per process by path, so a "
+    "second job in the same process after the file was edited is refused by its own workers as 'changed since the "
+    "job started' (with a traceback) instead of checking and using the file as it now is",
+)
+def test_a_second_build_in_one_process_uses_the_evaluation_file_as_it_is_now(tmp_path):
+    docs = [json.loads(line) for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
+    evals = _eval_copying(tmp_path, docs[4])
+    common = ["--train-tokenizer", "--vocab-size", "2000", "--num-shards", "2", "--decontaminate", str(evals)]
+    first = build(DEMO_CORPUS, tmp_path / "first", *common)
+    assert first["counts"]["documents_contaminated"] == 1
+    evals.write_text(json.dumps({"id": "other", "text": "nothing of the corpus " * 5}) + "\n")
+    second = build(DEMO_CORPUS, tmp_path / "second", *common)
+    assert second["counts"]["documents_contaminated"] == 0
+    assert second["contamination"]["files"][str(evals)]["examples"] == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack35 bug (L): read_eval_file picks the kind by the lower-cased name (.JSONL.GZ is jsonl) but _read "
+    "decompresses by the name as given (.gz, .zst only), so an upper-case compressed file is refused as 'not UTF-8'",
+)
+def test_an_upper_case_compressed_jsonl_evaluation_file_is_read(tmp_path):
+    line = json.dumps({"id": "e0", "text": "sentence number zero is here"}) + "\n"
+    (tmp_path / "E.JSONL.GZ").write_bytes(gzip.compress(line.encode()))
+    examples = read_eval_file(str(tmp_path / "E.JSONL.GZ"))
+    assert [(e.id, e.texts) for e in examples] == [("e0", ("sentence number zero is here",))]
