@@ -33,6 +33,7 @@ from pipeline.build_shards_options import BuildShardsOptions
 from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
 from pipeline.dedup import removal
+from pipeline.dedup.eval_sets import EvalFile, EvalFileError
 from pipeline.elements import Document
 from pipeline.files import BEAM_FILES
 from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, JobFailed, UsageError, redact_argv
@@ -87,7 +88,9 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, PipelineOptions]:
     return opts, options
 
 
-def _validate(o: argparse.Namespace) -> None:
+def _validate(o: argparse.Namespace) -> list[EvalFile]:
+    """Refuse bad options as a :class:`UsageError`; return ``--decontaminate``'s files, read and checked (a bad
+    evaluation file stops the job before it starts; the workers get these, pinned by their sha256)."""
     if not o.input:
         raise UsageError("--input is required (a file or glob; repeat it for several)")
     if not o.output:
@@ -115,7 +118,6 @@ def _validate(o: argparse.Namespace) -> None:
         raise UsageError(f"--vocab-size {o.vocab_size} is too small")
     try:
         removal.near_params(o)
-        removal.eval_files(o)  # read once here: a bad evaluation file stops the job before it starts
     except ValueError as e:
         raise UsageError(str(e)) from None
     if (o.tokenizer or o.tokenizer_from) and o.lowercase:
@@ -123,6 +125,10 @@ def _validate(o: argparse.Namespace) -> None:
             "--lowercase applies to --vocab and --train-tokenizer; a tokenizer.json or a tokenizer directory "
             "carries its own casing"
         )
+    try:
+        return removal.eval_files(o)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _candidate_kinds(o) -> tuple[str, ...]:
@@ -263,7 +269,12 @@ def _static_manifest_fields(
 
 
 def build_pipeline(
-    p: beam.Pipeline, o, spec: tokenizer.TokenizerSpec, static: dict, files: list[tuple[str, int]] | None = None
+    p: beam.Pipeline,
+    o,
+    spec: tokenizer.TokenizerSpec,
+    static: dict,
+    files: list[tuple[str, int]] | None = None,
+    eval_files: list[EvalFile] | None = None,
 ) -> None:
     """The job, as a sentence: read documents, tokenize them, write shards; dead letters and the manifest beside.
     ``files``: what ``--input`` matched, ``(path, size)``, when the launcher listed it (see ``ReadDocuments``)."""
@@ -283,7 +294,7 @@ def build_pipeline(
     reread = lambda label, phase: (  # noqa: E731  (another read of the input, apart in the progress line)
         p | label >> ReadDocuments(o.input, _reader_options(o, unk), o.split_bytes, files=files, progress_phase=phase)
     )["documents"]
-    documents, removed = removal.remove_documents(read["documents"], o, reread)
+    documents, removed = removal.remove_documents(read["documents"], o, reread, eval_files)
     kinds = static["candidates"]["kinds"]
     spacy_kinds = [k for k in kinds if k in ("entities", "noun_phrases")]
     if spacy_kinds:
@@ -353,7 +364,7 @@ def run(argv: list[str] | None = None) -> dict:
     """Run the job; return the manifest. Raises :class:`UsageError` for bad options or inputs."""
     argv = list(sys.argv[1:] if argv is None else argv)
     o, options = _parse(argv)
-    _validate(o)
+    eval_files = _validate(o)
     runner_checks.check_runner(options)
     jobs.apply_log_level(options)
     # Before the first FileSystems call: Beam's S3 filesystem takes its endpoint and credentials from the options.
@@ -382,8 +393,11 @@ def run(argv: list[str] | None = None) -> dict:
         static = _static_manifest_fields(o, argv, options, candidates, build_id)
         started = time.time()
         total_bytes = sum(size for _, size in files)
-        build = lambda p: build_pipeline(p, o, spec, static, files)  # noqa: E731
-        jobs.run_pipeline(options, build, total_bytes)  # WriteManifest checks the lock
+        build = lambda p: build_pipeline(p, o, spec, static, files, eval_files)  # noqa: E731
+        try:
+            jobs.run_pipeline(options, build, total_bytes, user_errors=(EvalFileError,))  # WriteManifest: the lock
+        except EvalFileError as e:  # a worker found an evaluation file changed or gone since the launcher's check
+            raise UsageError("--decontaminate " + str(e).split(" [while running")[0]) from None
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
     if manifest["counts"]["documents_written"] == 0:

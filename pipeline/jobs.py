@@ -360,10 +360,26 @@ def _lost_workers_stop_the_job(active: bool) -> Iterator[None]:
         signal.signal(signal.SIGUSR1, previous_handler)
 
 
+class _QuietUserErrors(logging.Filter):
+    """Drops Beam's log of a step that raised one of ``errors`` (with its traceback): the job reports it in one line."""
+
+    def __init__(self, errors: tuple[type[BaseException], ...]):
+        super().__init__()
+        self.errors = errors
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], self.errors))
+
+
 def run_pipeline(
-    options, build: Callable[[beam.Pipeline], None], total_bytes: int | None = None, unit: str = "documents"
+    options,
+    build: Callable[[beam.Pipeline], None],
+    total_bytes: int | None = None,
+    unit: str = "documents",
+    user_errors: tuple[type[BaseException], ...] = (),
 ) -> None:
-    """Build the job's pipeline with ``build(p)`` and run it to the end.
+    """Build the job's pipeline with ``build(p)`` and run it to the end. ``user_errors``: exceptions a step raises
+    for a bad input (the caller turns them into its one line); Beam does not log them with a traceback.
 
     Its workers log as :func:`worker_logging` says; on local runners a line every ``--progress-seconds`` tells how
     much of the input's ``total_bytes`` (when known) has been read (``pipeline/progress.py``).
@@ -375,6 +391,9 @@ def run_pipeline(
     worker_logging(options)
     local = runner_name(options.view_as(StandardOptions).runner) in ("FnApiRunner", "DirectRunner")
     runner = _runner_for(options)
+    quiet = _QuietUserErrors((output.OutputError, *user_errors))
+    beam_steps = logging.getLogger("apache_beam.runners.common")
+    beam_steps.addFilter(quiet)
     try:
         with progress.reporting(options, total_bytes, local, unit), _lost_workers_stop_the_job(runner is not None):
             with beam.Pipeline(runner=runner, options=options) as p:
@@ -388,3 +407,5 @@ def run_pipeline(
             f"the runner lost a worker process and the job failed ({_first_line(e)}); it wrote no manifest, so "
             "the output is an incomplete build that pipeline.verify rejects: rerun with --overwrite"
         ) from None
+    finally:
+        beam_steps.removeFilter(quiet)

@@ -52,9 +52,9 @@ def _read(path: str, raw: bytes | None = None) -> str:
     if raw is None:
         raw = _read_bytes(path)
     try:
-        if path.endswith(".gz"):
+        if path.lower().endswith(".gz"):  # the kind is read from the lower-cased name too (read_eval_file)
             raw = gzip.decompress(raw)
-        elif path.endswith(".zst"):
+        elif path.lower().endswith(".zst"):
             raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True).read()
     except (OSError, EOFError, zstandard.ZstdError) as e:
         raise EvalFileError(f"{path}: cannot be decompressed ({e})") from None

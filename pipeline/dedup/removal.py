@@ -21,30 +21,24 @@ def near_params(o) -> NearParams:
     return NearParams(threshold=o.dedup_threshold, shingle=o.dedup_shingle, bands=o.dedup_bands, rows=o.dedup_rows)
 
 
-_EVAL_FILES: dict[tuple, list[EvalFile]] = {}
-
-
 def eval_files(o) -> list[EvalFile]:
-    """``--decontaminate``'s files read once in the launcher to check them (cached): a file that cannot be used is a
-    ValueError (one line, file and position) before the job starts. The job's workers read them again
-    (:class:`DropContaminated`), as they read the input, and refuse a file whose bytes changed in between."""
+    """``--decontaminate``'s files read and checked in the launcher: a file that cannot be used is a ValueError (one
+    line, file and position) before the job starts. The job's workers read them again (:class:`DropContaminated`),
+    as they read the input, and refuse a file whose bytes changed in between. Read each time it is called (a
+    second build in one process sees the files as they are then): ``build_shards`` calls it once per build."""
     paths = tuple(o.decontaminate or ())
-    key = (paths, o.contamination_ngram)
-    if key not in _EVAL_FILES:
-        if o.contamination_ngram < 1:
-            raise ValueError(f"--contamination-ngram must be at least 1, got {o.contamination_ngram}")
-        twice = given_twice(paths)
-        if twice:  # its examples would be counted twice, and every record would name it twice
-            raise ValueError(twice_message("--decontaminate", *twice))
-        files = []
-        for path in paths:
-            try:
-                found = EvalFile.check(path)
-            except EvalFileError as e:
-                raise ValueError(f"--decontaminate {e}") from None
-            files.append(found)
-        _EVAL_FILES[key] = files
-    return _EVAL_FILES[key]
+    if o.contamination_ngram < 1:
+        raise ValueError(f"--contamination-ngram must be at least 1, got {o.contamination_ngram}")
+    twice = given_twice(paths)
+    if twice:  # its examples would be counted twice, and every record would name it twice
+        raise ValueError(twice_message("--decontaminate", *twice))
+    files = []
+    for path in paths:
+        try:
+            files.append(EvalFile.check(path))
+        except EvalFileError as e:
+            raise ValueError(f"--decontaminate {e}") from None
+    return files
 
 
 def describe(o) -> dict[str, Any]:
@@ -70,15 +64,18 @@ PREPASS = "dedup pre-pass"  # the progress phases (pipeline/progress.py) of --de
 CONFIRMATION = "dedup confirmation"
 
 
-def remove_documents(documents, o, reread: Callable[[str, str], Any]) -> tuple[Any, dict[str, Any]]:
+def remove_documents(
+    documents, o, reread: Callable[[str, str], Any], checked: list[EvalFile] | None = None
+) -> tuple[Any, dict[str, Any]]:
     """(the documents kept, the manifest's extra inputs: ``removed`` files, ``removal_stats``, ``contamination``).
     ``reread(label, phase)``: the input's documents read again (``--dedup``'s pre-pass, and near's confirmation
-    pass), counted as ``phase`` in the progress line. Evaluation overlap is checked first, then duplicates among the
+    pass), counted as ``phase`` in the progress line; ``checked``: :func:`eval_files` as the launcher read them
+    (read here when None). Evaluation overlap is checked first, then duplicates among the
     rest: without ``--dedup`` on the documents as they are read (no shuffle); with it in the pre-pass, whose
     contaminated documents the main pass then leaves out (recorded once)."""
     removed = []
     extra: dict[str, Any] = {}
-    sets = eval_files(o)
+    sets = eval_files(o) if checked is None else checked
     drop = o.drop_contaminated == "documents"
     if o.dedup == "off":
         if sets:

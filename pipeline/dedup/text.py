@@ -104,10 +104,10 @@ _TABLE: list[np.ndarray] = []
 def _word_table() -> np.ndarray:
     """bool per code point (0 to 0x10FFFF): is it a word character (``\\w`` or a mark)? Built once per process."""
     if not _TABLE:
-        everything = "".join(map(chr, range(0x110000)))
         table = np.zeros(0x110000, dtype=bool)
-        for m in _WORD.finditer(everything):
-            table[m.start() : m.end()] = True
+        for block in range(0, 0x110000, 0x10000):  # a plane at a time: all of them at once took ~100 MB for a moment
+            for m in _WORD.finditer("".join(map(chr, range(block, block + 0x10000)))):
+                table[block + m.start() : block + m.end()] = True
         _TABLE.append(table)
     return _TABLE[0]
 

@@ -381,15 +381,9 @@ def test_one_evaluation_file_under_two_spellings_is_refused(tmp_path, capsys, de
         assert "Traceback" not in err and not (tmp_path / "out").exists()
 
 
-# -- attack35: the workers' re-read of an evaluation file (5d2208d) ------------------------------------------------
+# -- found by the attack round: the workers' re-read of an evaluation file (5d2208d) ------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack35 bug: EvalFile.examples() raises EvalFileError inside the BuildEvalSets step on the workers; "
-    "nothing turns it into a one-line error, so the job dies with Beam's traceback (rc 1, or the exception "
-    "escapes build_shards.main)",
-)
 def test_build_refuses_in_one_line_an_evaluation_file_changed_after_the_launcher_checked_it(
     tmp_path, capsys, monkeypatch
 ):
@@ -414,12 +408,6 @@ def test_build_refuses_in_one_line_an_evaluation_file_changed_after_the_launcher
     assert len(lines) == 1 and str(evals) in lines[0] and "changed since the job started" in lines[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack35 bug: removal._EVAL_FILES caches the launcher's EvalFile (path, sha256) per process by path, so a "
-    "second job in the same process after the file was edited is refused by its own workers as 'changed since the "
-    "job started' (with a traceback) instead of checking and using the file as it now is",
-)
 def test_a_second_build_in_one_process_uses_the_evaluation_file_as_it_is_now(tmp_path):
     docs = [json.loads(line) for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
     evals = _eval_copying(tmp_path, docs[4])
@@ -432,11 +420,6 @@ def test_a_second_build_in_one_process_uses_the_evaluation_file_as_it_is_now(tmp
     assert second["contamination"]["files"][str(evals)]["examples"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack35 bug (L): read_eval_file picks the kind by the lower-cased name (.JSONL.GZ is jsonl) but _read "
-    "decompresses by the name as given (.gz, .zst only), so an upper-case compressed file is refused as 'not UTF-8'",
-)
 def test_an_upper_case_compressed_jsonl_evaluation_file_is_read(tmp_path):
     line = json.dumps({"id": "e0", "text": "sentence number zero is here"}) + "\n"
     (tmp_path / "E.JSONL.GZ").write_bytes(gzip.compress(line.encode()))
