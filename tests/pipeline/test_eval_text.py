@@ -1,5 +1,6 @@
 """Evaluation text written otherwise than the corpus writes it (issue 35; review D6): Penn-Treebank-tokenized sets
-(SST-2) must still be found in a corpus holding their sentences as people write them."""
+(SST-2) must still be found in a corpus holding their sentences as people write them, and so must text in scripts
+written without spaces (review D11)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import contamination
 from pipeline.dedup import overlap, text
 from pipeline.dedup.eval_sets import read_eval_file, undo_ptb
 from tests.conftest import DEMO_CORPUS, SHARED_DATA, build
@@ -91,3 +93,30 @@ def test_build_decontaminate_finds_sst2_sentences_written_naturally(tmp_path: Pa
     assert m["contamination"]["files"][str(dev)]["examples_contaminated"] == len(picked)
     record = json.loads((tmp_path / "out" / "removed" / "contaminated.jsonl").read_text())
     assert record["doc_id"] == "reviews"
+
+
+def test_a_japanese_or_chinese_sentence_copied_into_a_corpus_document_is_found(tmp_path: Path):
+    """Han and kana have no spaces: with a whole sentence one word, a 13-gram was 13 sentences and nothing was ever
+    found (review D11). Each character is a word now, so a copied sentence is found and a different one is not."""
+    tokyo = ("東京は日本の首都であり、世界有数の大都市である。江戸時代には江戸と呼ばれ、徳川幕府が置かれていた。"
+             "明治維新の後、天皇が京都から移り住み、東京と改称された。現在では政治、経済、文化の中心地である。")  # fmt: skip
+    yangtze = "长江是亚洲第一长河，也是世界第三长河。它发源于青藏高原，流经十一个省级行政区，最后注入东海。"
+    evals = [
+        {"id": "ja-copied", "text": "江戸時代には江戸と呼ばれ、徳川幕府が置かれていた。"},
+        {"id": "zh-copied", "text": "它发源于青藏高原，流经十一个省级行政区"},
+        {"id": "ja-other", "text": "富士山は静岡県と山梨県にまたがる活火山である。"},
+        # 11 words in common with tokyo (明治維新の後 天皇が京都): no 13-gram
+        {"id": "ja-11-shared", "text": "明治維新の後、天皇が京都で暮らしたという説は誤りである。"},
+    ]
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in evals), encoding="utf-8")
+    index = overlap.OverlapIndex(contamination.load_eval_sets([str(path)], 13), 13)
+    index.scan("tokyo", "Tokyo (東京) in Japanese: " + tokyo)
+    index.scan("yangtze", yangtze)
+    index.scan("unrelated", "The Yangtze is the longest river in Asia.")
+    report = index.report()[str(path)]
+    assert report["contaminated_examples"] == [
+        {"id": "ja-copied", "fraction": 1.0},
+        {"id": "zh-copied", "fraction": 1.0},
+    ]
+    assert report["documents"] == ["tokyo", "yangtze"] and report["examples_too_short"] == 0
