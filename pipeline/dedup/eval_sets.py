@@ -8,6 +8,10 @@
 - ``.jsonl`` (``.jsonl.gz``, ``.jsonl.zst``): one JSON object per line with a string field ``text`` (``--text-field``)
   and an optional ``id``.
 
+Every text is read as written, except for the Penn Treebank tokenisation some sets carry (SST-2): it is undone
+before the text's words are taken (:func:`undo_ptb`), so that a sentence tokenized ``does n't`` has the words of the
+``doesn't`` a corpus holds (docs/DEDUP.md, "Tokenized evaluation text").
+
 A file that is none of these fails with one line naming the file and the position (:class:`EvalFileError`).
 """
 
@@ -18,6 +22,7 @@ import hashlib
 import io
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +33,28 @@ from apache_beam.io.filesystems import FileSystems
 TSV_TEXT_COLUMNS = ("sentence", "sentence1", "sentence2", "question", "question1", "question2", "premise",
                     "hypothesis", "text")  # fmt: skip
 TSV_ID_COLUMNS = ("index", "idx", "id")
+
+
+# Penn Treebank tokenisation that changes the words (pipeline.dedup.text: apostrophes, quotes and brackets only
+# separate words, so ``john 's``, ````x''`` and ``( x )`` already have a corpus's words): ``n't`` split from its verb
+# (``ca n't``, ``wo n't``), ``gonna``-like words split in two, and brackets written as tokens.
+_PTB_NT = re.compile(r"(?<=\w) (?=n['\u2019]t\b)", re.IGNORECASE)
+_PTB_SPLIT = re.compile(r"\b(?:gim me|lem me|gon na|wan na|got ta)\b", re.IGNORECASE)
+_PTB_BRACKETS = re.compile(r"-([lr])([rsc])b-", re.IGNORECASE)
+_BRACKETS = {"lr": "(", "rr": ")", "ls": "[", "rs": "]", "lc": "{", "rc": "}"}
+
+
+def undo_ptb(body: str) -> str:
+    """``body`` with Penn Treebank tokenisation undone where it changes the words: `` n't`` joined back onto the word
+    before it (``ca n't`` -> ``can't``, ``wo n't`` -> ``won't``), ``gon na`` / ``wan na`` / ``got ta`` / ``gim me``
+    / ``lem me`` joined, and ``-lrb-`` ``-rrb-`` ``-lsb-`` ``-rsb-`` ``-lcb-`` ``-rcb-`` (any case) the brackets they
+    stand for. Natural text is left as it is: none of these occurs in it (a space before ``n't`` is a typo)."""
+    if "-" in body:
+        body = _PTB_BRACKETS.sub(lambda m: _BRACKETS[(m[1] + m[2]).lower()], body)
+    if " " not in body:
+        return body
+    body = _PTB_NT.sub("", body)
+    return _PTB_SPLIT.sub(lambda m: m[0].replace(" ", ""), body)
 
 
 class EvalFileError(ValueError):
@@ -179,17 +206,20 @@ def twice_message(option: str, first: str, second: str) -> str:
 
 def read_eval_file(path: str, text_field: str = "text", raw: bytes | None = None) -> list[Example]:
     """The examples of one evaluation file (of its bytes ``raw`` when given); :class:`EvalFileError` when it cannot
-    be used."""
+    be used. Their texts have Penn Treebank tokenisation undone (:func:`undo_ptb`), whatever the file."""
     name = path.lower()
     if name.endswith(".json"):
-        return read_squad(path, _read(path, raw))
-    if name.endswith(".tsv"):
-        return read_tsv(path, _read(path, raw))
-    if name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")):
-        return read_jsonl(path, _read(path, raw), text_field)
-    raise EvalFileError(
-        f"{path}: unknown kind of evaluation file (.json SQuAD/XQuAD, .tsv GLUE, or .jsonl with a {text_field!r} field)"
-    )
+        examples = read_squad(path, _read(path, raw))
+    elif name.endswith(".tsv"):
+        examples = read_tsv(path, _read(path, raw))
+    elif name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")):
+        examples = read_jsonl(path, _read(path, raw), text_field)
+    else:
+        raise EvalFileError(
+            f"{path}: unknown kind of evaluation file (.json SQuAD/XQuAD, .tsv GLUE, or .jsonl with a {text_field!r} "
+            "field)"
+        )
+    return [Example(ex.id, tuple(map(undo_ptb, ex.texts))) for ex in examples]
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Evaluation-set overlap: the n-grams of evaluation examples, held in memory, matched against corpus documents
 streamed one at a time (``pipeline.contamination``; docs/DEDUP.md, "Contamination").
 
-An n-gram is n consecutive normalised words (``pipeline.dedup.text``: NFKD, marks removed, casefolded, runs of
-``\\w``; so punctuation is dropped and case ignored), taken inside one text of an example (a SQuAD context, question
+An n-gram is n consecutive normalised words (``pipeline.dedup.text``: NFKD, accents removed, casefolded, runs of
+``\\w`` and marks, each Han or kana character a word; so punctuation is dropped and case ignored), taken inside one text of an example (a SQuAD context, question
 or answer; a GLUE sentence), never across two. n = 13 by default, as GPT-3's and dolma's decontamination. An example
 all of whose texts are shorter than n words has no n-gram and is counted as too short, never as contaminated.
 """

@@ -3,19 +3,27 @@
 Normalisation (docs/DEDUP.md): Unicode NFKD; the combining marks (characters of a non-zero canonical combining
 class) that follow a Latin, Greek or Cyrillic letter removed (its accents); case folded (``str.casefold``); the words
 are then the maximal runs of Unicode word characters and marks (``\\w``: letters, digits, underscore; and every
-character of category M, so an Indic vowel sign or a kana's voicing mark stays inside its word). Punctuation, symbols
-and whitespace only separate words. So ``Café, 3.5!`` is the words ``cafe``, ``3``, ``5``, and a text decoded from a
-cased or uncased WordPiece artifact (whose decoder spaces punctuation differently and an uncased one strips accents)
-has the same words as the text it was built from. Marks of other scripts are kept: they are letters of their words
-(``दिल`` and ``दाल``, ``がっこう`` and ``かっこう`` are different words; removing all marks, or splitting words at
-them, made them one and dropped different documents as copies).
+character of category M, so an Indic vowel sign or a kana's voicing mark stays inside its word), except that each
+character of the scripts written without spaces between words, Han (CJK ideographs: unified, extensions,
+compatibility) and kana (Hiragana, Katakana, their extensions; halfwidth katakana is full width after NFKD), is a
+word of its own with the marks after it (``日本語の文章です`` is 8 words, ``abc日本`` is ``abc``, ``日``, ``本``, as BERT's
+tokenizer splits them; with a whole sentence one word, no 13-gram was ever shared). Thai, Lao, Khmer and Myanmar
+are not split: they have no spaces either, but their characters are letters, not words or syllables (a vowel may
+be a letter of its own written before its consonant), so a character rule would make a 13-gram three words; they
+need a dictionary segmenter, and their words stay the runs between spaces. Hangul is written with spaces.
+Punctuation, symbols and whitespace only separate words. So ``Café, 3.5!`` is the words ``cafe``, ``3``, ``5``, and
+a text decoded from a cased or uncased WordPiece artifact (whose decoder spaces punctuation differently and an
+uncased one strips accents) has the same words as the text it was built from. Marks of other scripts are kept: they
+are letters of their words (``दिल`` and ``दाल``, ``がっこう`` and ``かっこう`` are different words; removing all marks,
+or splitting words at them, made them one and dropped different documents as copies).
 
 Two ways to the same words. :func:`words` gives them as strings (the reference rule, :func:`normalise_reference`
 then a regex). :func:`analyse` gives what the job needs, their 64-bit hashes and the digest of the whole word
 sequence, without making a string per word: the text's code points as a numpy array, a table saying which code
-points are word characters, and the hashes of the runs computed for all words at once. Normalisation touches only
-the non-ASCII runs of a text (NFKD, casefold and the accent rule act on a character and the marks after it, and an
-ASCII character is never a mark, so the rest is only lower-cased). tests/pipeline/test_dedup.py checks both ways
+points are word characters (and, in a text with any Han or kana, where a run is cut before and after each), and the
+hashes of the runs computed for all words at once. Normalisation touches only the non-ASCII runs of a text (NFKD,
+casefold and the accent rule act on a character and the marks after it, and an ASCII character is never a mark, so
+the rest is only lower-cased). tests/pipeline/test_dedup.py checks both ways
 give the same words on real pages, ASCII and not.
 
 A word's hash (stable across processes, machines and Python versions; Python's ``hash`` is salted per process): a
@@ -45,7 +53,24 @@ def _ranges(codepoints: list[int]) -> str:
 
 
 _MARKS = [cp for cp in range(0x300, 0x110000) if unicodedata.category(chr(cp)).startswith("M")]
-_WORD = re.compile(r"(?:\w|[" + _ranges(_MARKS) + r"])+")
+# Scripts written without spaces between words, whose every character is a word (with the marks after it): Han
+# (the CJK unified ideographs, their extensions and the compatibility ideographs), the ideographic letters and
+# numbers among the CJK symbols (々 〆 〇 〡 ...), Hiragana and Katakana (with their extensions; halfwidth katakana is
+# full width after NFKD). Only their word characters: their punctuation still separates words, their marks (the
+# kana voicing marks U+3099/U+309A) stay with the character before them.
+_UNSPACED_BLOCKS = [(0x3000, 0x303F), (0x3040, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
+                    (0xF900, 0xFAFF), (0xFF66, 0xFF9F), (0x1AFF0, 0x1B16F), (0x20000, 0x3FFFF)]  # fmt: skip
+_UNSPACED = [
+    cp
+    for a, b in _UNSPACED_BLOCKS
+    for cp in range(a, b + 1)
+    if re.match(r"\w", chr(cp)) and not unicodedata.category(chr(cp)).startswith("M")
+]
+_MARK_CLASS = "[" + _ranges(_MARKS) + "]"
+# a character of an unspaced script and its marks; or a run of other word characters and marks
+_WORD = re.compile(
+    "[" + _ranges(_UNSPACED) + "]" + _MARK_CLASS + r"*|(?:[^\W" + _ranges(_UNSPACED) + "]|" + _MARK_CLASS + ")+"
+)
 # Latin, IPA, Greek, Cyrillic (and their extensions): the letters whose combining marks are accents
 _ACCENTED = "\u0000-\u052f\u1d00-\u1dbf\u1e00-\u1fff\u2c60-\u2c7f\ua640-\ua69f\ua720-\ua7ff\uab30-\uab6f"
 _ACCENTS = re.compile(
@@ -53,8 +78,8 @@ _ACCENTS = re.compile(
 )
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 NORMALISATION = (
-    "NFKD, accents of Latin/Greek/Cyrillic letters removed, casefold; words are runs of \\w and marks "
-    "(pipeline.dedup.text)"
+    "NFKD, accents of Latin/Greek/Cyrillic letters removed, casefold; words are runs of \\w and marks, each Han "
+    "ideograph and kana (with its marks) a word of its own (pipeline.dedup.text)"
 )
 # An odd 64-bit multiplier for the n-gram polynomial (any odd constant mixes; this one is the golden ratio's).
 _BASE = np.uint64(0x9E3779B97F4A7C15)
@@ -98,18 +123,31 @@ def words(text: str) -> list[str]:
     return found
 
 
-_TABLE: list[np.ndarray] = []
+_TABLES: list[np.ndarray] = []
+_LETTER, _MARK, _ALONE = 1, 2, 3  # the kinds of word character (0: none)
+_FIRST_ALONE = min(_UNSPACED)  # a text of code points below this has no unspaced character
+
+
+def _kind_table() -> np.ndarray:
+    """uint8 per code point (0 to 0x10FFFF): 0 for no word character, else its kind: ``_LETTER`` (``\\w``),
+    ``_MARK`` (a mark) or ``_ALONE`` (a character of an unspaced script: a word with the marks after it). Built
+    once per process, from ``_WORD``."""
+    if not _TABLES:
+        table = np.zeros(0x110000, dtype=np.uint8)
+        for block in range(0, 0x110000, 0x10000):  # a plane at a time: all of them at once took ~100 MB for a moment
+            for m in _WORD.finditer("".join(map(chr, range(block, block + 0x10000)))):
+                table[block + m.start() : block + m.end()] = _LETTER
+        table[_MARKS] = np.where(table[_MARKS] > 0, _MARK, 0)
+        table[_UNSPACED] = _ALONE
+        _TABLES[:] = [table, table != 0]
+    return _TABLES[0]
 
 
 def _word_table() -> np.ndarray:
-    """bool per code point (0 to 0x10FFFF): is it a word character (``\\w`` or a mark)? Built once per process."""
-    if not _TABLE:
-        table = np.zeros(0x110000, dtype=bool)
-        for block in range(0, 0x110000, 0x10000):  # a plane at a time: all of them at once took ~100 MB for a moment
-            for m in _WORD.finditer("".join(map(chr, range(block, block + 0x10000)))):
-                table[block + m.start() : block + m.end()] = True
-        _TABLE.append(table)
-    return _TABLE[0]
+    """bool per code point (0 to 0x10FFFF): is it a word character (``\\w``, a mark, an unspaced script's)?"""
+    if not _TABLES:
+        _kind_table()
+    return _TABLES[1]
 
 
 _POWERS: list[np.ndarray] = [np.ones(1, dtype=np.uint64)]
@@ -143,9 +181,8 @@ def _hash_runs(cp: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.nd
         return z ^ (z >> np.uint64(31))
 
 
-_PREFIX_LIMIT = (
-    1 << 20
-)  # code points: the prefix-sum tables (16 bytes each) stop growing here; longer texts hash run by run
+# code points: the prefix-sum tables (16 bytes each) stop growing here; longer texts hash run by run
+_PREFIX_LIMIT = 1 << 20
 _INVERSE = np.uint64(pow(int(_CHAR_BASE), -1, 2**64))  # _CHAR_BASE is odd, so it has an inverse modulo 2**64
 _PREFIX: list[tuple[np.ndarray, np.ndarray]] = []
 
@@ -209,12 +246,38 @@ def _digest(cp: np.ndarray) -> bytes:
     return hashlib.blake2b(cp.astype(np.uint32).tobytes(), digest_size=16).digest()
 
 
-def _runs(cp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(a bool per code point: is it inside a word, the words' starts, their ends) of normalised code points: the
-    words are the maximal runs of word characters (the one place :func:`analyse` and :func:`analyse_texts` cut)."""
+def _runs(cp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """(a bool per code point: is it inside a word, the words' starts, their ends, whether two words touch) of
+    normalised code points: the words are the maximal runs of word characters, cut before each character of an
+    unspaced script and after it and its marks (the one place :func:`analyse` and :func:`analyse_texts` cut; the
+    same words as ``_WORD``). The cuts are looked for only among the code points that can be unspaced (few, in most
+    texts that have any)."""
     mask = _word_table()[cp]
     edges = np.diff(mask.view(np.int8), prepend=np.int8(0), append=np.int8(0))
-    return mask, np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    if cp.dtype == np.uint8 or not len(cp) or cp.max() < _FIRST_ALONE:
+        return mask, starts, ends, False
+    kinds = _kind_table()
+    high = np.flatnonzero(cp >= _FIRST_ALONE)
+    alone = high[kinds[cp[high]] == _ALONE]
+    if not len(alone):
+        return mask, starts, ends, False
+    before = alone[alone > 0]
+    before = before[mask[before - 1]]  # a cut before an unspaced character that follows a word character
+    after = alone + 1  # and after it and its marks, before a letter
+    while True:
+        inside = after < len(cp)
+        on_mark = np.zeros(len(after), dtype=bool)
+        on_mark[inside] = kinds[cp[after[inside]]] == _MARK
+        if not on_mark.any():
+            break
+        after[on_mark] += 1
+    after = after[after < len(cp)]
+    after = after[kinds[cp[after]] == _LETTER]
+    cut = np.union1d(before, after)
+    if not len(cut):
+        return mask, starts, ends, False
+    return mask, np.sort(np.concatenate([starts, cut])), np.sort(np.concatenate([ends, cut])), True
 
 
 def text_digest(text: str) -> bytes | None:
@@ -233,14 +296,16 @@ def analyse(text: str) -> tuple[np.ndarray, bytes | None]:
         cp: np.ndarray = np.frombuffer(norm.encode("ascii"), dtype=np.uint8)
     else:
         cp = _code_points(norm)
-    mask, starts, ends = _runs(cp)
+    mask, starts, ends, touching = _runs(cp)
     hashes = _hash_words(cp, starts, ends)
     digest = None
-    if len(starts):
+    if len(starts) and not touching:
         joined = cp.astype(np.uint32)
-        joined[ends[:-1]] = 32  # one space after every word but the last
+        joined[ends[:-1]] = 32  # one space after every word but the last, in the gap after it
         mask[ends[:-1]] = True
         digest = _digest(joined[mask])
+    elif len(starts):  # words touch (an unspaced script): no gap to write the space in
+        digest = _digest(np.insert(cp[mask].astype(np.uint32), np.cumsum(ends[:-1] - starts[:-1]), 32))
     _last.analysed, _last.analysis = text, (hashes, digest)
     return hashes, digest
 
@@ -274,7 +339,7 @@ def analyse_texts(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         owner = np.repeat(np.arange(len(texts)), [len(p) for p in parts])
         return np.concatenate(parts), owner
     cp = _code_points(normalise(_BETWEEN.join(texts)))
-    _, starts, ends = _runs(cp)
+    _, starts, ends, _ = _runs(cp)
     between = np.flatnonzero(cp == ord(_BETWEEN))
     return _hash_words(cp, starts, ends), np.searchsorted(between, starts)
 

@@ -8,7 +8,9 @@ import io
 import json
 import math
 import random
+import re
 import typing
+import unicodedata
 from pathlib import Path
 
 import apache_beam as beam
@@ -87,6 +89,37 @@ def test_marks_of_other_scripts_are_letters_of_their_words_not_accents():
     _check(docs, "exact", [("a", 1), ("b", 2)], [("c", 3, "exact", "a", 1.0)])
 
 
+def test_each_character_of_an_unspaced_script_is_a_word_with_its_marks():
+    """Han and kana are written without spaces: a whole sentence was one word, so no 13-gram was ever shared and a
+    5-word shingle spanned paragraphs (review D11). Each character is a word; a voicing mark stays with its kana."""
+    sentence = "日本語の文章です"
+    assert text.words(sentence) == [unicodedata.normalize("NFKD", c) for c in sentence] and len(sentence) == 8
+    assert text.words("abc日本") == ["abc", "日", "本"]
+    assert text.words("ＩＢＭの東京タワー、333メートル。") == [
+        "ibm",
+        "の",
+        "東",
+        "京",
+        "タ",
+        "ワ",
+        "ー",
+        "333",
+        "メ",
+        "ー",
+        "ト",
+        "ル",
+    ]
+    gakkou, kakkou = text.words("がっこう"), text.words("かっこう")
+    assert len(gakkou) == len(kakkou) == 4 and gakkou[1:] == kakkou[1:]
+    assert gakkou[0] == "\u304b\u3099" != kakkou[0] == "\u304b"  # NFKD: が is か + the voicing mark, one word
+    assert text.words("ｶﾞｯｺｳ") == text.words("ガッコウ") == ["\u30ab\u3099", "ッ", "コ", "ウ"]  # halfwidth
+    assert text.words("人々 〇 𠮷野家") == ["人", "々", "〇", "𠮷", "野", "家"]
+    # Hangul is written with spaces between words; Thai has no spaces, but its letters are not words (a per-letter
+    # rule would make 13 letters an n-gram): both keep their runs
+    spaced = "한국어 문장입니다 ภาษาไทย"
+    assert text.words(spaced) == unicodedata.normalize("NFKD", spaced).split() and len(spaced.split()) == 3
+
+
 def test_shingles_of_a_short_text_are_one_shingle_and_jaccard_is_exact():
     assert len(text.shingle_set(["a", "b"], 5)) == 1 and len(text.shingle_set([], 5)) == 0
     a = text.shingle_set(WORDS, 5)
@@ -136,9 +169,18 @@ def test_fast_analysis_gives_the_words_of_the_reference_rule_on_real_text():
         "",
         "\u00ab\u2014\u00bb",
         "x\u0308",
+        "\u65e5\u672c\u8a9e\u306e\u6587\u7ae0\u3067\u3059\u3002abc\u65e5\u672c def",
+        "\u304c\u3063\u3053\u3046 \u304b\u3063\u3053\u3046 \uff76\uff9e\uff6f\uff7a\uff73 \u309b\u309c",
+        "\u65e5\u0301x \u3099\u65e5a a\u3099\u65e5\u3099\u3099b \u304b\u3099\u3099\u3099",
+        "\u4eba\u3005\u3007 \U00020bb7\u91ce\u5bb6 \uf900\u2f00 \u3231 \u3300 \u30fc\u30fb\u30a2",
+        "Caf\u00e9\u6771\u4eac\uff21\uff11\u3001\ud55c\uad6d\uc5b4 \u0e20\u0e32\u0e29\u0e32\u0e44\u0e17\u0e22\u6f22",
+        "\u3042",
+        "\u4e2d\u56fd\u4eba\u6c11\u89e3\u653e\u519b\uff0c\u957f\u6c5f\u662f\u4e9a\u6d32\u7b2c\u4e00\u957f\u6cb3",
     ]
     pages = [p["text"] for p in wikipedia_pages(300)]
     assert sum(not t.isascii() for t in pages) > 100
+    unspaced = re.compile("[" + text._ranges(text._UNSPACED) + "]")
+    assert sum(bool(unspaced.search(t)) for t in pages) >= 5  # pages citing Chinese titles
     for body in tricky + pages:
         reference = text._WORD.findall(text.normalise_reference(body))
         assert text.normalise(body) == text.normalise_reference(body)
