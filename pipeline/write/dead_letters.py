@@ -5,8 +5,9 @@ duplicates (``removed/duplicate.jsonl``, written by :func:`write_reason_file` to
 So a file is written by an external merge sort: its lines are held up to the job's spill buffer
 (``--spill-buffer-mb``, as ``WriteShards`` holds documents), each full buffer is sorted and spilled to a run file in a
 local temporary directory, and the runs are merged (k-way, streaming, at most ``MAX_FAN_IN`` at once) into the file.
-Memory is bounded by the buffer and a read buffer per open run, whatever the number of records; the bytes are those
-of one in-memory sort. The local disk holds about the file's size in runs while it is written.
+The writer's memory is bounded by the buffer and a read buffer per open run, whatever the number of records, on a
+runner that streams a group's values (Dataflow, Flink, Spark; the local FnApiRunner hands over the group as a list
+it already holds); the bytes are those of one in-memory sort. The local disk holds about the file's size in runs while it is written.
 """
 
 from __future__ import annotations
