@@ -33,10 +33,13 @@ polynomial of its word hashes modulo 2**64 (all windows at once).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import threading
 import unicodedata
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +55,6 @@ def _ranges(codepoints: list[int]) -> str:
     return "".join(re.escape(chr(a)) + ("-" + re.escape(chr(b)) if b > a else "") for a, b in out)
 
 
-_MARKS = [cp for cp in range(0x300, 0x110000) if unicodedata.category(chr(cp)).startswith("M")]
 # Scripts written without spaces between words, whose every character is a word (with the marks after it): Han
 # (the CJK unified ideographs, their extensions and the compatibility ideographs), the ideographic letters and
 # numbers among the CJK symbols (々 〆 〇 〡 ...), Hiragana and Katakana (with their extensions; halfwidth katakana is
@@ -60,22 +62,49 @@ _MARKS = [cp for cp in range(0x300, 0x110000) if unicodedata.category(chr(cp)).s
 # kana voicing marks U+3099/U+309A) stay with the character before them.
 _UNSPACED_BLOCKS = [(0x3000, 0x303F), (0x3040, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
                     (0xF900, 0xFAFF), (0xFF66, 0xFF9F), (0x1AFF0, 0x1B16F), (0x20000, 0x3FFFF)]  # fmt: skip
-_UNSPACED = [
-    cp
-    for a, b in _UNSPACED_BLOCKS
-    for cp in range(a, b + 1)
-    if re.match(r"\w", chr(cp)) and not unicodedata.category(chr(cp)).startswith("M")
-]
-_MARK_CLASS = "[" + _ranges(_MARKS) + "]"
-# a character of an unspaced script and its marks; or a run of other word characters and marks
-_WORD = re.compile(
-    "[" + _ranges(_UNSPACED) + "]" + _MARK_CLASS + r"*|(?:[^\W" + _ranges(_UNSPACED) + "]|" + _MARK_CLASS + ")+"
-)
 # Latin, IPA, Greek, Cyrillic (and their extensions): the letters whose combining marks are accents
 _ACCENTED = "\u0000-\u052f\u1d00-\u1dbf\u1e00-\u1fff\u2c60-\u2c7f\ua640-\ua69f\ua720-\ua7ff\uab30-\uab6f"
-_ACCENTS = re.compile(
-    "(?<=[" + _ACCENTED + "])[" + _ranges([cp for cp in _MARKS if unicodedata.combining(chr(cp))]) + "]+"
-)
+
+
+@dataclass(frozen=True)
+class _Rules:
+    marks: list[int]  # every code point of category M
+    unspaced: list[int]  # the word characters of _UNSPACED_BLOCKS that are no marks
+    word: re.Pattern  # a character of an unspaced script and its marks; or a run of other word characters and marks
+    accents: re.Pattern  # the combining marks after a Latin, Greek or Cyrillic letter
+    first_alone: int  # no code point below this is unspaced
+
+
+@functools.cache
+def _rules() -> _Rules:
+    """The tables of the rule, built on first use (0.24 s of scanning every code point: every job and worker imports
+    this module, most never compare a word)."""
+    marks = [cp for cp in range(0x300, 0x110000) if unicodedata.category(chr(cp)).startswith("M")]
+    unspaced = [
+        cp
+        for a, b in _UNSPACED_BLOCKS
+        for cp in range(a, b + 1)
+        if re.match(r"\w", chr(cp)) and not unicodedata.category(chr(cp)).startswith("M")
+    ]
+    mark_class = "[" + _ranges(marks) + "]"
+    word = re.compile(
+        "[" + _ranges(unspaced) + "]" + mark_class + r"*|(?:[^\W" + _ranges(unspaced) + "]|" + mark_class + ")+"
+    )
+    accents = re.compile(
+        "(?<=[" + _ACCENTED + "])[" + _ranges([cp for cp in marks if unicodedata.combining(chr(cp))]) + "]+"
+    )
+    return _Rules(marks, unspaced, word, accents, min(unspaced))
+
+
+_LAZY = {"_MARKS": "marks", "_UNSPACED": "unspaced", "_WORD": "word", "_ACCENTS": "accents"}
+
+
+def __getattr__(name: str) -> Any:  # text._WORD and the like, for the tests: the rules' tables
+    if name in _LAZY:
+        return getattr(_rules(), _LAZY[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 NORMALISATION = (
     "NFKD, accents of Latin/Greek/Cyrillic letters removed, casefold; words are runs of \\w and marks, each Han "
@@ -89,7 +118,7 @@ _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # s
 
 def normalise_reference(text: str) -> str:
     """The rule as written: NFKD, the accents of Latin, Greek and Cyrillic letters removed, case folded."""
-    return _ACCENTS.sub("", unicodedata.normalize("NFKD", text)).casefold()
+    return _rules().accents.sub("", unicodedata.normalize("NFKD", text)).casefold()
 
 
 def normalise(text: str) -> str:
@@ -118,14 +147,13 @@ def words(text: str) -> list[str]:
     in a row by one thread is split once; treat the list as read-only."""
     if getattr(_last, "text", None) is text:
         return _last.words
-    found = _WORD.findall(normalise(text))
+    found = _rules().word.findall(normalise(text))
     _last.text, _last.words = text, found
     return found
 
 
 _TABLES: list[np.ndarray] = []
 _LETTER, _MARK, _ALONE = 1, 2, 3  # the kinds of word character (0: none)
-_FIRST_ALONE = min(_UNSPACED)  # a text of code points below this has no unspaced character
 
 
 def _kind_table() -> np.ndarray:
@@ -135,10 +163,11 @@ def _kind_table() -> np.ndarray:
     if not _TABLES:
         table = np.zeros(0x110000, dtype=np.uint8)
         for block in range(0, 0x110000, 0x10000):  # a plane at a time: all of them at once took ~100 MB for a moment
-            for m in _WORD.finditer("".join(map(chr, range(block, block + 0x10000)))):
+            for m in _rules().word.finditer("".join(map(chr, range(block, block + 0x10000)))):
                 table[block + m.start() : block + m.end()] = _LETTER
-        table[_MARKS] = np.where(table[_MARKS] > 0, _MARK, 0)
-        table[_UNSPACED] = _ALONE
+        marks = _rules().marks
+        table[marks] = np.where(table[marks] > 0, _MARK, 0)
+        table[_rules().unspaced] = _ALONE
         _TABLES[:] = [table, table != 0]
     return _TABLES[0]
 
@@ -255,10 +284,11 @@ def _runs(cp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     mask = _word_table()[cp]
     edges = np.diff(mask.view(np.int8), prepend=np.int8(0), append=np.int8(0))
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    if cp.dtype == np.uint8 or not len(cp) or cp.max() < _FIRST_ALONE:
+    first_alone = _rules().first_alone  # a text of code points below this has no unspaced character
+    if cp.dtype == np.uint8 or not len(cp) or cp.max() < first_alone:
         return mask, starts, ends, False
     kinds = _kind_table()
-    high = np.flatnonzero(cp >= _FIRST_ALONE)
+    high = np.flatnonzero(cp >= first_alone)
     alone = high[kinds[cp[high]] == _ALONE]
     if not len(alone):
         return mask, starts, ends, False
