@@ -37,39 +37,15 @@ if not any(isinstance(f, _QuietBeamImportWarning) for f in logging.getLogger().f
     logging.getLogger().addFilter(_QuietBeamImportWarning())
 
 
-class _NoPandas:
-    """An import finder that refuses pandas (a finder, not ``sys.modules["pandas"] = None``: Cython's imports,
-    pyarrow's among them, take a None found there for the module)."""
-
-    @staticmethod
-    def find_spec(name, path=None, target=None):
-        if name == "pandas":
-            raise ModuleNotFoundError(
-                "spanprep's job runs without pandas (pipeline.jobs.without_pandas)", name="pandas"
-            )
-        return None
-
-
-@contextlib.contextmanager
-def without_pandas():
-    """Inside the block ``import pandas`` raises ImportError, as on an install without pandas (unless pandas is
-    imported already). See below for why the jobs want that."""
-    hide = "pandas" not in sys.modules
-    if hide:
-        sys.meta_path.insert(0, _NoPandas)
-    try:
-        yield
-    finally:
-        if hide:
-            sys.meta_path.remove(_NoPandas)
-
-
 # pandas is not a dependency of the jobs (it comes with the `hf` extra's `datasets`) and they never handle pandas
 # objects, yet when it is installed two libraries import it (0.45 s) in every job process: Beam while it is
 # imported, to register pandas type conversions, and pyarrow's C++ conversions (the first ``to_numpy`` or untyped
 # ``pa.array``), to recognise pandas values. So Beam is imported here, and the jobs' ``main()`` runs
 # (:func:`exit_code`), as on an install without pandas. Beam's runners (Dataflow, Flink, Spark, portable) do not
-# import it; pandas stays importable outside the block (Beam's DataFrame API imports it when used).
+# import it; pandas stays importable outside the block (Beam's DataFrame API imports it when used). The local
+# runner's worker processes do the same (pipeline/sdk_worker.py, where without_pandas lives: it imports no Beam).
+from pipeline.sdk_worker import without_pandas  # noqa: E402
+
 with without_pandas():
     import apache_beam as beam
     from apache_beam.io.filesystem import BeamIOError

@@ -38,6 +38,18 @@ def test_jobs_run_without_pandas_and_pandas_still_imports_after(tmp_path):
     assert (tmp_path / "out" / "manifest.json").exists()
 
 
+def test_the_local_runners_worker_process_imports_beam_without_pandas():
+    """pipeline.sdk_worker (the FnApiRunner's worker processes) imported pandas with Beam, 0.3 s in every worker; the
+    real Beam worker entry point runs here until it asks for its runner's endpoint, which a test process lacks."""
+    code = (
+        "import sys; from pipeline import sdk_worker\n"
+        "try:\n    sdk_worker.main()\nexcept KeyError as e:\n    print(e)\n"
+        "print('apache_beam.runners.worker.sdk_worker_main' in sys.modules, 'pandas' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["'CONTROL_API_SERVICE_DESCRIPTOR'", "True", "False"], proc.stdout + proc.stderr
+
+
 def test_both_jobs_report_a_user_error_as_one_line_and_exit_2(tmp_path):
     for job in ("build_shards", "build_ngram_dictionary"):
         proc = subprocess.run(
