@@ -395,9 +395,12 @@ def run(argv: list[str] | None = None) -> dict:
         total_bytes = sum(size for _, size in files)
         build = lambda p: build_pipeline(p, o, spec, static, files, eval_files)  # noqa: E731
         try:
-            jobs.run_pipeline(options, build, total_bytes, user_errors=(EvalFileError,))  # WriteManifest: the lock
-        except EvalFileError as e:  # a worker found an evaluation file changed or gone since the launcher's check
-            raise UsageError("--decontaminate " + str(e).split(" [while running")[0]) from None
+            jobs.run_pipeline(options, build, total_bytes)  # WriteManifest checks the lock
+        except Exception as e:  # a worker found an evaluation file changed or gone since the launcher's check
+            message = jobs.one_line_error(e, EvalFileError)
+            if message is None:
+                raise
+            raise UsageError("--decontaminate " + message) from None
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
     if manifest["counts"]["documents_written"] == 0:

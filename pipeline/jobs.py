@@ -337,14 +337,27 @@ def _lost_workers_stop_the_job(active: bool) -> Iterator[None]:
 
 
 class _QuietUserErrors(logging.Filter):
-    """Drops Beam's log of a step that raised one of ``errors`` (with its traceback): the job reports it in one line."""
-
-    def __init__(self, errors: tuple[type[BaseException], ...]):
-        super().__init__()
-        self.errors = errors
+    """Drops Beam's logs of a step that raised one of ``sdk_worker.ONE_LINE_ERRORS`` (with its traceback), in this
+    process or relayed from a worker process: the job reports it in one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], self.errors))
+        if sdk_worker.shows_one_line_error(record):
+            return False
+        message = record.getMessage()  # a worker's log as the local job service relays it: its text, escaped
+        return not (message.startswith("Worker:") and any(n + ": " in message for n in sdk_worker.ONE_LINE_ERRORS))
+
+
+_BEAM_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker",
+                 "apache_beam.runners.portability.local_job_service")  # fmt: skip
+
+
+def one_line_error(e: BaseException, kind: type[BaseException]) -> str | None:
+    """The message of a ``kind`` raised in a step, from ``e`` as the runner raised it: the exception itself (this
+    process) or Beam's RuntimeError holding a worker's traceback; None when it is not one."""
+    if isinstance(e, kind):
+        return str(e).split(" [while running")[0]
+    found = re.search(rf"{re.escape(kind.__module__)}\.{kind.__qualname__}: (.+)", str(e))
+    return found.group(1).split(" [while running")[0].strip() if found else None
 
 
 def run_pipeline(
@@ -352,10 +365,10 @@ def run_pipeline(
     build: Callable[[beam.Pipeline], None],
     total_bytes: int | None = None,
     unit: str = "documents",
-    user_errors: tuple[type[BaseException], ...] = (),
 ) -> None:
-    """Build the job's pipeline with ``build(p)`` and run it to the end. ``user_errors``: exceptions a step raises
-    for a bad input (the caller turns them into its one line); Beam does not log them with a traceback.
+    """Build the job's pipeline with ``build(p)`` and run it to the end. A step's exception of
+    ``sdk_worker.ONE_LINE_ERRORS`` (a bad input: the caller or this function turns it into one line) is not logged
+    with its traceback, in this process or a worker's.
 
     Its workers log as :func:`worker_logging` says; on local runners a line every ``--progress-seconds`` tells how
     much of the input's ``total_bytes`` (when known) has been read (``pipeline/progress.py``).
@@ -367,9 +380,9 @@ def run_pipeline(
     worker_logging(options)
     local = runner_name(options.view_as(StandardOptions).runner) in ("FnApiRunner", "DirectRunner")
     runner = _runner_for(options)
-    quiet = _QuietUserErrors((output.OutputError, *user_errors))
-    beam_steps = logging.getLogger("apache_beam.runners.common")
-    beam_steps.addFilter(quiet)
+    quiet = _QuietUserErrors()
+    for name in _BEAM_LOGGERS:
+        logging.getLogger(name).addFilter(quiet)
     try:
         with progress.reporting(options, total_bytes, local, unit), _lost_workers_stop_the_job(runner is not None):
             with beam.Pipeline(runner=runner, options=options) as p:
@@ -377,6 +390,9 @@ def run_pipeline(
     except output.OutputError as e:
         raise UsageError(str(e).split(" [while running")[0]) from None
     except Exception as e:
+        message = one_line_error(e, output.OutputError)
+        if message:
+            raise UsageError(message) from None
         if not _LOST_WORKER.search(str(e)):
             raise
         raise WorkerLost(
@@ -384,4 +400,5 @@ def run_pipeline(
             "the output is an incomplete build that pipeline.verify rejects: rerun with --overwrite"
         ) from None
     finally:
-        beam_steps.removeFilter(quiet)
+        for name in _BEAM_LOGGERS:
+            logging.getLogger(name).removeFilter(quiet)

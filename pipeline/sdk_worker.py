@@ -16,16 +16,47 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import typing
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every job's lines, launcher and workers
 QUIET = ("apitools not found", "Logging handler created.")
+# Exceptions a step raises for a bad input, which the launcher reports in one line (pipeline.jobs.run_pipeline): a
+# worker does not log their tracebacks. By name, as Beam's worker logs them (its text of the traceback), and because
+# importing them here would import Beam.
+ONE_LINE_ERRORS = ("pipeline.dedup.eval_sets.EvalFileError", "pipeline.output.OutputError")
+
+
+def shows_one_line_error(record: logging.LogRecord) -> bool:
+    """Is ``record`` a log of one of :data:`ONE_LINE_ERRORS` (raised, or its traceback in the message)?"""
+    if record.exc_info and record.exc_info[1] is not None:
+        kind = type(record.exc_info[1])
+        if f"{kind.__module__}.{kind.__qualname__}" in ONE_LINE_ERRORS:
+            return True
+    message = record.getMessage()
+    return "Traceback" in message and any(f"{name}: " in message for name in ONE_LINE_ERRORS)
+
+
+class _QuietStderr:
+    """A worker's ``sys.stderr`` without the tracebacks of :data:`ONE_LINE_ERRORS` that Beam's worker prints (with
+    ``print``, beside its log of them) when a bundle fails."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if "Traceback (most recent call last)" in text and any(f"{name}: " in text for name in ONE_LINE_ERRORS):
+            return len(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 class QuietStartup(logging.Filter):
-    """Drops Beam's two start-up lines (see the module docstring)."""
+    """Drops Beam's two start-up lines (see the module docstring) and the tracebacks of one-line errors."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(QUIET)
+        return not (str(record.msg).startswith(QUIET) or shows_one_line_error(record))
 
 
 def install_logging() -> None:
@@ -66,6 +97,7 @@ def without_pandas():
 
 def main() -> None:
     install_logging()
+    sys.stderr = typing.cast(typing.TextIO, _QuietStderr(sys.stderr))  # print() of a bundle's failure goes here
     with without_pandas():  # as the launcher runs the job: Beam's import took 0.3 s more for pandas in each worker
         from apache_beam.runners.worker import sdk_worker_main
 

