@@ -211,6 +211,16 @@ def clusters(edges, name: str):
     return labels, unconverged
 
 
+def _settled(label_groups):
+    """(label, {members, own}) -> (member, label) when the label's document is labelled itself (it stays), else
+    (member, member): in a cluster wider than ROUNDS a far document's label may be one that is removed in turn;
+    that document then stays rather than name a removed one."""
+    label, groups = label_groups
+    stays = min(groups["own"], default=label) == label
+    for member in groups["members"]:
+        yield member, label if stays else member
+
+
 def _route(key: DocKey, method: str, kept: DocKey, similarity: float) -> tuple[str, str]:
     return side_key(key), json.dumps(_mark(method, kept, similarity), sort_keys=True, ensure_ascii=False)
 
@@ -306,6 +316,11 @@ class DropDuplicates(beam.PTransform):
             )
             edges = (confirmed, copies["edges"]) | "AllEdges" >> beam.Flatten()
             labels, unconverged = clusters(edges, "Cluster")
+            labels = (
+                {"members": labels | "ByLabel" >> beam.Map(lambda kv: (kv[1], kv[0])), "own": labels}
+                | "LabelsAndOwn" >> beam.CoGroupByKey()
+                | "Settled" >> beam.FlatMap(_settled)
+            )
             decided = (
                 {
                     "shingles": shingled["docs"],

@@ -5,7 +5,6 @@ from __future__ import annotations
 import typing
 
 import apache_beam as beam
-import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -34,11 +33,6 @@ def _dangling(pairs):
     return sorted((doc, of) for doc, of in removed if of not in kept)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack35b: in a cluster wider than ROUNDS the far end's records name a document that is itself removed "
-    "(d09 -> d02, ... d13 -> d06: duplicate_of dangles); DEDUP.md says that end keeps a document of its own",
-)
 def test_an_unconverged_cluster_names_only_kept_documents():
     docs = _chain(14)
     with TestPipeline(runner="FnApiRunner") as p:
