@@ -199,10 +199,14 @@ def counted_file(f: BinaryIO) -> BinaryIO:
     return cast(BinaryIO, _CountedFile(f))
 
 
-def counted_chunks(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """``chunks`` (raw input), each counted by :func:`add`."""
+def counted_chunks(chunks: Iterable[bytes], limit: int | None = None) -> Iterator[bytes]:
+    """``chunks`` (raw input), each counted by :func:`add`; no more than ``limit`` bytes in all when given (a byte
+    range of a file whose last document runs on past it: the next range counts those bytes)."""
     for chunk in chunks:
-        add(0, len(chunk))
+        counted = len(chunk) if limit is None else max(0, min(len(chunk), limit))
+        if limit is not None:
+            limit -= counted
+        add(0, counted)
         yield chunk
 
 

@@ -220,7 +220,8 @@ def read_range(r: RangeRead, opts: ReaderOptions) -> Iterator[Record | InputSumm
     bom = [False]
     with _open(r.path) as f:
         stop = r.end if opts.input_format == "jsonl" else None  # text and WikiText documents run on past the end
-        lines = _lines(progress.counted_chunks(_chunks(f, r.start, stop)), r.start, r.first_line, opts, bom)
+        counted = progress.counted_chunks(_chunks(f, r.start, stop), limit=r.end - r.start)  # each byte once
+        lines = _lines(counted, r.start, r.first_line, opts, bom)
         for rec in parse_lines(_owned(lines, opts, r.open, r.end), r.path, opts, r.first_ordinal):
             summary.documents_read += 1
             yield rec
