@@ -258,7 +258,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         jobs.run_pipeline(
             options,
             lambda p: build_pipeline(p, files, opts, rules, split_bytes, manifest_options, build_id),
-            total_bytes * passes,  # every read of the input is counted
+            total_bytes,  # each read of the input is a phase of its own in the progress line
             unit="lines",
         )
     manifest = NgramDictionary.open(opts.output).manifest

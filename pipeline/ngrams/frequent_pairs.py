@@ -16,6 +16,8 @@ from pipeline.ngrams.rules import NgramRules, raw_line_runs
 
 CHUNK_TOKENS = 1 << 18  # tokens per chunk of word ids (1 MB of int32)
 
+SECOND_READ = "pairs pass"  # the progress phase of apriori pruning's second read of the input
+
 
 class _EncodeAndCountPairsPerBundle(beam.DoFn):
     """Raw lines -> sharded partial counts of the candidate pairs (both words frequent), and, tagged
@@ -87,7 +89,7 @@ class FrequentPairs(beam.PTransform):
         self._min_count = rules.min_count
 
     def expand(self, paths):
-        lines = paths | "ReadLines" >> ReadLines(split_bytes=self._split_bytes)
+        lines = paths | "ReadLines" >> ReadLines(split_bytes=self._split_bytes, progress_phase=SECOND_READ)
         outputs = lines | "EncodeAndCountPerBundle" >> beam.ParDo(
             self._encode, word_tables=beam.pvalue.AsList(self._word_tables)
         ).with_outputs(_EncodeAndCountPairsPerBundle.IDS, main="shard_to_partial_counts")

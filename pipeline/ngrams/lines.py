@@ -12,8 +12,9 @@ class _CountLines(beam.DoFn):
 
     BATCH = 4096  # lines counted here before they go to progress.add (one call per line would cost more)
 
-    def __init__(self, with_filename: bool):
+    def __init__(self, with_filename: bool, phase: str):
         self._with_filename = with_filename
+        self._phase = phase
 
     def start_bundle(self):
         self._lines = self._bytes = 0
@@ -22,12 +23,12 @@ class _CountLines(beam.DoFn):
         self._lines += 1
         self._bytes += len(element[1] if self._with_filename else element) + 1
         if self._lines >= self.BATCH:
-            progress.add(self._lines, self._bytes)
+            progress.add(self._lines, self._bytes, phase=self._phase)
             self._lines = self._bytes = 0
         yield element
 
     def finish_bundle(self):
-        progress.add(self._lines, self._bytes)
+        progress.add(self._lines, self._bytes, phase=self._phase)
         self._lines = self._bytes = 0
         progress.flush()
 
@@ -36,13 +37,15 @@ class ReadLines(beam.PTransform):
     """file paths -> raw lines (bytes, newline stripped), split into byte ranges so workers share big files.
 
     Lines are read as bytes and decoded by the consumers, so that a line that is not UTF-8 becomes a
-    dead-letter record (see :class:`CorpusSummary`) rather than a crash.
+    dead-letter record (see :class:`CorpusSummary`) rather than a crash. ``progress_phase``: what the read counts as
+    in the job's progress line (``pipeline/progress.py``; a second read of the input is a phase of its own).
     """
 
-    def __init__(self, *, split_bytes: int, with_filename: bool = False):
+    def __init__(self, *, split_bytes: int, with_filename: bool = False, progress_phase: str = progress.MAIN):
         super().__init__()
         self._split_bytes = split_bytes
         self._with_filename = with_filename
+        self._phase = progress_phase
 
     def expand(self, paths):
         return (
@@ -53,5 +56,5 @@ class ReadLines(beam.PTransform):
                 coder=beam.coders.BytesCoder(),
                 with_filename=self._with_filename,
             )
-            | "CountLines" >> beam.ParDo(_CountLines(self._with_filename))
+            | "CountLines" >> beam.ParDo(_CountLines(self._with_filename, self._phase))
         )
