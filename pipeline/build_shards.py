@@ -33,7 +33,7 @@ from pipeline.build_shards_options import BuildShardsOptions
 from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
 from pipeline.dedup import removal
-from pipeline.dedup.eval_sets import EvalFile, EvalFileError
+from pipeline.dedup.eval_sets import EvalFile
 from pipeline.elements import Document
 from pipeline.files import BEAM_FILES
 from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, JobFailed, UsageError, redact_argv
@@ -394,13 +394,7 @@ def run(argv: list[str] | None = None) -> dict:
         started = time.time()
         total_bytes = sum(size for _, size in files)
         build = lambda p: build_pipeline(p, o, spec, static, files, eval_files)  # noqa: E731
-        try:
-            jobs.run_pipeline(options, build, total_bytes)  # WriteManifest checks the lock
-        except Exception as e:  # a worker found an evaluation file changed or gone since the launcher's check
-            message = jobs.one_line_error(e, EvalFileError)
-            if message is None:
-                raise
-            raise UsageError("--decontaminate " + message) from None
+        jobs.run_pipeline(options, build, total_bytes)  # WriteManifest checks the lock
     manifest = Artifact.open(o.output).manifest
     log.info("pipeline finished in %.1f s", time.time() - started)
     if manifest["counts"]["documents_written"] == 0:

@@ -351,12 +351,14 @@ _BEAM_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_w
                  "apache_beam.runners.portability.local_job_service")  # fmt: skip
 
 
-def one_line_error(e: BaseException, kind: type[BaseException]) -> str | None:
-    """The message of a ``kind`` raised in a step, from ``e`` as the runner raised it: the exception itself (this
-    process) or Beam's RuntimeError holding a worker's traceback; None when it is not one."""
-    if isinstance(e, kind):
+def one_line_error(e: BaseException) -> str | None:
+    """The message of one of ``sdk_worker.ONE_LINE_ERRORS`` raised in a step, from ``e`` as the runner raised it: the
+    exception itself (this process) or Beam's RuntimeError holding a worker's traceback; None when it is not one."""
+    kind = type(e)
+    if f"{kind.__module__}.{kind.__qualname__}" in sdk_worker.ONE_LINE_ERRORS:
         return str(e).split(" [while running")[0]
-    found = re.search(rf"{re.escape(kind.__module__)}\.{kind.__qualname__}: (.+)", str(e))
+    names = "|".join(re.escape(name) for name in sdk_worker.ONE_LINE_ERRORS)
+    found = re.search(rf"(?:{names}): (.+)", str(e))
     return found.group(1).split(" [while running")[0].strip() if found else None
 
 
@@ -387,10 +389,8 @@ def run_pipeline(
         with progress.reporting(options, total_bytes, local, unit), _lost_workers_stop_the_job(runner is not None):
             with beam.Pipeline(runner=runner, options=options) as p:
                 build(p)
-    except output.OutputError as e:
-        raise UsageError(str(e).split(" [while running")[0]) from None
     except Exception as e:
-        message = one_line_error(e, output.OutputError)
+        message = one_line_error(e)  # a bad input a step refused: the output location, an evaluation file
         if message:
             raise UsageError(message) from None
         if not _LOST_WORKER.search(str(e)):

@@ -16,7 +16,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
 from pipeline.dedup import overlap
-from pipeline.dedup.eval_sets import EvalFile
+from pipeline.dedup.eval_sets import EvalFile, EvalFileError
 from pipeline.elements import CONTAMINATED, Document, RemovedDocument, preview
 
 MAX_EXAMPLE_IDS = 100  # a record names at most this many examples of one file (and says how many there are)
@@ -71,8 +71,14 @@ def _figures(found: list[int], documents: list[tuple[str, int]], sets: list[over
 
 
 def _build(indexed_file: tuple[int, EvalFile], n: int) -> tuple[int, overlap.EvalSet]:
+    """A worker's read of an evaluation file; a refusal names the option, as the launcher's check does (the job
+    reports it in one line: ``pipeline.jobs.run_pipeline``)."""
     i, f = indexed_file
-    return i, overlap.EvalSet.build(f.path, f.examples(), n)
+    try:
+        examples = f.examples()
+    except EvalFileError as e:
+        raise EvalFileError(f"--decontaminate {e}") from None
+    return i, overlap.EvalSet.build(f.path, examples, n)
 
 
 class DropContaminated(beam.PTransform):
