@@ -50,6 +50,28 @@ def test_the_local_runners_worker_process_imports_beam_without_pandas():
     assert proc.stdout.split() == ["'CONTROL_API_SERVICE_DESCRIPTOR'", "True", "False"], proc.stdout + proc.stderr
 
 
+def test_the_local_runners_worker_process_ends_as_soon_as_its_harness_returns():
+    """The FnApiRunner waits for its worker processes one after another; a worker whose harness had returned then
+    still finalized its interpreter (its thread pools, 0.3-0.5 s each here). Beam's harness is replaced by one that
+    leaves a thread running, logs and prints: the process ends at once, exit 0, with its log line and output flushed."""
+    code = (
+        "import logging, threading, time\n"
+        "from apache_beam.runners.worker import sdk_worker_main\n"
+        "def harness(argv):\n"
+        "    threading.Thread(target=time.sleep, args=(120,)).start()\n"
+        "    logging.getLogger('pipeline.test').warning('harness done')\n"
+        "    print('output', end='')\n"
+        "sdk_worker_main.main = harness\n"
+        "from pipeline import sdk_worker\n"
+        "sdk_worker.main()\n"
+        "print('not reached')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)  # 120 s before
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "output"
+    assert "WARNING pipeline.test: harness done" in proc.stderr
+
+
 def test_both_jobs_report_a_user_error_as_one_line_and_exit_2(tmp_path):
     for job in ("build_shards", "build_ngram_dictionary"):
         proc = subprocess.run(
