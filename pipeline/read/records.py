@@ -45,7 +45,7 @@ from pipeline.elements import (
 )
 from pipeline.read import wikitext
 from pipeline.read.clean import clean_text
-from pipeline.read.record_checks import MAX_JSON_DEPTH, UTF8_BOM, json_depth_exceeds, skip_bom, unencodable_at
+from pipeline.read.record_checks import MAX_JSON_DEPTH, UTF8_BOM, parse_json_within_depth, skip_bom, unencodable_at
 from pipeline.read.streams import (
     CorruptInputError,
     HashingReader,
@@ -139,15 +139,15 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions, first_ordin
         if isinstance(raw, DeadLetter):
             yield raw
             continue
-        if json_depth_exceeds(line):
+        try:
+            too_deep, obj = parse_json_within_depth(line, raw)
+        except json.JSONDecodeError as e:
+            yield DeadLetter(MALFORMED_JSON, f"{e.msg} at column {e.colno}", src, fallback_id, preview(raw))
+            continue
+        if too_deep:
             yield DeadLetter(
                 TOO_DEEP, f"JSON nests deeper than {MAX_JSON_DEPTH} levels", src, fallback_id, preview(raw)
             )
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as e:
-            yield DeadLetter(MALFORMED_JSON, f"{e.msg} at column {e.colno}", src, fallback_id, preview(raw))
             continue
         if not isinstance(obj, dict):
             yield DeadLetter(

@@ -19,3 +19,50 @@ def test_clean_text_removes_every_control_character_but_tab_and_newline():
     assert clean_text(text) == ("ab\tc\nde" + "fgh\u00a0i\u00bfj\u2028k\U0001f600l\nm", True)
     assert clean_text("plain \u00e9t\u00e9\nline") == ("plain \u00e9t\u00e9\nline", False)
     assert clean_text("a\r\nb") == ("a\nb", False)  # line ends alone are no removal
+
+
+def _old_rule(line: bytes):
+    """What the reader did before parse_json_within_depth: scan, then parse."""
+    import json
+
+    from pipeline.read.record_checks import json_depth_exceeds
+
+    if json_depth_exceeds(line):
+        return "too deep"
+    try:
+        return json.loads(line.decode())
+    except json.JSONDecodeError as e:
+        return f"malformed: {e.msg} at column {e.colno}"
+
+
+def test_parsing_bracket_heavy_lines_first_gives_the_scans_answers():
+    import json
+
+    from pipeline.read.record_checks import parse_json_within_depth
+
+    def nested(depth: int, inner: str = "1") -> str:
+        return "[" * (depth - 1) + '{"a": ' + inner + "}" + "]" * (depth - 1)
+
+    lines = [
+        '{"text": "' + "[1] cited. " * 300 + '"}',  # brackets only inside the string
+        '{"text": "' + "]]]" * 50 + '", "x": ' + nested(100) + "}",  # unbalanced in a string, 101 deep outside
+        nested(100),
+        nested(101),
+        nested(100, '"[[[[' + "{" * 200 + '"'),
+        nested(5000),  # past no recursion limit here, but deep
+        "[" * 200_000,  # a recursion past Python's limit, and malformed
+        "[" * 150 + "1" + "]" * 149,  # deep and malformed
+        "[" * 50 + "1" + "]" * 49,  # malformed, shallow
+        '{"a": [' + "[], " * 200 + "[]]}",  # many brackets, depth 3
+        '{"a": "\\"[[[' + "{" * 120 + '"}',  # escaped quote inside the string
+        '"' + "[" * 150 + '"',  # a string, not an object
+    ]
+    for line in lines:
+        data = line.encode()
+        old = _old_rule(data)
+        try:
+            too_deep, value = parse_json_within_depth(data, line)
+            new = "too deep" if too_deep else value
+        except json.JSONDecodeError as e:
+            new = f"malformed: {e.msg} at column {e.colno}"
+        assert new == old, line[:60]
