@@ -9,14 +9,13 @@ level. Here the root logger gets a handler in the jobs' format (:data:`LOG_FORMA
 *before* Beam is imported, then Beam's worker runs as it would. ``pipeline.jobs`` starts the FnApiRunner's worker
 processes with this module, and ``pipeline.worker_pool`` its workers with :func:`install_logging`. Importing it does
 not import Beam. The worker runs without pandas, as the launcher does (:func:`without_pandas`, ``pipeline.jobs``), and
-ends as soon as its harness returns (:func:`exit_at_once`).
+ends without the interpreter's teardown once its harness returns (``schemas.quick_exit``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
 import typing
 
@@ -104,22 +103,12 @@ def main() -> None:
         from apache_beam.runners.worker import sdk_worker_main
 
         sdk_worker_main.main(sys.argv)
-    exit_at_once()
+    # The harness has returned: every bundle finished, every DoFn torn down. A normal exit would now tear down the
+    # interpreter (0.3-0.5 s per worker here, Beam's 2,000 modules) while the FnApiRunner waits for its workers one
+    # after another: 0.6-1.0 s went between a 2-worker build's manifest and the launcher's exit, 0.13-0.15 s with this.
+    from schemas.quick_exit import quick_exit
 
-
-def exit_at_once() -> None:
-    """End the process now that the harness has returned: every bundle has finished, every DoFn is torn down and the
-    harness's own log handler is closed, so nothing is left to do but flush our streams.
-
-    A normal exit then finalizes the interpreter (joins the harness's thread pools, closes its gRPC channels, frees
-    every object: 0.3-0.5 s per worker here), and the FnApiRunner closes its workers one after another, waiting for
-    each process to end: 0.6-1.0 s of a 2-worker build of the Wikipedia sample went between the manifest and the
-    launcher's exit, 0.13-0.15 s with this."""
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(0)
+    quick_exit(0)
 
 
 if __name__ == "__main__":

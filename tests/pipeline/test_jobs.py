@@ -50,25 +50,30 @@ def test_the_local_runners_worker_process_imports_beam_without_pandas():
     assert proc.stdout.split() == ["'CONTROL_API_SERVICE_DESCRIPTOR'", "True", "False"], proc.stdout + proc.stderr
 
 
-def test_the_local_runners_worker_process_ends_as_soon_as_its_harness_returns():
+def test_the_local_runners_worker_process_skips_the_interpreter_teardown_once_its_harness_returns():
     """The FnApiRunner waits for its worker processes one after another; a worker whose harness had returned then
-    still finalized its interpreter (its thread pools, 0.3-0.5 s each here). Beam's harness is replaced by one that
-    leaves a thread running, logs and prints: the process ends at once, exit 0, with its log line and output flushed."""
+    tore its interpreter down (Beam's modules, 0.3-0.5 s each here). Beam's harness is replaced by one that logs,
+    prints and leaves an object only the teardown deletes: exit 0, output and log flushed, atexit run, no teardown."""
     code = (
-        "import logging, threading, time\n"
+        "import atexit, logging, sys\n"
         "from apache_beam.runners.worker import sdk_worker_main\n"
+        "class Teardown:\n"
+        "    def __del__(self):\n"
+        "        print('torn down', flush=True)\n"
         "def harness(argv):\n"
-        "    threading.Thread(target=time.sleep, args=(120,)).start()\n"
+        "    global kept_until_teardown\n"
+        "    kept_until_teardown = Teardown()\n"
+        "    atexit.register(lambda: print('atexit ran', end=' '))\n"
         "    logging.getLogger('pipeline.test').warning('harness done')\n"
-        "    print('output', end='')\n"
+        "    print('output', end=' ')\n"
         "sdk_worker_main.main = harness\n"
         "from pipeline import sdk_worker\n"
         "sdk_worker.main()\n"
         "print('not reached')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)  # 120 s before
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "output"
+    assert proc.stdout == "output atexit ran "
     assert "WARNING pipeline.test: harness done" in proc.stderr
 
 
