@@ -56,6 +56,11 @@ def test_parsing_bracket_heavy_lines_first_gives_the_scans_answers():
         '{"a": [' + "[], " * 200 + "[]]}",  # many brackets, depth 3
         '{"a": "\\"[[[' + "{" * 120 + '"}',  # escaped quote inside the string
         '"' + "[" * 150 + '"',  # a string, not an object
+        # a repeated key: json.loads keeps the last value, the deep one before it is still too deep (attack round)
+        '{"id": "a", "text": "hi", "x": ' + "[" * 100 + "]" * 100 + ', "x": 0}',
+        '{"x": ' + nested(150) + ', "text": "ok", "x": null}',
+        '{"k": {"k": ' + nested(101) + ', "k": 2}}',
+        '{"k": {"k": 1, "k": ' + nested(50) + "}, " + '"t": "' + "[" * 120 + '"}',  # repeated, not too deep
     ]
     for line in lines:
         data = line.encode()
@@ -66,3 +71,21 @@ def test_parsing_bracket_heavy_lines_first_gives_the_scans_answers():
         except json.JSONDecodeError as e:
             new = f"malformed: {e.msg} at column {e.colno}"
         assert new == old, line[:60]
+
+
+def test_the_depth_of_a_parsed_line_is_read_without_recursion():
+    """With little stack left (a deep caller), a valid 120-deep line is still a too-deep line, not a RecursionError
+    (json.loads itself needs one level of stack per level; the recursive depth check needed about three)."""
+    import inspect
+    import sys
+
+    from pipeline.read.record_checks import parse_json_within_depth
+
+    line = "[" * 120 + "]" * 120
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack(0)) + 200)
+    try:
+        result = parse_json_within_depth(line.encode(), line)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert result == (True, None)
