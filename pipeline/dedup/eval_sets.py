@@ -104,6 +104,8 @@ def read_squad(path: str, content: str) -> list[Example]:
         raise EvalFileError(f"{path}: line {e.lineno} column {e.colno}: not JSON ({e.msg})") from None
     except RecursionError:
         raise EvalFileError(f"{path}: not a SQuAD file (JSON nested too deeply)") from None
+    except ValueError as e:  # valid JSON Python will not read: a number of more than 4,300 digits
+        raise EvalFileError(f"{path}: Python cannot read a value of this file: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise EvalFileError(f"{path}: not a SQuAD file (no top-level 'data' list)")
     examples = []
@@ -171,6 +173,8 @@ def read_jsonl(path: str, content: str, text_field: str = "text") -> list[Exampl
             record = json.loads(line)
         except (json.JSONDecodeError, RecursionError):
             raise EvalFileError(f"{path}: line {n}: not JSON") from None
+        except ValueError as e:  # a number of more than 4,300 digits
+            raise EvalFileError(f"{path}: line {n}: Python cannot read a value of this record: {e}") from None
         if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
             raise EvalFileError(f"{path}: line {n}: no string field {text_field!r}")
         examples.append(Example(str(record.get("id", f"line {n}")), (record[text_field],)))

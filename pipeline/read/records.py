@@ -144,6 +144,11 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions, first_ordin
         except json.JSONDecodeError as e:
             yield DeadLetter(MALFORMED_JSON, f"{e.msg} at column {e.colno}", src, fallback_id, preview(raw))
             continue
+        except ValueError as e:  # valid JSON Python will not read: a number of more than 4,300 digits
+            yield DeadLetter(
+                MALFORMED_JSON, f"Python cannot read a value of this record: {e}", src, fallback_id, preview(raw)
+            )
+            continue
         if too_deep:
             yield DeadLetter(
                 TOO_DEEP, f"JSON nests deeper than {MAX_JSON_DEPTH} levels", src, fallback_id, preview(raw)

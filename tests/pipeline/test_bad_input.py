@@ -92,6 +92,17 @@ def test_deeply_nested_json_is_a_dead_letter_not_a_crash(line):
     assert "deeper than 100" in out[0].detail and out[1].doc_id == "after"
 
 
+@pytest.mark.parametrize("brackets", ["", "[1] " * 150])  # the second goes through the parse-first depth check
+def test_a_number_python_cannot_read_is_a_dead_letter_not_a_crash(brackets):
+    """Valid JSON, but json.loads refuses an integer of more than 4,300 digits with a ValueError: the build ended
+    with a traceback and exit 1 (found by a review round)."""
+    line = b'{"id":"big","text":"t ' + brackets.encode() + b'","n":' + b"9" * 5000 + b"}"
+    out, _ = read(line + b"\n" + b'{"id":"after","text":"Still read."}\n', "big.jsonl", max_record_bytes=1 << 20)
+    assert reasons(out) == ["malformed_json", "doc"]
+    assert "Python cannot read a value of this record" in out[0].detail and "4300 digits" in out[0].detail
+    assert out[1].doc_id == "after"
+
+
 def test_nesting_within_the_limit_and_brackets_inside_strings_are_fine():
     ok = json.dumps({"id": "a", "text": "[" * 5000 + " many brackets in text", "meta": [[[[1]]]]}).encode()
     at_limit = b'{"id":"b","text":"t","m":' + b"[" * 99 + b"]" * 99 + b"}"

@@ -76,6 +76,9 @@ def test_glue_tsv_with_header_and_cola_without(tmp_path):
         ("plain.tsv", "a\tb\n", "plain.tsv: line 1: no header naming a text column"),
         ("x.jsonl", '{"text": "ok"}\n{"body": "no"}\n', "x.jsonl: line 2: no string field 'text'"),
         ("x.csv", "a,b\n", "x.csv: unknown kind of evaluation file"),
+        # valid JSON with a number Python refuses to convert (more than 4,300 digits): was a traceback, exit 1
+        ("big.jsonl", '{"text": "ok"}\n{"text": "ok", "n": ' + "9" * 5000 + "}\n", "big.jsonl: line 2: Python cannot"),
+        ("big.json", '{"version": "1", "n": ' + "9" * 5000 + ', "data": []}', "big.json: Python cannot read"),
     ],
 )
 def test_bad_evaluation_file_is_one_line_with_its_position_and_exit_2(
