@@ -162,11 +162,10 @@ class TokenizerSpec:
     roles: tuple[tuple[str, str], ...] = tuple(SPECIAL_TOKENS.items())  # (role, token) of pad unk cls sep mask
 
     def __reduce__(self):
-        # Beam pickles every DoFn that holds the spec and bz2-compresses the pickle, then decompresses it for every
-        # bundle processor a worker builds: a 1.2 MB byte-level BPE cost ~1 s of a 7 s job that way. The JSON
-        # travels zlib-compressed (a quarter of the size, and bz2 works in proportion to its input).
-        # Compressed once per spec: Beam pickles each DoFn twice (its check at construction, then the graph), so a
-        # job pickled the JSON 4 times (0.03 s each for 29k WordPiece entries, more for a large BPE).
+        # Beam pickles every DoFn that holds the spec (twice: its check at construction, then the graph) and
+        # bz2-compresses the pickle, then decompresses it for every bundle processor a worker builds: a 1.2 MB
+        # byte-level BPE cost ~1 s of a 7 s job that way. The JSON travels zlib-compressed (a quarter of the size, and
+        # bz2 works in proportion to its input), compressed once per spec (``_packed``).
         return _spec_from_state, (
             self._packed,
             self.source,
