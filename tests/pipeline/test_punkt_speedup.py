@@ -239,6 +239,34 @@ def test_random_text_matches_the_package():
     assert compared > 25_000
 
 
+def test_the_letters_period_shortcut_matches_the_package():
+    """``FastSpans._accept`` decides "<ASCII letters>. <next>" from the word alone; here every neighbour its proof
+    rules out: a next token starting with ``.`` (a ``. . .`` run), punctuation or a line break after the period,
+    letters beside digits, ``_``, non-ASCII letters and other punctuation, abbreviations and initials."""
+    fast = punkt_spans.FastSpans(_TOK)
+    rng = random.Random(17)
+    words = "word Word etc Dr vs J x Inc e.g U.S caf\u00e9 ab1 a_b (Smith x-y".split()
+    after = [" ", "  ", "\n", " \n ", "\t", ". ", ".", " .", " ..", " . . .", " .5", ")", ")", '"', "\u00a0", "\u2028", ""]  # fmt: skip
+    nexts = ["Next", "next", "The", "the", "5", ".", "...", "(", "\u00c9t\u00e9", "--", "?", "!", ",", "a.", ""]
+    texts = [
+        " ".join(rng.choice(words) + "." + rng.choice(after) + rng.choice(nexts) for _ in range(rng.randint(1, 8)))
+        for _ in range(4000)
+    ]
+    compared = shortcut = 0
+    decide = fast._context_has_sentbreak
+    calls: list[str] = []
+    fast._context_has_sentbreak = lambda context: calls.append(context) or decide(context)
+    for text in texts:
+        expected = list(_TOK.span_tokenize(text))
+        fast._contexts.clear()
+        calls.clear()
+        assert fast.spans(text) == expected, repr(text)
+        candidates = len(list(fast._period.finditer(text)))
+        shortcut += candidates - len(calls)
+        compared += len(expected)
+    assert compared > 10_000 and shortcut > 5_000
+
+
 def test_model_rules_the_english_model_never_fires_match_the_package():
     """The English model's collocations all start with an initial or a number and it has no number-bound
     abbreviations, so those second-pass rules are exercised here with a model that has them."""
