@@ -54,6 +54,8 @@ with without_pandas():
 from pipeline import output, progress, sdk_worker  # noqa: E402
 from schemas import format as fmt  # noqa: E402
 
+sdk_worker.shorten_state_sampling()  # for the bundles the in-process runner runs here
+
 DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner may try to download a runner binary
 # Runners whose workers run on this machine (with this machine's packages and files).
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PortableRunner")

@@ -96,12 +96,31 @@ def without_pandas():
             sys.meta_path.remove(_NoPandas)
 
 
+# Beam's state sampler (per bundle: a thread that times each step) sleeps up to its period between samples, and a
+# bundle ends only once that thread has woken up and stopped: up to 200 ms per bundle at Beam's default, 0.2 s of a
+# whole-sample build's 7 s (11 bundles, measured 0.20-0.22 s of waits; 0.02 s at 20 ms). The steps' times it reports
+# are unchanged, only sampled more often.
+STATE_SAMPLING_MS = 20
+
+
+def shorten_state_sampling() -> None:
+    """Make :data:`STATE_SAMPLING_MS` the period of the state samplers Beam's bundles create from now on in this
+    process (Beam's ``StateSampler`` takes it as a default argument; the bundle processor passes none)."""
+    from apache_beam.runners.worker import statesampler
+
+    init = statesampler.StateSampler.__init__
+    code, defaults = init.__code__, init.__defaults__
+    if defaults and code.co_varnames[code.co_argcount - 1] == "sampling_period_ms":
+        init.__defaults__ = (*defaults[:-1], STATE_SAMPLING_MS)
+
+
 def main() -> None:
     install_logging()
     sys.stderr = typing.cast(typing.TextIO, _QuietStderr(sys.stderr))  # print() of a bundle's failure goes here
     with without_pandas():  # as the launcher runs the job: Beam's import took 0.3 s more for pandas in each worker
         from apache_beam.runners.worker import sdk_worker_main
 
+        shorten_state_sampling()
         sdk_worker_main.main(sys.argv)
     # The harness has returned: every bundle finished, every DoFn torn down. A normal exit would now tear down the
     # interpreter (0.3-0.5 s per worker here, Beam's 2,000 modules) while the FnApiRunner waits for its workers one

@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from apache_beam.portability.api import beam_fn_api_pb2
+
+from pipeline.sdk_worker import STATE_SAMPLING_MS
+from pipeline.worker_pool import sdk_worker_command
 from tests.conftest import REPO
 
 
@@ -75,6 +79,39 @@ def test_the_local_runners_worker_process_skips_the_interpreter_teardown_once_it
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "output atexit ran "
     assert "WARNING pipeline.test: harness done" in proc.stderr
+
+
+def test_bundles_sample_their_state_at_the_short_period_in_every_kind_of_job_process():
+    """A bundle ends once Beam's state-sampling thread wakes up: up to its period, 200 ms by default (0.2 s of a
+    whole-sample build). The launcher (in-process runner), a local worker process and a worker of the pool that
+    serves Spark and Flink each make their bundles' samplers with the short period; Beam's harnesses are replaced
+    by ones that report the period of a sampler made as a bundle makes it."""
+    sampler = (
+        "from apache_beam.runners.worker import statesampler\n"
+        "from apache_beam.utils.counters import CounterFactory\n"
+        "def period(*args, **kwargs):\n"
+        "    print(statesampler.StateSampler('step', CounterFactory()).sampling_period_ms, end=' ')\n"
+    )
+    pool = sdk_worker_command(
+        beam_fn_api_pb2.StartWorkerRequest(worker_id="w1", control_endpoint={"url": "localhost:1"}), 0, 0
+    )[-1]
+    code = (
+        sampler + "period()\n"  # Beam alone
+        "from apache_beam.runners.worker import sdk_worker_main\n"
+        "sdk_worker_main.main = period\n"
+        "from pipeline import sdk_worker\n"
+        "import pipeline.jobs\n"
+        "period()\n"  # the launcher
+        "statesampler.StateSampler.__init__.__defaults__ = (200,)\n"
+        "from apache_beam.runners.worker import sdk_worker as harness\n"
+        "harness.SdkHarness = lambda *a, **k: type('H', (), {'run': period})()\n"
+        f"exec({pool!r})\n"  # a worker of pipeline.worker_pool
+        "statesampler.StateSampler.__init__.__defaults__ = (200,)\n"
+        "sdk_worker.main()\n"  # a local worker process; it ends the process
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["200", str(STATE_SAMPLING_MS), str(STATE_SAMPLING_MS), str(STATE_SAMPLING_MS)]
 
 
 def test_both_jobs_report_a_user_error_as_one_line_and_exit_2(tmp_path):
