@@ -241,12 +241,12 @@ def test_random_text_matches_the_package():
 
 def test_the_letters_period_shortcut_matches_the_package():
     """``FastSpans._accept`` decides "<ASCII letters>. <next>" from the word alone; here every neighbour its proof
-    rules out: a next token starting with ``.`` (a ``. . .`` run), punctuation or a line break after the period,
-    letters beside digits, ``_``, non-ASCII letters and other punctuation, abbreviations and initials."""
+    rules out: a next token starting with ``.`` (a ``. . .`` run), punctuation, a line break or Unicode whitespace
+    (Python's, not Punkt's word break) after the period, letters beside digits, ``_``, non-ASCII letters and other punctuation, abbreviations and initials."""
     fast = punkt_spans.FastSpans(_TOK)
     rng = random.Random(17)
     words = "word Word etc Dr vs J x Inc e.g U.S caf\u00e9 ab1 a_b (Smith x-y".split()
-    after = [" ", "  ", "\n", " \n ", "\t", ". ", ".", " .", " ..", " . . .", " .5", ")", ")", '"', "\u00a0", "\u2028", ""]  # fmt: skip
+    after = [" ", "  ", "\n", " \n ", "\t", "\x1c", "\x85", "\u3000", ". ", ".", " .", " ..", " . . .", " .5", ")", '"', "\u00a0", "\u2028", ""]  # fmt: skip
     nexts = ["Next", "next", "The", "the", "5", ".", "...", "(", "\u00c9t\u00e9", "--", "?", "!", ",", "a.", ""]
     texts = [
         " ".join(rng.choice(words) + "." + rng.choice(after) + rng.choice(nexts) for _ in range(rng.randint(1, 8)))
