@@ -37,7 +37,11 @@ Why the result is the same, step by step (the tests compare both on real, crafte
   and its lazy ``\\S+?`` can stop only where its lookahead matches: never before a letter, and not
   before the ``.``, which is in no punctuation class and starts no ``--``/``..``/``. . .`` run here
   (the character after it is whitespace and the next token does not start with ``.``); it stops at
-  the whitespace after it. The next token adds at least one token, so the first is not the last, and
+  the whitespace after it (at the line's end when that is a line feed). The context does start at the
+  word: the word start is found as the package finds it, and one carried over from an overlapping
+  candidate, or the package's "index 0 counts as none", leaves a ``.?!`` or whitespace in the word,
+  which then is not all letters. The next token adds at least one token (``re``'s ``\\s`` is
+  ``str.isspace`` on every code point, so its line is not blank), so the first is not the last, and
   the package's loop returns True at it when ``_always_breaks`` says so; otherwise the context is
   decided in full as below.
   Verdicts per context, per token and per pair are memoised (the model parameters are read-only by the
