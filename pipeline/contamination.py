@@ -30,6 +30,7 @@ from pipeline import jobs  # before Beam: it hides a warning Beam logs while it 
 import numpy as np
 from tokenizers import Tokenizer, decoders
 
+from pipeline.dedup import text
 from pipeline.dedup.eval_sets import EvalFileError, given_twice, read_eval_file, twice_message
 from pipeline.dedup.overlap import DEFAULT_N, EvalSet, OverlapIndex
 from pipeline.jobs import UsageError
@@ -129,9 +130,14 @@ def artifact_documents(art: Artifact, tok: Tokenizer) -> Iterator[tuple[str, lis
             yield doc_id, document_texts(tok, tokens, word_start, unk)
 
 
-def load_eval_sets(paths: list[str], n: int, text_field: str = "text") -> list[EvalSet]:
-    """Every evaluation file's n-grams; UsageError (one line, file and position) for a file that cannot be used."""
-    sets = []
+def load_eval_sets(paths: list[str], n: int, text_field: str = "text", erase: bool = True) -> list[EvalSet]:
+    """Every evaluation file's n-grams under the word rule (``erase``: ``text.normalise``'s); UsageError (one line,
+    file and position) for a file that cannot be used."""
+    return [EvalSet.build(path, examples, n, erase) for path, examples in _read_eval_files(paths, text_field)]
+
+
+def _read_eval_files(paths: list[str], text_field: str) -> list[tuple[str, list]]:
+    out = []
     for path in paths:
         try:
             examples = read_eval_file(path, text_field)
@@ -139,15 +145,34 @@ def load_eval_sets(paths: list[str], n: int, text_field: str = "text") -> list[E
             raise UsageError(str(e)) from None
         if not examples:
             raise UsageError(f"{path}: no examples")
-        sets.append(EvalSet.build(path, examples, n))
-        log.info("%s: %d examples, %d distinct %d-grams", path, len(examples), len(sets[-1].hashes), n)
-    return sets
+        out.append((path, examples))
+    return out
+
+
+def artifact_rule(art: Artifact) -> bool:
+    """Whether the word rule the artifact recorded deletes the characters tokenizers erase (``text.RULES``): the
+    ``normalisation`` of its ``dedup`` or ``contamination`` (format 2.2 records both); a name this code does not know,
+    or a ``contamination`` without one (format 2.1), is a rule older than the deletion; an artifact that compared
+    nothing at build time is read by the current rule."""
+    m = art.manifest
+    dedup, cont = m.get("dedup") or {}, m.get("contamination") or {}
+    name = dedup.get("normalisation") or cont.get("normalisation")
+    if name is None:
+        return not cont
+    return text.RULES.get(name, False)
 
 
 def check(artifact: str, eval_paths: list[str], n: int = DEFAULT_N, text_field: str = "text") -> dict:
-    """The report of ``OverlapIndex.report`` for one artifact, plus ``documents_scanned`` under the key ``""``."""
-    index = OverlapIndex(load_eval_sets(eval_paths, n, text_field), n)
+    """The report of ``OverlapIndex.report`` for one artifact, plus ``documents_scanned`` under the key ``""``. The
+    evaluation files and the artifact's documents are read by the word rule the artifact recorded."""
+    read = _read_eval_files(eval_paths, text_field)
     art = Artifact.open(artifact)
+    erase = artifact_rule(art)
+    sets = []
+    for path, examples in read:
+        sets.append(EvalSet.build(path, examples, n, erase))
+        log.info("%s: %d examples, %d distinct %d-grams", path, len(examples), len(sets[-1].hashes), n)
+    index = OverlapIndex(sets, n, erase)
     for doc_id, texts in artifact_documents(art, artifact_tokenizer(art)):
         index.scan(doc_id, texts)
     log.info("%s: %d documents scanned", artifact, index.documents_scanned)

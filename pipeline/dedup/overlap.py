@@ -21,9 +21,9 @@ DEFAULT_N = 13
 _FILTER_BITS = 23  # a bool per value of an n-gram hash's top 23 bits (8 MiB): few corpus n-grams pass to the search
 
 
-def text_ngrams(body: str, n: int) -> np.ndarray:
+def text_ngrams(body: str, n: int, erase: bool = True) -> np.ndarray:
     """Sorted distinct n-gram hashes of one text (the reference rule: words as strings, then their hashes)."""
-    return np.unique(text.ngram_hashes(text.word_hashes(text.words(body)), n))
+    return np.unique(text.ngram_hashes(text.word_hashes(text.words(body, erase)), n))
 
 
 @dataclass
@@ -38,10 +38,11 @@ class EvalSet:
     documents: list[str] = field(default_factory=list)  # a doc id per corpus document holding one (standalone check)
 
     @classmethod
-    def build(cls, name: str, examples: list[Example], n: int) -> EvalSet:
+    def build(cls, name: str, examples: list[Example], n: int, erase: bool = True) -> EvalSet:
         """The distinct (n-gram, example) pairs of ``examples``: each distinct text (a SQuAD context is shared by its
         questions) analysed once, all texts in one batch (:func:`text.analyse_texts`), each n-gram given to every
-        example holding its text; the same pairs as :func:`text_ngrams` of each text gives."""
+        example holding its text; the same pairs as :func:`text_ngrams` of each text gives (``erase``: the rule's,
+        :func:`text.normalise`)."""
         index: dict[str, int] = {}
         text_of: list[int] = []  # with owners_of: the (text, example) pairs, example by example
         owners_of: list[int] = []
@@ -49,7 +50,7 @@ class EvalSet:
             for t in ex.texts:
                 text_of.append(index.setdefault(t, len(index)))
                 owners_of.append(i)
-        hashes, word_text = text.analyse_texts(list(index))
+        hashes, word_text = text.analyse_texts(list(index), erase)
         grams, gram_text = text.ngrams_within(hashes, word_text, n)
         by_text = np.argsort(np.asarray(text_of, dtype=np.int64), kind="stable")
         pair_text = np.asarray(text_of, dtype=np.int64)[by_text]
@@ -91,9 +92,10 @@ def members(sorted_hashes: np.ndarray, candidates: np.ndarray) -> np.ndarray:
 class OverlapIndex:
     """The n-grams of every evaluation file; ``scan`` a corpus document at a time; ``report`` at the end."""
 
-    def __init__(self, sets: list[EvalSet], n: int):
+    def __init__(self, sets: list[EvalSet], n: int, erase: bool = True):
         self.sets = sets
         self.n = n
+        self.erase = erase  # the rule the sets were built by (text.normalise): the documents are read by it too
         self.hashes = np.unique(np.concatenate([s.pair_hashes for s in sets])) if sets else np.zeros(0, np.uint64)
         self._filter = np.zeros(1 << _FILTER_BITS, dtype=bool)  # by the top bits: most corpus n-grams stop here
         self._filter[self.hashes >> np.uint64(64 - _FILTER_BITS)] = True
@@ -105,7 +107,10 @@ class OverlapIndex:
         when no n-gram may span from one to the next (a decoded document cut at its unknown words); ``record``: also
         count them and the document for :meth:`report` (a Beam worker does not: it sends them on instead)."""
         self.documents_scanned += 1
-        parts = [text.ngram_hashes(text.analyse(t)[0], self.n) for t in ([body] if isinstance(body, str) else body)]
+        parts = [
+            text.ngram_hashes(text.analyse(t, self.erase)[0], self.n)
+            for t in ([body] if isinstance(body, str) else body)
+        ]
         own = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
         own = np.unique(own[self._filter[own >> np.uint64(64 - _FILTER_BITS)]])
         grams = members(self.hashes, own)

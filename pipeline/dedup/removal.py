@@ -57,7 +57,12 @@ def describe_contamination(o) -> dict[str, Any] | None:
     """The manifest's ``contamination`` before the job's figures are added; None without ``--decontaminate``."""
     if not o.decontaminate:
         return None
-    return {"ngram_size": o.contamination_ngram, "drop": o.drop_contaminated, "files": {}}
+    return {
+        "ngram_size": o.contamination_ngram,
+        "drop": o.drop_contaminated,
+        "normalisation": text.NORMALISATION,
+        "files": {},
+    }
 
 
 PREPASS = "dedup pre-pass"  # the progress phases (pipeline/progress.py) of --dedup's other reads of the input

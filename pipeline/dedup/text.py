@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.dedup import erased
+
 
 def _ranges(codepoints: list[int]) -> str:
     """A regex character class body for ``codepoints`` (sorted), as ranges."""
@@ -106,24 +108,38 @@ def __getattr__(name: str) -> Any:  # text._WORD and the like, for the tests: th
 
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
-NORMALISATION = (
+# The rule before the erased characters were deleted: what artifacts built with it record, and how the standalone
+# check (pipeline.contamination) still reads them.
+NORMALISATION_KEEPING_ERASED = (
     "NFKD, accents of Latin/Greek/Cyrillic letters removed, casefold; words are runs of \\w and marks, each Han "
     "ideograph and kana (with its marks) a word of its own (pipeline.dedup.text)"
 )
+NORMALISATION = (
+    "characters tokenizers erase deleted (control, Default_Ignorable_Code_Point, pipeline.dedup.erased), then NFKD, "
+    "accents of Latin/Greek/Cyrillic letters removed, casefold; words are runs of \\w and marks, each Han ideograph "
+    "and kana (with its marks) a word of its own (pipeline.dedup.text)"
+)
+RULES = {NORMALISATION: True, NORMALISATION_KEEPING_ERASED: False}  # name -> whether the erased are deleted
 # An odd 64-bit multiplier for the n-gram polynomial (any odd constant mixes; this one is the golden ratio's).
 _BASE = np.uint64(0x9E3779B97F4A7C15)
 _CHAR_BASE = np.uint64(0xFF51AFD7ED558CCD)  # odd: the polynomial of a word's code points
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64's finaliser
 
 
-def normalise_reference(text: str) -> str:
-    """The rule as written: NFKD, the accents of Latin, Greek and Cyrillic letters removed, case folded."""
+def normalise_reference(text: str, erase: bool = True) -> str:
+    """The rule as written: the erased characters deleted (with ``erase``), NFKD, the accents of Latin, Greek and
+    Cyrillic letters removed, case folded."""
+    text = "".join(c for c in text if ord(c) not in erased.deleted()) if erase else text
     return _rules().accents.sub("", unicodedata.normalize("NFKD", text)).casefold()
 
 
-def normalise(text: str) -> str:
+def normalise(text: str, erase: bool = True) -> str:
     """:func:`normalise_reference`, applied to the non-ASCII runs only (each with the ASCII character before it, which
-    the accent rule looks at); the ASCII between is lower-cased, which is the same."""
+    the accent rule looks at); the ASCII between is lower-cased, which is the same. First, with ``erase`` (the rule
+    :data:`NORMALISATION`; without, :data:`NORMALISATION_KEEPING_ERASED`), the characters a tokenizer erases are
+    deleted (:func:`pipeline.dedup.erased.erase`), so ``ca<U+00AD>t`` is ``cat``."""
+    if erase:
+        text = erased.erase(text)
     if text.isascii():
         return text.lower()
     parts, at = [], 0
@@ -131,9 +147,10 @@ def normalise(text: str) -> str:
         start, end = m.span()
         parts.append(text[at:start].lower())
         if start:
-            parts.append(normalise_reference(text[start - 1 : end])[1:])  # an ASCII character stays one character
+            # an ASCII character stays one character; the erased characters are gone already
+            parts.append(normalise_reference(text[start - 1 : end], False)[1:])
         else:
-            parts.append(normalise_reference(text[start:end]))
+            parts.append(normalise_reference(text[start:end], False))
         at = end
     parts.append(text[at:].lower())
     return "".join(parts)
@@ -142,13 +159,13 @@ def normalise(text: str) -> str:
 _last = threading.local()  # per thread: the last text split and its words; the last analysed and its result
 
 
-def words(text: str) -> list[str]:
-    """The normalised words of ``text`` as strings (see the module docstring). The same text object asked for twice
-    in a row by one thread is split once; treat the list as read-only."""
-    if getattr(_last, "text", None) is text:
+def words(text: str, erase: bool = True) -> list[str]:
+    """The normalised words of ``text`` as strings (see the module docstring; ``erase``: :func:`normalise`'s). The
+    same text object asked for twice in a row by one thread is split once; treat the list as read-only."""
+    if getattr(_last, "text", None) is text and _last.words_erase == erase:
         return _last.words
-    found = _rules().word.findall(normalise(text))
-    _last.text, _last.words = text, found
+    found = _rules().word.findall(normalise(text, erase))
+    _last.text, _last.words, _last.words_erase = text, found, erase
     return found
 
 
@@ -310,18 +327,19 @@ def _runs(cp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     return mask, np.sort(np.concatenate([starts, cut])), np.sort(np.concatenate([ends, cut])), True
 
 
-def text_digest(text: str) -> bytes | None:
+def text_digest(text: str, erase: bool = True) -> bytes | None:
     """16 bytes naming the normalised text (its words joined by one space); None for a text without words."""
-    return analyse(text)[1]
+    return analyse(text, erase)[1]
 
 
-def analyse(text: str) -> tuple[np.ndarray, bytes | None]:
+def analyse(text: str, erase: bool = True) -> tuple[np.ndarray, bytes | None]:
     """(the uint64 hashes of the normalised words of ``text``, 16 bytes naming the word sequence or None when there
     is no word): the same as ``word_hashes(words(text))`` and ``blake2b`` of the words joined by one space (as
-    UTF-32-LE). The same text object asked for twice in a row by one thread is analysed once."""
-    if getattr(_last, "analysed", None) is text:
+    UTF-32-LE); ``erase``: :func:`normalise`'s. The same text object asked for twice in a row by one thread is
+    analysed once."""
+    if getattr(_last, "analysed", None) is text and _last.analysis_erase == erase:
         return _last.analysis
-    norm = normalise(text)
+    norm = normalise(text, erase)
     if norm.isascii():
         cp: np.ndarray = np.frombuffer(norm.encode("ascii"), dtype=np.uint8)
     else:
@@ -336,7 +354,7 @@ def analyse(text: str) -> tuple[np.ndarray, bytes | None]:
         digest = _digest(joined[mask])
     elif len(starts):  # words touch (an unspaced script): no gap to write the space in
         digest = _digest(np.insert(cp[mask].astype(np.uint32), np.cumsum(ends[:-1] - starts[:-1]), 32))
-    _last.analysed, _last.analysis = text, (hashes, digest)
+    _last.analysed, _last.analysis, _last.analysis_erase = text, (hashes, digest), erase
     return hashes, digest
 
 
@@ -356,7 +374,7 @@ def ngram_hashes(hashes: np.ndarray, n: int) -> np.ndarray:
 _BETWEEN = "\uffff"  # joins texts in analyse_texts: a noncharacter, no word character, untouched by normalisation
 
 
-def analyse_texts(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def analyse_texts(texts: list[str], erase: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(the word hashes of all ``texts``, in order, the index of the text each word is in): :func:`analyse` of each,
     in a few numpy passes for all (an evaluation file is tens of thousands of short texts). The texts are joined by
     U+FFFF, which is no word character, has no decomposition or case and no accent before it is removed, so the
@@ -365,10 +383,10 @@ def analyse_texts(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     if not texts:
         return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
     if any(_BETWEEN in t for t in texts):
-        parts = [analyse(t)[0] for t in texts]
+        parts = [analyse(t, erase)[0] for t in texts]
         owner = np.repeat(np.arange(len(texts)), [len(p) for p in parts])
         return np.concatenate(parts), owner
-    cp = _code_points(normalise(_BETWEEN.join(texts)))
+    cp = _code_points(normalise(_BETWEEN.join(texts), erase))  # U+FFFF is no erased character
     _, starts, ends, _ = _runs(cp)
     between = np.flatnonzero(cp == ord(_BETWEEN))
     return _hash_words(cp, starts, ends), np.searchsorted(between, starts)
