@@ -1,8 +1,10 @@
 """The one home of "the same words": how duplicate detection and evaluation-set overlap see a text.
 
-Normalisation (docs/DEDUP.md): Unicode NFKD; the combining marks (characters of a non-zero canonical combining
-class) that follow a Latin, Greek or Cyrillic letter removed (its accents); case folded (``str.casefold``); the words
-are then the maximal runs of Unicode word characters and marks (``\\w``: letters, digits, underscore; and every
+Normalisation (docs/DEDUP.md): the characters tokenizers erase deleted (``pipeline.dedup.erased``: ``ca<U+00AD>t``
+is ``cat``); Unicode NFKD; the combining marks (characters of a non-zero canonical combining class) that follow a
+Latin, Greek or Cyrillic letter removed (its accents); case folded (``str.casefold``); connector punctuation (``_``)
+made a space, as BERT's pre-tokenizer splits words there; the words are then the maximal runs of Unicode word
+characters and marks (``\\w``: letters, digits, and the underscore, which is gone by then; and every
 character of category M, so an Indic vowel sign or a kana's voicing mark stays inside its word), except that each
 character of the scripts written without spaces between words, Han (CJK ideographs: unified, extensions,
 compatibility) and kana (Hiragana, Katakana, their extensions; halfwidth katakana is full width after NFKD), is a
@@ -116,10 +118,27 @@ NORMALISATION_KEEPING_ERASED = (
 )
 NORMALISATION = (
     "characters tokenizers erase deleted (control, Default_Ignorable_Code_Point, pipeline.dedup.erased), then NFKD, "
-    "accents of Latin/Greek/Cyrillic letters removed, casefold; words are runs of \\w and marks, each Han ideograph "
-    "and kana (with its marks) a word of its own (pipeline.dedup.text)"
+    "accents of Latin/Greek/Cyrillic letters removed, casefold; words are runs of letters, digits and marks (\\w "
+    "but the underscore and other connector punctuation, which separate words), each Han ideograph and kana (with "
+    "its marks) a word of its own (pipeline.dedup.text)"
 )
-RULES = {NORMALISATION: True, NORMALISATION_KEEPING_ERASED: False}  # name -> whether the erased are deleted
+# name -> whether the rule is the current one (``erase`` of the functions below) or the one before
+RULES = {NORMALISATION: True, NORMALISATION_KEEPING_ERASED: False}
+# Connector punctuation (category Pc) as NFKD leaves it: BERT's pre-tokenizer splits words at it, so a decoded
+# WordPiece row has ``pattern _ sh`` where the text has ``pattern_sh``; the current rule makes it a space.
+_CONNECTORS = ("_", "\u203f", "\u2040", "\u2054")
+
+
+def _separate_connectors(text: str) -> str:
+    if "_" in text:
+        text = text.replace("_", " ")
+    if not text.isascii():
+        for c in _CONNECTORS[1:]:
+            if c in text:
+                text = text.replace(c, " ")
+    return text
+
+
 # An odd 64-bit multiplier for the n-gram polynomial (any odd constant mixes; this one is the golden ratio's).
 _BASE = np.uint64(0x9E3779B97F4A7C15)
 _CHAR_BASE = np.uint64(0xFF51AFD7ED558CCD)  # odd: the polynomial of a word's code points
@@ -127,19 +146,26 @@ _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # s
 
 
 def normalise_reference(text: str, erase: bool = True) -> str:
-    """The rule as written: the erased characters deleted (with ``erase``), NFKD, the accents of Latin, Greek and
-    Cyrillic letters removed, case folded."""
-    text = "".join(c for c in text if ord(c) not in erased.deleted()) if erase else text
-    return _rules().accents.sub("", unicodedata.normalize("NFKD", text)).casefold()
+    """The rule as written: the erased characters deleted (with ``erase``: the current rule), NFKD, the accents of
+    Latin, Greek and Cyrillic letters removed, case folded, connector punctuation made a space (with ``erase``)."""
+    if not erase:
+        return _rules().accents.sub("", unicodedata.normalize("NFKD", text)).casefold()
+    text = "".join(c for c in text if ord(c) not in erased.deleted())
+    return _separate_connectors(_rules().accents.sub("", unicodedata.normalize("NFKD", text)).casefold())
 
 
 def normalise(text: str, erase: bool = True) -> str:
     """:func:`normalise_reference`, applied to the non-ASCII runs only (each with the ASCII character before it, which
     the accent rule looks at); the ASCII between is lower-cased, which is the same. First, with ``erase`` (the rule
     :data:`NORMALISATION`; without, :data:`NORMALISATION_KEEPING_ERASED`), the characters a tokenizer erases are
-    deleted (:func:`pipeline.dedup.erased.erase`), so ``ca<U+00AD>t`` is ``cat``."""
+    deleted (:func:`pipeline.dedup.erased.erase`), so ``ca<U+00AD>t`` is ``cat``, and at the end connector
+    punctuation (``_``, and what NFKD makes ``_``) is made a space, so ``pattern_sh`` is ``pattern sh``."""
     if erase:
-        text = erased.erase(text)
+        return _separate_connectors(_normalise(erased.erase(text)))
+    return _normalise(text)
+
+
+def _normalise(text: str) -> str:
     if text.isascii():
         return text.lower()
     parts, at = [], 0

@@ -75,7 +75,8 @@ def _check(docs: list[Document], mode: str, kept: list, removed: list) -> None:
 
 
 def test_words_fold_case_accents_and_punctuation():
-    assert text.words("Café, 3.5! ÜBER-cool\tnaïve_x") == ["cafe", "3", "5", "uber", "cool", "naive_x"]
+    assert text.words("Café, 3.5! ÜBER-cool\tnaïve_x") == ["cafe", "3", "5", "uber", "cool", "naive", "x"]
+    assert text.words("naïve_x", erase=False) == ["naive_x"]  # the rule before format 2.2: "_" was a letter
     assert text.words("«—»") == []
 
 
