@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import os
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +75,19 @@ def _read_bytes(path: str) -> bytes:
         raise EvalFileError(f"{path}: cannot be read ({' '.join(str(e).split())[:200]})") from None
 
 
+def _zstd_frames(raw: bytes) -> bytes:
+    """Every frame of ``raw`` decompressed; EOFError when the last one is cut short (a stream reader returned what
+    it had, so a truncated file read as fewer examples, or none)."""
+    out, rest = [], raw
+    while rest:
+        frame = zstandard.ZstdDecompressor().decompressobj()
+        out.append(frame.decompress(rest))
+        if not frame.eof:
+            raise EOFError(f"the zstd frame at byte {len(raw) - len(rest)} is truncated")
+        rest = frame.unused_data
+    return b"".join(out)
+
+
 def _read(path: str, raw: bytes | None = None) -> str:
     if raw is None:
         raw = _read_bytes(path)
@@ -82,9 +95,9 @@ def _read(path: str, raw: bytes | None = None) -> str:
         if path.lower().endswith(".gz"):  # the kind is read from the lower-cased name too (read_eval_file)
             raw = gzip.decompress(raw)
         elif path.lower().endswith(".zst"):
-            raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True).read()
-    except (OSError, EOFError, zstandard.ZstdError) as e:
-        raise EvalFileError(f"{path}: cannot be decompressed ({e})") from None
+            raw = _zstd_frames(raw)
+    except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:  # zlib.error: damaged deflate data
+        raise EvalFileError(f"{path}: cannot be decompressed ({' '.join(str(e).split())[:200]})") from None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
