@@ -145,11 +145,15 @@ def _check_no_stray_files(listing: Listing, m: dict[str, Any], report: Report) -
     report.count("files listed", len(listing.files))
 
 
-def _check_dead_letters(art: Artifact, listing: Listing, report: Report, key: str = "dead_letter") -> None:
+def _check_dead_letters(
+    art: Artifact, listing: Listing, report: Report, key: str = "dead_letter"
+) -> list[tuple[str, int, dict]]:
     """Each dead-letter file (with ``key="removed"``: each file of removed documents, format 2.1): JSON Lines (split
     at \\n only: a preview may hold U+2028), one object per record with a string ``reason``, all of the file's
-    reason; a removed document's record also says what the build records (``verify_removed``)."""
+    reason; a removed document's record also says what the build records (``verify_removed``). Returns the removed
+    files' records that passed those checks, (file, line, record), for the checks across files and rows."""
     seen: dict[tuple, str] = {}  # removed documents' sources, across the removed files
+    valid: list[tuple[str, int, dict]] = []
     for d in art.manifest.get(key, []):
         path = d["path"]
         if not _check_file(art, listing, path, d["bytes"], d["sha256"], report):
@@ -185,6 +189,9 @@ def _check_dead_letters(art: Artifact, listing: Listing, report: Report, key: st
         elif key == "removed":
             for line in verify_removed.file_problems(path, parsed, art.manifest, seen):
                 report.fail(line)
+            reason = path.rsplit("/", 1)[-1].removesuffix(".jsonl")
+            valid += [(path, n, r) for n, r in parsed if not verify_removed.record_problem(r, reason, art.manifest)]
+    return valid
 
 
 def _check_counts(m: dict[str, Any], report: Report) -> None:
@@ -271,7 +278,9 @@ def verify(uri: str, quick: bool = False) -> Report:
     ]
     report.count("shards checksummed", len(good_shards))
     _check_dead_letters(art, listing, report)
-    _check_dead_letters(art, listing, report, "removed")
+    removed = _check_dead_letters(art, listing, report, "removed")
+    for line in verify_removed.named_problems(removed):
+        report.fail(line)
     _check_counts(m, report)
 
     if quick or len(good_shards) != len(m["shards"]) or tokenizer is None:
@@ -287,6 +296,7 @@ def verify(uri: str, quick: bool = False) -> Report:
             f"{bins} expected for max_row_tokens {m['max_row_tokens']}"
         )
     totals: dict[str, Any] = {"rows": 0, "tokens": 0, "documents": 0, "histogram": np.zeros(bins, np.int64)}
+    totals["watched"], totals["watched_in_rows"] = verify_removed.watched_ids(removed), set()
     unigram = np.zeros(art.vocab_size, dtype=np.int64)
     forbidden = forbidden_special_ids(m, tokenizer)
     continuing = word_continuing_ids(tokenizer)
@@ -304,6 +314,9 @@ def verify(uri: str, quick: bool = False) -> Report:
             )
         if totals["histogram"].tolist() != list(m["row_length_histogram"]["counts"]):
             report.fail("row_length_histogram differs from the row lengths in the shards")
+        doc_sentences = m["pack"] == "doc-sentences"
+        for line in verify_removed.row_problems(removed, totals["watched_in_rows"], doc_sentences):
+            report.fail(line)
     if unigram_ok:
         try:
             counts = art.unigram_counts()

@@ -12,6 +12,13 @@ reported, one line per kind of problem naming the file and the first line that h
 - ``contaminated``: ``ngram_size`` the manifest's, ``ngrams_found`` at least 1, ``evaluation`` a non-empty list of
   ``{file, examples, example_ids}`` naming an evaluation file of the manifest's ``contamination.files`` and
   1 to 100 example ids (at most ``examples``).
+
+Across the files and the rows (:func:`named_problems`, :func:`row_problems`): a ``duplicate_of`` never names a
+document that is itself removed (its source in no record); with ``doc-sentences`` packing, every ``duplicate_of``
+names a doc_id that rows hold (with ``full-sentences`` a short kept document may start no row, so its id may be in
+none); a removed document's doc_id is in no row, unless it names a document of its own id (a copy under the same id:
+the corpus gave one id twice and one was kept). Rows carry no source, so a corpus that gave one id to different
+documents and lost one of them as a copy of another is reported as well.
 """
 
 from __future__ import annotations
@@ -129,4 +136,50 @@ def file_problems(path: str, records: list[tuple[int, dict]], m: dict[str, Any],
     for problem, at in found.items():
         more = f" (and {len(at) - 1} more line(s))" if len(at) > 1 else ""
         lines.append(f"{path} line {at[0]}: {problem}{more}")
+    return lines
+
+
+def named_problems(records: list[tuple[str, int, dict]]) -> list[str]:
+    """``records``: (file, line, record) of every valid record of the removed files. One line per kind of problem:
+    a ``duplicate_of`` whose source is a removed document's."""
+    removed = {tuple(sort_key(r)[:3]): f"{path} line {n}" for path, n, r in records}
+    found: dict[str, list[str]] = {}
+    for path, n, r in records:
+        of = r.get("duplicate_of")
+        if isinstance(of, dict):
+            at = removed.get(tuple(sort_key(of)[:3]))
+            if at:
+                found.setdefault(f"{path}: duplicate_of names a removed document ({at})", []).append(f"line {n}")
+    return _first_lines(found)
+
+
+def watched_ids(records: list[tuple[str, int, dict]]) -> set[str]:
+    """The doc ids :func:`row_problems` needs to know the rows' answer for."""
+    ids = {r["doc_id"] for _, _, r in records}
+    return ids | {r["duplicate_of"]["doc_id"] for _, _, r in records if isinstance(r.get("duplicate_of"), dict)}
+
+
+def row_problems(records: list[tuple[str, int, dict]], in_rows: set[str], doc_sentences: bool) -> list[str]:
+    """``in_rows``: which of :func:`watched_ids` the rows hold. One line per kind of problem: a removed document's id
+    in the rows (but a copy of a document of its own id), a ``duplicate_of`` no row holds (``doc-sentences`` only)."""
+    found: dict[str, list[str]] = {}
+    removed = {tuple(sort_key(r)[:3]) for _, _, r in records}  # naming one is named_problems' line already
+    for path, n, r in records:
+        of = r.get("duplicate_of")
+        own_id = isinstance(of, dict) and of["doc_id"] == r["doc_id"]
+        if r["doc_id"] in in_rows and not own_id:
+            found.setdefault(f"{path}: a removed document's doc_id is held by rows", []).append(f"line {n}")
+        if not isinstance(of, dict) or tuple(sort_key(of)[:3]) in removed:
+            continue
+        if doc_sentences and of["doc_id"] not in in_rows:
+            found.setdefault(f"{path}: duplicate_of names a doc_id no row holds", []).append(f"line {n}")
+    return _first_lines(found)
+
+
+def _first_lines(found: dict[str, list[str]]) -> list[str]:
+    lines = []
+    for problem, at in found.items():
+        more = f" (and {len(at) - 1} more line(s))" if len(at) > 1 else ""
+        path, _, what = problem.partition(": ")
+        lines.append(f"{path} {at[0]}: {what}{more}")
     return lines

@@ -215,6 +215,8 @@ def check_shard_rows(
                 continue
             flags[col] = values
         doc_ids = batch.column("doc_id").to_pylist()
+        if totals.get("watched"):  # the doc ids the removed records name (verify_removed.row_problems)
+            totals["watched_in_rows"].update(totals["watched"].intersection(doc_ids))
         seqs = batch.column("seq_index").to_numpy()
         if len(flags) == 2:
             _check_spans(batch, where, offsets, findings)

@@ -28,6 +28,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("removed")
     docs = [json.loads(line) for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
     copies = [{"id": "zz-exact", "text": docs[1]["text"].upper()}]
+    copies.append({"id": docs[4]["id"], "text": docs[4]["text"]})  # a copy under its original's id: rows hold it
     for i in (2, 3):
         words = docs[i]["text"].split()
         words[len(words) // 2] = "changed"
@@ -39,7 +40,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = root / "artifact"
     m = build(corpus, out, "--train-tokenizer", "--vocab-size", "2000", "--num-shards", "2", "--dedup", "near",
               "--decontaminate", str(evals))  # fmt: skip
-    assert (m["counts"]["documents_duplicate"], m["counts"]["documents_contaminated"]) == (3, 1)
+    assert (m["counts"]["documents_duplicate"], m["counts"]["documents_contaminated"]) == (4, 1)
     return out
 
 
@@ -103,6 +104,7 @@ DUPLICATE_EDITS: dict[str, tuple[Callable[[list[dict]], list[dict]], str]] = {
         lambda rs: _edit(_near(rs), lambda r: r.update(similarity=1.5))(rs),
         "outside [0, 1]",
     ),  # fmt: skip
+    "near below 0": (lambda rs: _edit(_near(rs), lambda r: r.update(similarity=-0.01))(rs), "outside [0, 1]"),
     "similarity a string": (_edit(0, lambda r: r.update(similarity="1.0")), "no numeric similarity"),
     "not sorted": (lambda rs: rs[::-1], "not sorted"),
 }
@@ -157,5 +159,59 @@ def test_a_removed_file_of_an_unknown_reason_is_refused(art: Path) -> None:
 
 
 def test_the_built_removed_files_verify(art: Path) -> None:
+    code, output = run_verify(art)
+    assert code == 0, output
+
+
+# -- what the records name, against the other records and the rows (issue 42, item 4) ------------------------------
+
+
+def _named_removed(rs: list[dict]) -> list[dict]:
+    """The last near copy names the exact copy, itself removed (its source is a smaller key: earlier in the file)."""
+    exact = next(r for r in rs if r["method"] == "exact" and r["doc_id"] == "zz-exact")
+    last = max((r for r in rs if r["method"] == "near"), key=lambda r: r["source"]["byte_offset"])
+    last["duplicate_of"] = {"doc_id": exact["doc_id"], "source": exact["source"]}
+    return rs
+
+
+def _named_nowhere(rs: list[dict]) -> list[dict]:
+    """A near copy names a document at the corpus's first byte under an id no row holds."""
+    near = next(r for r in rs if r["method"] == "near")
+    near["duplicate_of"] = {"doc_id": "nowhere", "source": {**near["source"], "byte_offset": 0, "line": 1}}
+    return rs
+
+
+NAMED_EDITS: dict[str, tuple[str, Callable[[list[dict]], list[dict]], str]] = {
+    "duplicate_of a removed document": (DUP, _named_removed, "duplicate_of names a removed document (removed/"),
+    "duplicate_of a document no row holds": (DUP, _named_nowhere, "duplicate_of names a doc_id no row holds"),
+    "a removed id among the rows": (
+        CONT,
+        lambda rs: [{**rs[0], "doc_id": records_of_kept[0]}],
+        "a removed document's doc_id is held by rows",
+    ),
+}
+records_of_kept: list[str] = []  # a doc id the rows hold, set by the test (the module's artifact decides it)
+
+
+@pytest.mark.parametrize("case", NAMED_EDITS)
+def test_a_removed_record_naming_what_the_artifact_does_not_hold_is_one_line(art: Path, case: str) -> None:
+    """verify trusted what the records name: a duplicate_of naming a removed document or one that exists nowhere,
+    and a removed document's id that rows hold, all passed once the manifest was resealed."""
+    relative, edit, message = NAMED_EDITS[case]
+    dup_of = {r["duplicate_of"]["doc_id"] for r in records(art, DUP)}
+    records_of_kept[:] = sorted(dup_of - {r["doc_id"] for r in records(art, DUP)})
+    rewrite(art, relative, edit(records(art, relative)))
+    code, output = run_verify(art)
+    lines = [line for line in output.splitlines() if f"{relative} line " in line]
+    assert code == 1 and "Traceback" not in output, output
+    assert len(lines) == 1 and message in lines[0], output
+
+
+def test_a_near_similarity_below_the_threshold_verifies(art: Path) -> None:
+    """The bounds FORMAT.md and DEDUP.md state, [0, 1] for near: a chain's record names the kept document with their
+    own similarity, which may be below dedup.near.threshold (0.8 here)."""
+    rs = records(art, DUP)
+    rs[_near(rs)]["similarity"] = 0.31
+    rewrite(art, DUP, rs)
     code, output = run_verify(art)
     assert code == 0, output
