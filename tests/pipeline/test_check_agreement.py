@@ -16,8 +16,7 @@ import pytest
 
 from pipeline import contamination
 from tests.conftest import build
-from tests.pipeline.test_byte_level_bpe import _wikitext_texts
-from tests.pipeline.test_contamination import RUNIC, _pages
+from tests.pipeline.test_contamination import RUNIC, _pages, _wordpiece_json
 
 INVISIBLE = {"soft-hyphen": "\u00ad", "zero-width-space": "\u200b", "zero-width-joiner": "\u200d", "bom": "\ufeff"}
 # case -> (the build finds it, the standalone check finds it)
@@ -71,18 +70,9 @@ def _cases(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
 
 @pytest.fixture(scope="module")
 def wordpiece_json() -> str:
-    """A lowercase WordPiece trained on WikiText-2 valid and one line with an underscore (which WikiText lacks: an
+    """A lowercase WordPiece trained on WikiText-2 valid and a line with an underscore (which WikiText lacks: an
     unknown ``_`` would be the unknown-word case); runic letters stay unknown."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    texts = [*_wikitext_texts(), "snake_case words"]
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=4000, special_tokens=specials))
-    return tok.to_str()
+    return _wordpiece_json()
 
 
 @pytest.mark.parametrize("pack", ["doc-sentences", "full-sentences"])

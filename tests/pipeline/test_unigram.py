@@ -35,13 +35,14 @@ BERT = {"cls": "[CLS]", "pad": "[PAD]", "sep": "[SEP]", "unk": "[UNK]", "mask": 
 LITERAL = "Literal <s> , </s> , <mask> , <pad> , [MASK] , [CLS] , [SEP] , [PAD] and x<mask>y[MASK]z in text ."
 
 
-def _train(names: dict[str, str], vocab_size: int = 3000) -> str:
+def _train(names: dict[str, str], vocab_size: int = 3000, extra: tuple[str, ...] = ()) -> str:
     """What ``tokenizers``' SentencePieceUnigramTokenizer builds (Nmt, NFKC, spaces collapsed; Metaspace), trained
-    here on WikiText-2 valid with the special tokens of ``names`` (RoBERTa's order)."""
+    here on WikiText-2 valid (and the texts ``extra``) with the special tokens of ``names`` (RoBERTa's order)."""
     sp = SentencePieceUnigramTokenizer()
     specials = [names[r] for r in ("cls", "pad", "sep", "unk", "mask")]
+    texts = [*_wikitext_texts(), *extra]
     sp.train_from_iterator(
-        _wikitext_texts(), vocab_size=vocab_size, special_tokens=specials, unk_token=names["unk"], show_progress=False
+        texts, vocab_size=vocab_size, special_tokens=specials, unk_token=names["unk"], show_progress=False
     )
     return sp._tokenizer.to_str()
 
