@@ -8,7 +8,9 @@ and decoded with the artifact's tokenizer.json, so no source text is needed. No 
 holding ``[UNK]``/``<unk>`` is left out and cuts the text) or two documents (two documents may share a doc_id; with
 ``full-sentences`` packing the separator token ends one). The evaluation files are read as
 distributed (SQuAD v1.1/v2.0 and XQuAD JSON, GLUE TSV, JSONL with a text field: ``pipeline.dedup.eval_sets``) and
-their n-grams held in memory; the corpus never is. Overlap rules: ``pipeline.dedup.overlap`` and docs/DEDUP.md.
+their n-grams held in memory; the corpus never is. Overlap rules: ``pipeline.dedup.overlap`` and docs/DEDUP.md; the
+word rule is the one the artifact recorded (``dedup.normalisation`` or ``contamination.normalisation``: format 2.1
+artifacts keep the rule before the erased characters were deleted, :func:`artifact_rule`).
 
 Prints one line per evaluation file, or with ``--json`` one JSON object keyed by evaluation file (as given), each
 entry with ``examples``, ``examples_contaminated``, ``examples_too_short``, ``ngrams``, ``ngrams_found``,
