@@ -8,8 +8,8 @@ a flipped byte, a missing file, counts that do not add up, an invariant violated
 or special file anywhere in the artifact), 2 when the artifact cannot be opened at all (no manifest:
 incomplete; unknown format version; a manifest that is not the format's JSON, or names a path
 leaving the artifact). Never a traceback: damaged and hostile files give one line naming the file.
-Nothing is opened through a link; files are listed first (``verify_tree``), rows checked per batch
-(``verify_rows``).
+Nothing is opened through a link; files are listed first (``pipeline.verify.tree``), rows checked per batch
+(``pipeline.verify.rows``), the removed records read (``pipeline.verify.removed``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from pipeline import verify_removed
-from pipeline.verify_rows import check_shard_rows
-from pipeline.verify_tree import Listing, list_artifact, shown
+from pipeline.verify import removed as verify_removed
+from pipeline.verify.rows import check_shard_rows
+from pipeline.verify.tree import Listing, list_artifact, shown
 from schemas import commands
 from schemas import format as fmt
 from schemas import invariants as inv
@@ -350,9 +350,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAIL {args.artifact}: {p}", file=sys.stderr)
     print(f"{len(report.problems)} problem(s); checked {checked}", file=sys.stderr)
     return 1
-
-
-if __name__ == "__main__":
-    from schemas.quick_exit import quick_exit
-
-    quick_exit(main())
