@@ -20,10 +20,11 @@ from pipeline.read.ranges import (
     hash_file,
     plan_file,
     plan_reads,
+    read_file,
     read_range,
     scan_range,
 )
-from pipeline.read.records import ReaderOptions, read_file
+from pipeline.read.records import ReaderOptions
 
 log = logging.getLogger(__name__)
 
