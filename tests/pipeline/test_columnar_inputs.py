@@ -308,3 +308,28 @@ def test_damaged_arrow_stream_keeps_the_batches_before_the_damage(pages, tmp_pat
         f"record batch 1 (from row {first_batch_rows + 1}, at byte {offsets[2]:,}) cannot be read"
     )
     assert dead[0].detail.endswith("the rest of the file is lost")
+
+
+def test_parquet_in_s3_split_over_row_groups_reads_as_the_local_file(pages, s3_store, tmp_path, monkeypatch):
+    """Footer and row groups are read through Beam's FileSystems (seek, read): the same on s3:// as on local disk."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    for key, value in s3_store.env.items():
+        monkeypatch.setenv(key, value)
+    FileSystems.set_options(PipelineOptions(s3_store.beam_args))
+    local = tmp_path / "pages.parquet"
+    pq.write_table(pa.Table.from_pylist(pages), local, row_group_size=25)
+    uri = s3_store.uri("columnar", "pages.parquet")
+    with s3_store.pyarrow_fs().open_output_stream(uri.split("://", 1)[1]) as out:
+        out.write(local.read_bytes())
+    columnar.check_files([uri], "parquet")
+    size = local.stat().st_size
+    plan = ranges.plan_file(uri, size, size // 4)
+    reads = ranges.plan_reads(uri, [ranges.scan_range(r, PARQUET) for r in plan if isinstance(r, ranges.Range)])
+    remote, dead = _records(item for r in reads for item in ranges.read_range(r, PARQUET))
+    here, _ = _records(ranges.read_file(str(local), PARQUET))
+    assert not dead and len(reads) >= 4 and len(remote) == len(pages)
+    assert [(d.doc_id, d.text, d.source.line, d.source.byte_offset) for d in remote] == [
+        (d.doc_id, d.text, d.source.line, d.source.byte_offset) for d in here
+    ]
