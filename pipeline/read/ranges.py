@@ -17,6 +17,10 @@ the same :func:`~pipeline.read.records.parse_lines` as a whole-file read. The fi
 task (:func:`hash_file`); :func:`combine_summaries` adds the parts up into the file's
 :class:`InputSummary`, equal to a whole-file read's.
 
+Parquet and ``hf_dataset`` files (``pipeline.read.columnar``) split the same way over their row groups: a range
+owns the groups that start in it, its scan counts their rows (as "newlines": the first row number of the next
+range), its read decodes them.
+
 Plain functions, no Beam pipeline; ``pipeline.read.documents.ReadDocuments`` runs them.
 """
 
