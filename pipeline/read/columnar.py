@@ -77,7 +77,7 @@ class Group:
 class _Parquet:
     kind = "row group"
 
-    def __init__(self, f: BinaryIO, path: str):
+    def __init__(self, f: pa.NativeFile, path: str):
         try:
             self._file = pq.ParquetFile(f, page_checksum_verification=True)
             self.schema = self._file.schema_arrow
@@ -112,9 +112,9 @@ class _ArrowStream:
 
     kind = "record batch"
 
-    def __init__(self, f: BinaryIO, path: str):
+    def __init__(self, f: pa.NativeFile, path: str):
         self._path = path
-        self._source = pa.PythonFile(f, mode="r")
+        self._source = f
         try:
             self._reader = pa.ipc.MessageReader.open_stream(self._source)
             self.schema = pa.ipc.read_schema(self._reader.read_next_message())
@@ -158,7 +158,15 @@ def _open(path: str) -> BinaryIO:
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-def _columnar(f: BinaryIO, path: str, input_format: str) -> _Parquet | _ArrowStream:
+def _open_table_file(path: str) -> pa.NativeFile:
+    """A local file memory-mapped (an Arrow stream's batches before a range are walked past without a copy), any
+    other through Beam's FileSystems (gs://, s3://, ...)."""
+    if "://" not in path:
+        return pa.memory_map(path, "r")
+    return pa.PythonFile(_open(path), mode="r")
+
+
+def _columnar(f: pa.NativeFile, path: str, input_format: str) -> _Parquet | _ArrowStream:
     return _Parquet(f, path) if input_format == "parquet" else _ArrowStream(f, path)
 
 
@@ -166,7 +174,7 @@ def check_files(paths: list[str], input_format: str) -> None:
     """Raise :class:`ColumnarError` for the first of ``paths`` of which nothing can be read (its footer or schema)."""
     for path in paths:
         try:
-            with _open(path) as f:
+            with _open_table_file(path) as f:
                 _columnar(f, path, input_format)
         except OSError as e:
             raise ColumnarError(f"{path}: cannot read it ({_first_line(e)})") from None
@@ -315,7 +323,7 @@ def read_part(
     group count as read (progress). A file of which nothing can be read is one ``corrupt_input`` dead letter, given
     by the part that starts the file."""
     summary = InputSummary(path)
-    with _open(path) as f:
+    with _open_table_file(path) as f:
         try:
             table_file = _columnar(f, path, opts.input_format)
         except ColumnarError as e:
@@ -338,7 +346,7 @@ def read_part(
 
 def count_rows(path: str, opts: ReaderOptions, start: int, end: int) -> int:
     """The rows of the groups that start in ``[start, end)`` (0 when nothing of the file can be read)."""
-    with _open(path) as f:
+    with _open_table_file(path) as f:
         try:
             return _columnar(f, path, opts.input_format).rows(start, end)
         except ColumnarError:
