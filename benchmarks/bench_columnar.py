@@ -8,9 +8,9 @@ and the same rows written by pyarrow as one Parquet file (row groups of ``--row-
 default compression, snappy). The tokenizer is trained once beforehand (not timed) and passed with
 ``--tokenizer``. Then ``.venv/bin/python -m pipeline.build_shards`` runs as a user runs it (the default runner, the
 default ``--split-bytes``: both files are split, the JSONL over byte ranges of lines, the Parquet over its row
-groups), JSONL and Parquet alternating in each round; the load average is printed before each run.
+groups), JSONL and Parquet in each round, the first of the two alternating between rounds; the load average is printed before each run.
 
-Printed: every run's wall time, the medians, the ratio Parquet / JSONL (issue 43's target: at most 1.0), the
+Printed: every run's wall time and CPU seconds (the build's process: the default runner works in it), the medians, the ratio Parquet / JSONL (issue 43's target: at most 1.0), the
 median of the rounds' ratios, and whether the shards of every run are byte-identical to the first JSONL run's.
 
 ``--readers-only``: no build; the readers alone in this process (``pipeline.read.ranges.read_file``, a whole-file
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -52,7 +53,13 @@ def write_inputs(tmp: Path, row_group: int) -> tuple[Path, Path, list[str]]:
     return jsonl, parquet, [r["text"] for r in rows[:2000]]
 
 
-def run_job(corpus: Path, input_format: str, tokenizer: Path, out: Path) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_job(corpus: Path, input_format: str, tokenizer: Path, out: Path) -> tuple[float, float]:
+    """Wall seconds of the build, and CPU seconds of its process (and of any it waited for)."""
     cmd = [
         sys.executable,
         "-m",
@@ -69,12 +76,12 @@ def run_job(corpus: Path, input_format: str, tokenizer: Path, out: Path) -> floa
         "4",
         "--overwrite",
     ]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _children_cpu()
     proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"job failed:\n{proc.stderr[-3000:]}")
-    return elapsed
+    return elapsed, _children_cpu() - cpu
 
 
 def read_all(path: Path, input_format: str) -> tuple[float, int]:
@@ -137,24 +144,35 @@ def main() -> None:
         spec = tokenizer.make_spec(tokenizer.train(texts, vocab_size=28996), "trained")
         (tmp / "tokenizer.json").write_text(spec.json)
         times: dict[str, list[float]] = {"jsonl": [], "parquet": []}
+        cpus: dict[str, list[float]] = {"jsonl": [], "parquet": []}
         reference: dict[str, bytes] | None = None
         identical = True
         for rnd in range(args.rounds):
-            for name, corpus in (("jsonl", jsonl), ("parquet", parquet)):
+            pair = [("jsonl", jsonl), ("parquet", parquet)]
+            for name, corpus in pair if rnd % 2 == 0 else pair[::-1]:  # which runs first alternates
                 load = " ".join(open("/proc/loadavg").read().split()[:3])
                 out = tmp / f"out-{name}"
-                elapsed = run_job(corpus, name, tmp / "tokenizer.json", out)
+                elapsed, cpu = run_job(corpus, name, tmp / "tokenizer.json", out)
                 times[name].append(elapsed)
+                cpus[name].append(cpu)
                 got = shards(out)
                 reference = reference or got
                 identical = identical and got == reference and len(got) == 4
-                print(f"round {rnd + 1} {name:8s} {elapsed:6.1f} s  (load average before: {load})", flush=True)
+                print(
+                    f"round {rnd + 1} {name:8s} {elapsed:6.1f} s, {cpu:6.1f} CPU-s  (load average before: {load})",
+                    flush=True,
+                )
         med = {k: statistics.median(v) for k, v in times.items()}
-        ratios = [p / j for j, p in zip(times["jsonl"], times["parquet"])]
+        ratios = [p / j for j, p in zip(times["jsonl"], times["parquet"], strict=True)]
         print(f"median: JSONL {med['jsonl']:.1f} s, Parquet {med['parquet']:.1f} s")
         print(
             f"Parquet / JSONL: {med['parquet'] / med['jsonl']:.2f} (of the medians); median of the rounds' ratios "
             f"{statistics.median(ratios):.2f}; target <= 1.0"
+        )
+        cpu_med = {k: statistics.median(v) for k, v in cpus.items()}
+        print(
+            f"CPU seconds, medians: JSONL {cpu_med['jsonl']:.1f}, Parquet {cpu_med['parquet']:.1f}; "
+            f"Parquet / JSONL {cpu_med['parquet'] / cpu_med['jsonl']:.2f}"
         )
         print(f"shards byte-identical across all runs: {identical}")
 
