@@ -8,10 +8,12 @@ and the same rows written by pyarrow as one Parquet file (row groups of ``--row-
 default compression, snappy). The tokenizer is trained once beforehand (not timed) and passed with
 ``--tokenizer``. Then ``.venv/bin/python -m pipeline.build_shards`` runs as a user runs it (the default runner, the
 default ``--split-bytes``: both files are split, the JSONL over byte ranges of lines, the Parquet over its row
-groups), JSONL and Parquet in each round, the first of the two alternating between rounds; the load average is printed before each run.
+groups), JSONL and Parquet in each round, the first of the two alternating between rounds; the load average is
+printed before each run.
 
-Printed: every run's wall time and CPU seconds (the build's process: the default runner works in it), the medians, the ratio Parquet / JSONL (issue 43's target: at most 1.0), the
-median of the rounds' ratios, and whether the shards of every run are byte-identical to the first JSONL run's.
+Printed: every run's wall time and CPU seconds (the build's process: the default runner works in it), the medians,
+the ratio Parquet / JSONL (issue 43's target: at most 1.0), the median of the rounds' ratios, and whether the shards
+of every run are byte-identical to the first JSONL run's.
 
 ``--readers-only``: no build; the readers alone in this process (``pipeline.read.ranges.read_file``, a whole-file
 read of each input: records, progress and the input's sha256), alternating, ``--rounds`` times: the part of the

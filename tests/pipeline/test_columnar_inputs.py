@@ -266,8 +266,10 @@ def test_hf_dataset_directory_gives_the_documents_whole_or_split_over_record_bat
     assert [(d.doc_id, d.text, d.source) for d in split] == [(d.doc_id, d.text, d.source) for d in whole]
 
 
-def test_dataset_dict_directory_is_refused_naming_its_splits(pages, tmp_path):
+def test_dataset_dict_directory_is_refused_naming_its_splits(pages, tmp_path, capsys):
     import datasets
+
+    from pipeline import build_shards
 
     datasets.disable_progress_bars()
     part = datasets.Dataset.from_list(pages[:4])
@@ -280,6 +282,10 @@ def test_dataset_dict_directory_is_refused_naming_its_splits(pages, tmp_path):
     )
     with pytest.raises(columnar.ColumnarError, match="no state.json: not a directory written by"):
         columnar.hf_dataset_files(str(tmp_path))
+    argv = ["--input", str(tmp_path / "dd"), "--input-format", "hf_dataset", "--output", str(tmp_path / "out")]
+    assert build_shards.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"build_shards: error: {e.value}" and "Traceback" not in "\n".join(err)
 
 
 def test_damaged_arrow_stream_keeps_the_batches_before_the_damage(pages, tmp_path, monkeypatch):
