@@ -101,9 +101,15 @@ class RangeRead:
     open: bool
 
 
-def plan_file(path: str, size: int | None, split_bytes: int) -> list[WholeFile | FileHash | Range]:
-    """One whole-file read, or (uncompressed and larger than ``split_bytes`` > 0) a hash and N equal ranges."""
+def plan_file(
+    path: str, size: int | None, split_bytes: int, input_format: str = ""
+) -> list[WholeFile | FileHash | Range]:
+    """One whole-file read, or (uncompressed and larger than ``split_bytes`` > 0) a hash and N equal ranges.
+    An ``hf_dataset`` Arrow file in a bucket is read whole: its batches are found only by walking the stream from
+    its start, which each range would download again."""
     if split_bytes <= 0 or size is None or size <= split_bytes or compression_of(path) != "none":
+        return [WholeFile(path)]
+    if input_format == "hf_dataset" and "://" in path:
         return [WholeFile(path)]
     n = -(-size // split_bytes)
     bounds = [size * i // n for i in range(n + 1)]

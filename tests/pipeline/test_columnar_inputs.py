@@ -339,3 +339,12 @@ def test_parquet_in_s3_split_over_row_groups_reads_as_the_local_file(pages, s3_s
     assert [(d.doc_id, d.text, d.source.line, d.source.byte_offset) for d in remote] == [
         (d.doc_id, d.text, d.source.line, d.source.byte_offset) for d in here
     ]
+
+
+def test_an_hf_dataset_file_in_a_bucket_is_read_whole_and_a_local_one_split():
+    big = 10 * ranges.DEFAULT_SPLIT_BYTES
+    assert ranges.plan_file("s3://b/ds/data-00000-of-00001.arrow", big, 1 << 20, "hf_dataset") == [
+        ranges.WholeFile("s3://b/ds/data-00000-of-00001.arrow")
+    ]
+    assert len(ranges.plan_file("/ds/data-00000-of-00001.arrow", big, 1 << 20, "hf_dataset")) == 41  # hash + 40
+    assert len(ranges.plan_file("s3://b/pages.parquet", big, 1 << 20, "parquet")) == 41
