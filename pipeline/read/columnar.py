@@ -15,8 +15,9 @@ columns are read from a Parquet file. Text columns may be ``string``, ``large_st
 What cannot be used is a dead letter naming the file and group, counted as every dead letter is
 (``documents_read == documents + dead letters``): a null (or, in Parquet, not UTF-8) text is one per row; a
 group whose text column is missing or not a string column is one per group (its detail says how many rows it
-stands for), and so is a Parquet row group that cannot be decoded. An Arrow stream cannot be entered past a
-damaged message: one ``corrupt_input`` dead letter stands for the rest of the file. A file of which nothing can
+stands for), and so is a Parquet row group that cannot be decoded or an Arrow batch that fails Arrow's full
+validation (offsets, UTF-8). An Arrow stream cannot be entered past a message that cannot be read: one
+``corrupt_input`` dead letter stands for the rest of the file. A file of which nothing can
 be read (not Parquet or Arrow, a damaged footer) is a :class:`ColumnarError`: the launcher checks every input
 first (:func:`check_files`) and stops with one line.
 """
@@ -128,8 +129,9 @@ class _ArrowStream:
             )
 
     def groups(self, columns: list[str], start: int, end: int | None) -> Iterator[tuple[Group, pa.Table | Exception]]:
-        """The batches that start in ``[start, end)``; a damaged message ends the walk (nothing after it can be
-        found), given as a group of unknown rows (-1) if it lies in the range."""
+        """The batches that start in ``[start, end)``. A batch whose data fails Arrow's full validation (offsets,
+        UTF-8) is given as its error, and the walk goes on; a message that cannot be read ends it (nothing after it
+        can be found), given as a group of unknown rows (-1) if it lies in the range."""
         index = 0
         while True:
             offset = self._source.tell()
@@ -147,7 +149,13 @@ class _ArrowStream:
                     yield Group(index, offset, 0, -1), e
                 return
             if offset >= start:
-                yield Group(index, offset, self._source.tell() - offset, batch.num_rows), pa.Table.from_batches([batch])
+                group = Group(index, offset, self._source.tell() - offset, batch.num_rows)
+                try:
+                    batch.validate(full=True)  # a damaged body must not reach to_pylist
+                except _READ_ERRORS as e:
+                    yield group, e
+                else:
+                    yield group, pa.Table.from_batches([batch])
             index += 1
 
     def rows(self, start: int, end: int) -> int:

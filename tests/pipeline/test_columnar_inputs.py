@@ -348,3 +348,18 @@ def test_an_hf_dataset_file_in_a_bucket_is_read_whole_and_a_local_one_split():
     ]
     assert len(ranges.plan_file("/ds/data-00000-of-00001.arrow", big, 1 << 20, "hf_dataset")) == 41  # hash + 40
     assert len(ranges.plan_file("s3://b/pages.parquet", big, 1 << 20, "parquet")) == 41
+
+
+def test_an_arrow_batch_that_fails_validation_is_a_dead_letter_and_the_next_batches_are_read(tmp_path):
+    path = tmp_path / "data-00000-of-00001.arrow"
+    schema = pa.schema([("id", pa.string()), ("text", pa.string())])
+    offsets = pa.py_buffer(np.array([0, 5, 10], dtype=np.int32).tobytes())
+    latin1 = pa.Array.from_buffers(pa.string(), 2, [None, offsets, pa.py_buffer(b"good caf\xe9 ")])  # not validated
+    with pa.ipc.new_stream(str(path), schema) as writer:
+        writer.write_batch(pa.record_batch([pa.array(["a", "b"]), pa.array(["one", "two"])], schema=schema))
+        writer.write_batch(pa.record_batch([pa.array(["c", "d"]), latin1], schema=schema))
+        writer.write_batch(pa.record_batch([pa.array(["e"]), pa.array(["five"])], schema=schema))
+    docs, dead, read = _dead_in(path, HF)
+    assert [d.doc_id for d in docs] == ["a", "b", "e"] and [d.source.line for d in docs] == [1, 2, 5]
+    assert read == 4 and [(d.reason, d.source.line) for d in dead] == [(CORRUPT_INPUT, 3)]
+    assert dead[0].detail.startswith("record batch 1 (rows 3-4, at byte ") and "its 2 row(s) are lost" in dead[0].detail
