@@ -363,3 +363,22 @@ def test_an_arrow_batch_that_fails_validation_is_a_dead_letter_and_the_next_batc
     assert [d.doc_id for d in docs] == ["a", "b", "e"] and [d.source.line for d in docs] == [1, 2, 5]
     assert read == 4 and [(d.reason, d.source.line) for d in dead] == [(CORRUPT_INPUT, 3)]
     assert dead[0].detail.startswith("record batch 1 (rows 3-4, at byte ") and "its 2 row(s) are lost" in dead[0].detail
+
+
+def test_only_the_named_columns_are_read(pages, tmp_path):
+    """Damage in a column the build does not name goes unseen: it is never read (only id and text are)."""
+    path = tmp_path / "title_damaged.parquet"
+    pq.write_table(pa.Table.from_pylist(pages[:40]), path, row_group_size=20, write_page_checksum=True)
+    title = pq.ParquetFile(path).metadata.row_group(0).column(1)
+    assert title.path_in_schema == "title"
+    data = bytearray(path.read_bytes())
+    start = title.dictionary_page_offset if title.has_dictionary_page else title.data_page_offset
+    at = start + title.total_compressed_size // 2
+    data[at : at + 8] = b"\x00\xff" * 4
+    path.write_bytes(bytes(data))
+    with pytest.raises(OSError):
+        pq.ParquetFile(path, page_checksum_verification=True).read_row_group(0)  # the damage is there
+    docs, dead, _ = _dead_in(path)
+    assert not dead and [(d.doc_id, d.text) for d in docs] == [(p["id"], p["text"]) for p in pages[:40]]
+    docs, dead, _ = _dead_in(path, ReaderOptions(input_format="parquet", id_field="title"))
+    assert [(d.reason, d.source.line) for d in dead] == [(CORRUPT_INPUT, 1)] and len(docs) == 20
