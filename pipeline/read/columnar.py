@@ -4,8 +4,9 @@ Both formats hold documents as rows of a table, stored in groups of rows: a Parq
 its footer) and an Arrow IPC stream's record batches (the files ``datasets.Dataset.save_to_disk`` writes, found by
 walking the stream's messages). A group is the unit a reader decodes, so a big file is split over its groups the
 way a JSONL file is split over its lines (``pipeline/read/ranges.py``): a byte range owns the groups that START
-inside it. The scan of a range counts the rows of its groups; the ranges in order give every range the number of
-its first row in the file; so a row is named the same whether its file was read whole or in ranges.
+inside it. A group's first row number comes from the file itself (the footer's row counts of the groups before it;
+an Arrow stream is walked from its start anyway), so a row is named the same whether its file was read whole or in
+ranges.
 
 A row is one record, numbered from 1 in its file: ``Source(path, row, byte offset of its group)``, and its id
 falls back to ``<file name>:<row>`` (as a JSONL line's to ``<file name>:<line>``). ``--text-field`` and
@@ -67,12 +68,14 @@ def _first_line(e: BaseException) -> str:
 
 @dataclass(frozen=True)
 class Group:
-    """A group of rows: number ``index`` (from 0) in its file, starting at byte ``offset``, ``nbytes`` long."""
+    """A group of rows: number ``index`` (from 0) in its file, starting at byte ``offset``, ``nbytes`` long; its
+    first row is row ``first_row`` (from 1) of the file, whatever order the groups' bytes lie in."""
 
     index: int
     offset: int
     nbytes: int
     rows: int
+    first_row: int
 
 
 class _Parquet:
@@ -84,12 +87,14 @@ class _Parquet:
             self.schema = self._file.schema_arrow
             meta = self._file.metadata
             self._groups = []
+            first_row = 1
             for i in range(meta.num_row_groups):
                 rg = meta.row_group(i)
                 chunks = [rg.column(c) for c in range(rg.num_columns)]
                 starts = [c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset for c in chunks]
                 nbytes = sum(c.total_compressed_size for c in chunks)
-                self._groups.append(Group(i, min(starts, default=0), nbytes, rg.num_rows))
+                self._groups.append(Group(i, min(starts, default=0), nbytes, rg.num_rows, first_row))
+                first_row += rg.num_rows
         except _READ_ERRORS as e:
             raise ColumnarError(f"{path}: not a readable Parquet file ({_first_line(e)})") from None
 
@@ -132,7 +137,7 @@ class _ArrowStream:
         """The batches that start in ``[start, end)``. A batch whose data fails Arrow's full validation (offsets,
         UTF-8) is given as its error, and the walk goes on; a message that cannot be read ends it (nothing after it
         can be found), given as a group of unknown rows (-1) if it lies in the range."""
-        index = 0
+        index, first_row = 0, 1
         while True:
             offset = self._source.tell()
             if end is not None and offset >= end:
@@ -146,10 +151,10 @@ class _ArrowStream:
                 return
             except _READ_ERRORS as e:
                 if offset >= start:
-                    yield Group(index, offset, 0, -1), e
+                    yield Group(index, offset, 0, -1, first_row), e
                 return
             if offset >= start:
-                group = Group(index, offset, self._source.tell() - offset, batch.num_rows)
+                group = Group(index, offset, self._source.tell() - offset, batch.num_rows, first_row)
                 try:
                     batch.validate(full=True)  # a damaged body must not reach to_pylist
                 except _READ_ERRORS as e:
@@ -157,6 +162,7 @@ class _ArrowStream:
                 else:
                     yield group, pa.Table.from_batches([batch])
             index += 1
+            first_row += batch.num_rows
 
     def rows(self, start: int, end: int) -> int:
         return sum(max(g.rows, 0) for g, _ in self.groups([], start, end))
@@ -324,10 +330,10 @@ class _Rows:
 
 
 def read_part(
-    path: str, opts: ReaderOptions, start: int = 0, end: int | None = None, first_row: int = 1
+    path: str, opts: ReaderOptions, start: int = 0, end: int | None = None
 ) -> Iterator[Record | InputSummary]:
-    """The records of the groups that start in ``[start, end)`` (the whole file by default), rows numbered from
-    ``first_row``, then a part of the file's :class:`InputSummary` (records read, truncated). The bytes of each
+    """The records of the groups that start in ``[start, end)`` (the whole file by default), rows numbered in the
+    whole file, then a part of the file's :class:`InputSummary` (records read, truncated). The bytes of each
     group count as read (progress). A file of which nothing can be read is one ``corrupt_input`` dead letter, given
     by the part that starts the file."""
     summary = InputSummary(path)
@@ -341,14 +347,12 @@ def read_part(
             yield summary
             return
         rows = _Rows(path, opts, table_file.schema, table_file.kind)
-        row = first_row
         for group, table in table_file.groups(rows.columns, start, end):
             progress.add(0, group.nbytes)
-            for rec in rows.records(group, table, row):
+            for rec in rows.records(group, table, group.first_row):
                 summary.documents_read += 1
                 yield rec
             summary.truncated = summary.truncated or (isinstance(table, Exception) and group.rows < 0)
-            row += max(group.rows, 0)
     yield summary
 
 

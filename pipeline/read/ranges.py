@@ -18,8 +18,8 @@ task (:func:`hash_file`); :func:`combine_summaries` adds the parts up into the f
 :class:`InputSummary`, equal to a whole-file read's.
 
 Parquet and ``hf_dataset`` files (``pipeline.read.columnar``) split the same way over their row groups: a range
-owns the groups that start in it, its scan counts their rows (as "newlines": the first row number of the next
-range), its read decodes them.
+owns the groups that start in it, its scan counts their rows (the plan's "newlines"), its read decodes them and
+numbers their rows from the file's metadata (a group's first row: the rows of the groups before it).
 
 Plain functions, no Beam pipeline; ``pipeline.read.documents.ReadDocuments`` runs them.
 """
@@ -238,7 +238,7 @@ def read_range(r: RangeRead, opts: ReaderOptions) -> Iterator[Record | InputSumm
     """The records that start in ``r``, then a part of the file's :class:`InputSummary` (records read,
     and whether a byte order mark started the file; :func:`hash_file` gives bytes and sha256)."""
     if opts.input_format in COLUMNAR_FORMATS:
-        yield from columnar.read_part(r.path, opts, r.start, r.end, r.first_line)
+        yield from columnar.read_part(r.path, opts, r.start, r.end)  # rows numbered from the file's own metadata
         return
     summary = InputSummary(r.path)
     bom = [False]
