@@ -37,8 +37,10 @@ from pipeline.dedup.eval_sets import EvalFile
 from pipeline.elements import Document
 from pipeline.files import BEAM_FILES
 from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, JobFailed, UsageError, redact_argv
+from pipeline.read import columnar
 from pipeline.read.documents import ReadDocuments
-from pipeline.read.records import ReaderOptions, read_file
+from pipeline.read.ranges import read_file
+from pipeline.read.records import ReaderOptions
 from pipeline.tokenize import tokenizer
 from pipeline.tokenize.tokenized_documents import TokenizeDocuments
 from pipeline.write.dead_letters import WriteDeadLetters
@@ -179,6 +181,22 @@ def _candidates_manifest(o, kinds: tuple[str, ...], local_runner: bool = True) -
             "lowercase": seg.lowercase,
         }
     return info
+
+
+def _match_inputs(o) -> list[tuple[str, int]]:
+    """``jobs.match_inputs`` of ``--input``; an hf_dataset directory is first replaced by its Arrow files, and every
+    Parquet / Arrow file must have a readable footer or schema (else one line naming it)."""
+    try:
+        if o.input_format == "hf_dataset":
+            for pattern in o.input:
+                jobs.check_location("--input", pattern)
+            o.input = [path for directory in o.input for path in columnar.hf_dataset_files(directory)]
+        files = jobs.match_inputs(o.input, "*.parquet" if o.input_format == "parquet" else "*.jsonl")
+        if o.input_format in ("parquet", "hf_dataset"):
+            columnar.check_files([path for path, _ in files], o.input_format)
+    except columnar.ColumnarError as e:
+        raise UsageError(str(e)) from None
+    return files
 
 
 def _reader_options(o, unk_token: str | None) -> ReaderOptions:
@@ -343,7 +361,7 @@ def run(argv: list[str] | None = None) -> dict:
     FileSystems.set_options(options)
     o.input = list(o.input)
     jobs.check_location("--output", o.output)
-    files = jobs.match_inputs(o.input)
+    files = _match_inputs(o)
     paths = [path for path, _ in files]
     log.info(
         "%d input file(s) matched (%.1f MB); output %s; runner %s",

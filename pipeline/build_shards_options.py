@@ -8,7 +8,7 @@ from pipeline import jobs  # noqa: F401  (before Beam: it hides a warning Beam l
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.read.ranges import DEFAULT_SPLIT_BYTES
-from pipeline.read.records import DEFAULT_MAX_RECORD_BYTES
+from pipeline.read.records import DEFAULT_MAX_RECORD_BYTES, INPUT_FORMATS
 from pipeline.tokenize import tokenizer
 from schemas import format as fmt
 
@@ -25,14 +25,24 @@ class BuildShardsOptions(PipelineOptions):
             "--input_format",
             dest="input_format",
             default="jsonl",
-            choices=["wikitext", "jsonl", "text"],
-            help="jsonl (.jsonl, .jsonl.gz, .jsonl.zst), wikitext (.tokens/.raw), text (blank line between documents)",
+            choices=list(INPUT_FORMATS),
+            help="jsonl (.jsonl, .jsonl.gz, .jsonl.zst), wikitext (.tokens/.raw), text (blank line between documents), "
+            "parquet (one document per row), hf_dataset (--input: a directory datasets' Dataset.save_to_disk wrote)",
         )
         g.add_argument(
-            "--text-field", "--text_field", dest="text_field", default="text", help="JSONL field holding the text"
+            "--text-field",
+            "--text_field",
+            dest="text_field",
+            default="text",
+            help="JSONL field, or Parquet / hf_dataset column, holding the text; a dotted path (meta.body) names a "
+            "field inside a struct column",
         )
         g.add_argument(
-            "--id-field", "--id_field", dest="id_field", default="id", help="JSONL field holding the document id"
+            "--id-field",
+            "--id_field",
+            dest="id_field",
+            default="id",
+            help="JSONL field, or Parquet / hf_dataset column (or dotted path), holding the document id",
         )
         g.add_argument(
             "--max-record-bytes",
@@ -49,8 +59,9 @@ class BuildShardsOptions(PipelineOptions):
             dest="split_bytes",
             type=int,
             default=DEFAULT_SPLIT_BYTES,
-            help="read an uncompressed input larger than this as byte ranges of about this size in parallel, "
-            f"with the same output (default {DEFAULT_SPLIT_BYTES >> 20} MiB; 0: one worker per file). "
+            help="read an uncompressed input larger than this as byte ranges of about this size in parallel "
+            "(Parquet and hf_dataset files: the row groups that start in each range), with the same output "
+            f"(default {DEFAULT_SPLIT_BYTES >> 20} MiB; 0: one worker per file). "
             ".gz/.zst files are not splittable: give many of them for parallelism",
         )
         g.add_argument(

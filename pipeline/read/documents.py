@@ -20,10 +20,11 @@ from pipeline.read.ranges import (
     hash_file,
     plan_file,
     plan_reads,
+    read_file,
     read_range,
     scan_range,
 )
-from pipeline.read.records import ReaderOptions, read_file
+from pipeline.read.records import ReaderOptions
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class ReadDocuments(beam.PTransform):
         self._split_bytes = split_bytes
         self._whole_files = None
         if files is not None and len(files) <= self.LISTED_FILES_MAX:
-            plans = [plan_file(path, size, split_bytes) for path, size in files]
+            plans = [plan_file(path, size, split_bytes, options.input_format) for path, size in files]
             if all(len(plan) == 1 and isinstance(plan[0], WholeFile) for plan in plans):
                 self._whole_files = [plan[0] for plan in plans]
 
@@ -143,7 +144,9 @@ class ReadDocuments(beam.PTransform):
             | "OnePerFile" >> beam.Distinct()
             | "Plan"
             >> beam.FlatMap(
-                lambda path_and_size, split: plan_file(path_and_size[0], path_and_size[1], split), self._split_bytes
+                lambda path_and_size, split, fmt: plan_file(path_and_size[0], path_and_size[1], split, fmt),
+                self._split_bytes,
+                self._options.input_format,
             )
             | "SpreadScans" >> beam.Reshuffle()
             | "Scan" >> beam.ParDo(_ScanFn(self._options)).with_outputs(_HASHES, main="scans")

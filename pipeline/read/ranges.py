@@ -17,6 +17,10 @@ the same :func:`~pipeline.read.records.parse_lines` as a whole-file read. The fi
 task (:func:`hash_file`); :func:`combine_summaries` adds the parts up into the file's
 :class:`InputSummary`, equal to a whole-file read's.
 
+Parquet and ``hf_dataset`` files (``pipeline.read.columnar``) split the same way over their row groups: a range
+owns the groups that start in it, its scan counts their rows (the plan's "newlines"), its read decodes them and
+numbers their rows from the file's metadata (a group's first row: the rows of the groups before it).
+
 Plain functions, no Beam pipeline; ``pipeline.read.documents.ReadDocuments`` runs them.
 """
 
@@ -32,8 +36,9 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline import progress
 from pipeline.elements import InputSummary, Record
+from pipeline.read import columnar, records
 from pipeline.read.record_checks import UTF8_BOM, skip_bom
-from pipeline.read.records import DocumentStarts, ReaderOptions, decoded, parse_lines
+from pipeline.read.records import COLUMNAR_FORMATS, DocumentStarts, ReaderOptions, decoded, parse_lines
 from pipeline.read.streams import CHUNK_BYTES, HashingReader, compression_of, iter_lines
 
 DEFAULT_SPLIT_BYTES = 4 << 20
@@ -42,7 +47,7 @@ _LOOKAHEAD_BYTES = 64 << 10  # read this much at a time to find where the next l
 
 @dataclass(frozen=True)
 class WholeFile:
-    """Read the file start to end (compressed, small, or splitting is off): ``records.read_file``."""
+    """Read the file start to end (compressed, small, or splitting is off): :func:`read_file`."""
 
     path: str
 
@@ -96,9 +101,15 @@ class RangeRead:
     open: bool
 
 
-def plan_file(path: str, size: int | None, split_bytes: int) -> list[WholeFile | FileHash | Range]:
-    """One whole-file read, or (uncompressed and larger than ``split_bytes`` > 0) a hash and N equal ranges."""
+def plan_file(
+    path: str, size: int | None, split_bytes: int, input_format: str = ""
+) -> list[WholeFile | FileHash | Range]:
+    """One whole-file read, or (uncompressed and larger than ``split_bytes`` > 0) a hash and N equal ranges.
+    An ``hf_dataset`` Arrow file in a bucket is read whole: its batches are found only by walking the stream from
+    its start, which each range would download again."""
     if split_bytes <= 0 or size is None or size <= split_bytes or compression_of(path) != "none":
+        return [WholeFile(path)]
+    if input_format == "hf_dataset" and "://" in path:
         return [WholeFile(path)]
     n = -(-size // split_bytes)
     bounds = [size * i // n for i in range(n + 1)]
@@ -144,8 +155,18 @@ def _lines(chunks: Iterator[bytes], start: int, first_line: int, opts: ReaderOpt
     return iter_lines(chunks, opts.max_record_bytes, len(UTF8_BOM) if bom[0] else start, first_line)
 
 
+def read_file(path: str, opts: ReaderOptions) -> Iterator[Record | InputSummary]:
+    """Every record of one file read whole, then its :class:`InputSummary` (``records`` or ``columnar``)."""
+    if opts.input_format in COLUMNAR_FORMATS:
+        return columnar.read_file(path, opts)
+    return records.read_file(path, opts)
+
+
 def scan_range(r: Range, opts: ReaderOptions) -> RangeScan:
-    """The line-aligned bounds of ``r``, its newlines and (text, WikiText) its document starts."""
+    """The line-aligned bounds of ``r``, its newlines and (text, WikiText) its document starts. Parquet and Arrow
+    files: ``r`` as planned, and the rows of the groups that start in it as its "newlines"."""
+    if opts.input_format in COLUMNAR_FORMATS:
+        return RangeScan(r.index, r.count, r.start, r.end, columnar.count_rows(r.path, opts, r.start, r.end))
     with _open(r.path) as f:
         start, end = line_start(f, r.start), line_start(f, r.end)
         newlines = 0
@@ -216,6 +237,9 @@ def _owned(lines, opts: ReaderOptions, is_open: bool, end: int):
 def read_range(r: RangeRead, opts: ReaderOptions) -> Iterator[Record | InputSummary]:
     """The records that start in ``r``, then a part of the file's :class:`InputSummary` (records read,
     and whether a byte order mark started the file; :func:`hash_file` gives bytes and sha256)."""
+    if opts.input_format in COLUMNAR_FORMATS:
+        yield from columnar.read_part(r.path, opts, r.start, r.end)  # rows numbered from the file's own metadata
+        return
     summary = InputSummary(r.path)
     bom = [False]
     with _open(r.path) as f:

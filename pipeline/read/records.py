@@ -57,13 +57,15 @@ from pipeline.read.streams import (
 )
 
 DEFAULT_MAX_RECORD_BYTES = 16 << 20
+COLUMNAR_FORMATS = ("parquet", "hf_dataset")  # files of Arrow data, read by row group: pipeline.read.columnar
+INPUT_FORMATS = ("wikitext", "jsonl", "text", *COLUMNAR_FORMATS)
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class ReaderOptions:
-    input_format: str = "jsonl"  # wikitext | jsonl | text
+    input_format: str = "jsonl"  # wikitext | jsonl | text | parquet | hf_dataset (columnar.py reads the last two)
     text_field: str = "text"
     id_field: str = "id"
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
@@ -72,8 +74,8 @@ class ReaderOptions:
     wikitext_detokenize: str = "auto"  # auto (.tokens files only) | yes | no
 
     def __post_init__(self):
-        if self.input_format not in ("wikitext", "jsonl", "text"):
-            raise ValueError(f"input_format must be wikitext, jsonl or text, got {self.input_format!r}")
+        if self.input_format not in INPUT_FORMATS:
+            raise ValueError(f"input_format must be one of {', '.join(INPUT_FORMATS)}, got {self.input_format!r}")
         if self.wikitext_headings not in ("keep", "drop"):
             raise ValueError(f"wikitext_headings must be keep or drop, got {self.wikitext_headings!r}")
         if self.wikitext_detokenize not in ("auto", "yes", "no"):
@@ -96,7 +98,7 @@ def _decode(line: bytes, src: Source) -> str | DeadLetter:
         )
 
 
-def _finish_text(doc_id: str, text: str, src: Source, may_hold_surrogates: bool = True) -> Record:
+def finish_text(doc_id: str, text: str, src: Source, may_hold_surrogates: bool = True) -> Record:
     """The document, or its dead letter. Lone surrogates can only come from JSON ``\\uD800``-``\\uDFFF``
     escapes (strict UTF-8 decoding refuses them), so the scan for them runs only when the caller says
     the record may hold one."""
@@ -191,7 +193,7 @@ def _jsonl_records(lines, name: str, path: str, opts: ReaderOptions, first_ordin
                 preview(raw),
             )
             continue
-        yield _finish_text(doc_id, text, src, may_hold_surrogates=b"\\ud" in line or b"\\uD" in line)
+        yield finish_text(doc_id, text, src, may_hold_surrogates=b"\\ud" in line or b"\\uD" in line)
 
 
 BLANK, CONTENT, TITLE = 0, 1, 2  # kinds of line in a WikiText or text file
@@ -323,7 +325,7 @@ class _DocBuilder:
         doc_id = f"{self.name}:{self.ordinal}"
         if self.problem:
             return [DeadLetter(self.problem[0], self.problem[1], self.src, doc_id, "")]
-        return [_finish_text(doc_id, self.joiner.join(self.parts), self.src, may_hold_surrogates=False)]
+        return [finish_text(doc_id, self.joiner.join(self.parts), self.src, may_hold_surrogates=False)]
 
 
 def _wikitext_records(lines, name: str, path: str, opts: ReaderOptions, first_ordinal: int = 0) -> Iterator[Record]:
