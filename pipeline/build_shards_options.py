@@ -9,7 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.read.ranges import DEFAULT_SPLIT_BYTES
 from pipeline.read.records import DEFAULT_MAX_RECORD_BYTES
-from pipeline.tokenize import tokenizer
+from pipeline.tokenize import tokenizer, training
 from schemas import format as fmt
 
 
@@ -115,8 +115,13 @@ class BuildShardsOptions(PipelineOptions):
             "--train-tokenizer",
             "--train_tokenizer",
             dest="train_tokenizer",
-            action="store_true",
-            help="train a WordPiece vocabulary on the input first (the default when no tokenizer is given)",
+            nargs="?",
+            const="wordpiece",
+            default=None,
+            metavar="{wordpiece,bpe,unigram}",
+            help="train a tokenizer on the input first: wordpiece (BERT's; bare --train-tokenizer, and the default "
+            "when no tokenizer is given), bpe (byte-level, RoBERTa's: <s> <pad> </s> <unk> <mask>, GPT-2's "
+            "pre-tokenizer) or unigram (SentencePiece's: NFKC normalizer, Metaspace; the same special tokens)",
         )
         g.add_argument(
             "--vocab-size",
@@ -129,7 +134,7 @@ class BuildShardsOptions(PipelineOptions):
         g.add_argument(
             "--lowercase",
             action="store_true",
-            help="uncased tokenizer (with --vocab or --train-tokenizer); default cased",
+            help="uncased tokenizer (with --vocab or --train-tokenizer wordpiece/unigram); default cased",
         )
 
         g = parser.add_argument_group("rows")
@@ -297,3 +302,14 @@ class BuildShardsOptions(PipelineOptions):
             help="per-worker-process memory for the cache of chunk encodings (repeated words are encoded once; "
             "the output is the same whatever its size); 0 turns it off",
         )
+
+
+def check_tokenizer_training(train_tokenizer: str | None, lowercase: bool) -> None:
+    """``--train-tokenizer``'s value (None: not given) and ``--lowercase`` with it; a ``ValueError`` in one line.
+    Needs no data: the job calls it with its other option checks, before anything is read."""
+    if train_tokenizer is None:
+        return
+    if train_tokenizer not in training.FAMILIES:
+        raise ValueError(f"--train-tokenizer {train_tokenizer!r}: choose one of {', '.join(training.FAMILIES)}")
+    if train_tokenizer == "bpe" and lowercase:
+        raise ValueError("--lowercase does not apply to --train-tokenizer bpe (a byte-level BPE has no normalizer)")
