@@ -28,7 +28,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import build_shards_options, build_summary, progress, report, runner_checks
+from pipeline import build_shards_options, build_summary, progress, report, runner_checks, shard_sizing
 from pipeline.build_shards_options import BuildShardsOptions
 from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
@@ -98,8 +98,6 @@ def _validate(o: argparse.Namespace) -> list[EvalFile]:
         raise UsageError("--output is required (the artifact directory)")
     if o.max_seq_len < 8:
         raise UsageError(f"--max-seq-len must be at least 8, got {o.max_seq_len}")
-    if o.num_shards < 1:
-        raise UsageError(f"--num-shards must be at least 1, got {o.num_shards}")
     if o.max_record_bytes < 1:
         raise UsageError("--max-record-bytes must be positive")
     if o.split_bytes != 0 and o.split_bytes < MIN_SPLIT_BYTES:
@@ -117,6 +115,7 @@ def _validate(o: argparse.Namespace) -> list[EvalFile]:
         raise UsageError("give only one of --tokenizer, --vocab, --tokenizer-from, --train-tokenizer")
     try:
         build_shards_options.check_tokenizer_training(o.train_tokenizer, o.lowercase)
+        build_shards_options.check_shard_sizing(o.num_shards, o.shard_size_mb)
     except ValueError as e:
         raise UsageError(str(e)) from None
     if o.vocab_size < len(fmt.SPECIAL_TOKENS) + 1:
@@ -367,6 +366,15 @@ def run(argv: list[str] | None = None) -> dict:
         o.encoder_threads = jobs.local_cores_per_worker(options) if runner in LOCAL_RUNNERS else 1
     spec = _load_tokenizer(
         o, paths, sum(size for _, size in files), options.view_as(progress.ProgressOptions).progress_seconds
+    )
+    o.num_shards = shard_sizing.choose(
+        o.num_shards,
+        o.shard_size_mb,
+        files,
+        _reader_options(o, spec.special_tokens["unk"] if o.wikitext_unk == "keep" else None),
+        spec.load_for_text(),
+        spec.describe()["vocab_size"],
+        fmt.max_row_tokens(o.max_seq_len),
     )
     build_id = jobs.prepare_output(o.output, o.overwrite, (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR))
     with jobs.lock_released_on_failure(o.output, build_id):

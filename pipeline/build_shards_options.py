@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pipeline import jobs  # noqa: F401  (before Beam: it hides a warning Beam logs while it is imported; see jobs.py)
 
 # isort: split
@@ -9,6 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.read.ranges import DEFAULT_SPLIT_BYTES
 from pipeline.read.records import DEFAULT_MAX_RECORD_BYTES
+from pipeline.shard_sizing import DEFAULT_SHARD_MB
 from pipeline.tokenize import tokenizer, training
 from schemas import format as fmt
 
@@ -86,8 +89,18 @@ class BuildShardsOptions(PipelineOptions):
             "--num_shards",
             dest="num_shards",
             type=int,
-            default=16,
-            help="number of shard files (aim for shards of 100-500 MB on big corpora)",
+            default=None,
+            help="number of shard files; or give --shard-size-mb (neither: shards of about "
+            f"{DEFAULT_SHARD_MB} MB, so a small corpus is one shard)",
+        )
+        g.add_argument(
+            "--shard-size-mb",
+            "--shard_size_mb",
+            dest="shard_size_mb",
+            type=float,
+            default=None,
+            help="instead of --num-shards: shards of about this many MB, their number chosen from the tokens counted "
+            f"on the input's first documents before the job (default when neither is given: {DEFAULT_SHARD_MB})",
         )
         g.add_argument(
             "--report",
@@ -313,3 +326,14 @@ def check_tokenizer_training(train_tokenizer: str | None, lowercase: bool) -> No
         raise ValueError(f"--train-tokenizer {train_tokenizer!r}: choose one of {', '.join(training.FAMILIES)}")
     if train_tokenizer == "bpe" and lowercase:
         raise ValueError("--lowercase does not apply to --train-tokenizer bpe (a byte-level BPE has no normalizer)")
+
+
+def check_shard_sizing(num_shards: int | None, shard_size_mb: float | None) -> None:
+    """``--num-shards`` or ``--shard-size-mb`` (one of the two, or neither: ``pipeline.shard_sizing``'s default); a
+    ``ValueError`` in one line. Needs no data."""
+    if num_shards is not None and shard_size_mb is not None:
+        raise ValueError("give one of --num-shards and --shard-size-mb, not both")
+    if num_shards is not None and num_shards < 1:
+        raise ValueError(f"--num-shards must be at least 1, got {num_shards}")
+    if shard_size_mb is not None and not (shard_size_mb > 0 and math.isfinite(shard_size_mb)):
+        raise ValueError(f"--shard-size-mb must be a positive number of MB, got {shard_size_mb:g}")
