@@ -2,14 +2,22 @@
 :data:`DEFAULT_SHARD_MB` when neither is given) chosen from tokens counted before the job starts.
 
 A document's shard is ``blake2b(doc_id) % num_shards`` (schemas/FORMAT.md), so the count must be known before the
-first document is written. The launcher counts what it can before the job: it reads the first documents of the
-first :data:`SAMPLE_FILES` input files (sorted, as ``--input`` matched them; about :data:`SAMPLE_BYTES` of text in
-all), encodes them with the artifact's tokenizer for text, and writes their tokens as shard rows into memory (the
-format's columns and compression; rows of ``max_row_tokens`` cut from each document). Tokens per raw input byte read
-(the exact offset reached in an uncompressed file, the compressed bytes read from a ``.gz``/``.zst``; a file read
-to its end counts its size) times the bytes of every matched file estimate the input's tokens, and the sample's
-shard bytes per token their size; the count is that size over the size asked, rounded, at least 1. The same input
-and options give the same count: the sample is the same documents whatever the worker count or runner.
+first document is written. The launcher counts on a sample before the job:
+
+1. it reads up to :data:`SAMPLE_FILES` input files spread over their sorted list, each from its start up to an
+   equal share of :data:`READ_BYTES` of document text (a smaller file to its end);
+2. it encodes documents spread evenly over what it read, about :data:`SAMPLE_BYTES` of text in all, with the
+   artifact's tokenizer for text, and writes their tokens into memory as shard rows (the format's columns and
+   compression; rows of ``max_row_tokens`` cut from each document);
+3. it scales tokens and shard bytes per byte of encoded text by the text per raw byte of what it read (raw: the
+   offset reached in an uncompressed file; in a ``.gz``/``.zst`` the decompressed offset over how much the file's
+   first :data:`PREFIX_BYTES` expand; a file read to its end counts its size) and by the bytes of every matched file.
+
+The count is the estimated shard bytes over the size asked, rounded, at least 1. The same input and options give
+the same count whatever the worker count or runner. The estimate is as good as the sample: a corpus whose later
+documents differ from the ones read (a file over the share, sorted by something that changes its text) gets shards
+off by that difference (the Wikipedia sample read to 16 MB of its 39 MB: 0.307 tokens per byte against 0.346 over
+all of it).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SHARD_MB = 256  # "shards of 100-500 MB on big corpora"; a corpus under ~1.5 times this is one shard
 SAMPLE_FILES = 8  # files read, spread over the sorted list of input files
-READ_BYTES = 16_000_000  # UTF-8 bytes of document text read from the start of each, at most
+READ_BYTES = 64_000_000  # UTF-8 bytes of document text read in all (an equal share from the start of each), at most
 SAMPLE_BYTES = 2_000_000  # of which about this many in all are encoded: documents spread over what was read
 PREFIX_BYTES = 8_000_000  # of a compressed file, decompressed to measure its expansion
 
@@ -93,15 +101,15 @@ def _spread(items: list, n: int) -> list:
     return [items[i * len(items) // n] for i in range(n)]
 
 
-def _read_sample(path: str, size: int, ropts: ReaderOptions) -> tuple[list[str], int, int]:
-    """The documents of ``path`` up to :data:`READ_BYTES` of text, the text bytes read and the raw bytes read for
+def _read_sample(path: str, size: int, ropts: ReaderOptions, share: int) -> tuple[list[str], int, int]:
+    """The documents of ``path`` up to ``share`` bytes of text, the text bytes read and the raw bytes read for
     them (the file's size when it was read to its end)."""
     texts: list[str] = []
     text_bytes = 0
     for rec in read_file(path, ropts):
         if not isinstance(rec, Document):
             continue
-        if text_bytes >= READ_BYTES:
+        if text_bytes >= share:
             raw = rec.source.byte_offset  # in the decompressed stream for a compressed file
             if compression_of(path) != "none":
                 raw = round(raw / _expansion(path, size))
@@ -135,7 +143,7 @@ def estimate(
     encodings: list[Encoding] = []
     text_read = raw_read = text_encoded = 0
     for path, size in sampled:
-        texts, text_bytes, raw = _read_sample(path, size, ropts)
+        texts, text_bytes, raw = _read_sample(path, size, ropts, READ_BYTES // len(sampled))
         text_read += text_bytes
         raw_read += raw
         share = max(1, round(len(texts) * SAMPLE_BYTES / len(sampled) / max(1, text_bytes)))
