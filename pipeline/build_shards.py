@@ -223,7 +223,7 @@ def _load_tokenizer(
         _FAMILY_NAMES[kind],
         o.vocab_size,
     )
-    ropts = _reader_options(o, fmt.SPECIAL_TOKENS["unk"] if o.wikitext_unk == "keep" else None)
+    ropts = _reader_options(o, training.unk_token(kind) if o.wikitext_unk == "keep" else None)
     started = time.time()
     count = [0]
     progress.reset()  # read_file counts the raw bytes it reads in this process

@@ -27,6 +27,7 @@ import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from pipeline.tokenize import tokenizer
+from schemas.format import SPECIAL_TOKENS
 from schemas.tokenizers.families import METASPACE, ROLE_NAMES
 
 log = logging.getLogger(__name__)
@@ -192,6 +193,11 @@ def train_unigram(texts: Iterable[str], vocab_size: int, lowercase: bool = False
     tok.model = models.Unigram(vocab, unk_id=SPECIALS.index(ROBERTA_ROLES["unk"]), byte_fallback=False)
     tok.add_special_tokens(SPECIALS)
     return _wrapped(tok)
+
+
+def unk_token(kind: str) -> str:
+    """The unknown token of the family ``kind`` trains (what WikiText's ``<unk>`` is read as, kept)."""
+    return SPECIAL_TOKENS["unk"] if kind == "wordpiece" else ROBERTA_ROLES["unk"]
 
 
 def train(kind: str, texts: Iterable[str], vocab_size: int, lowercase: bool) -> Tokenizer:

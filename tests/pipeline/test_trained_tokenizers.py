@@ -81,7 +81,11 @@ def test_build_trains_the_family_asked_the_same_with_two_workers_and_transformer
     assert len(shards) == 2
     for name in shards:
         assert (tmp_path / "two" / "shards" / name).read_bytes() == (tmp_path / "one" / "shards" / name).read_bytes()
-    assert family(Tokenizer.from_str(tokenizer_json.decode())) == FAMILY[kind]
+    trained = Tokenizer.from_str(tokenizer_json.decode())
+    assert family(trained) == FAMILY[kind]
+    # WikiText's <unk> is read as the family's <unk> while training, as in the build (it was BERT's [UNK]: the
+    # vocabulary learnt pieces such as "▁[UNK]," and "UNK" that no row ever used)
+    assert trained.token_to_id("<unk>") == 3 and not [t for t in trained.get_vocab() if "UNK" in t]
     assert one["tokenizer"]["special_token_ids"] == two["tokenizer"]["special_token_ids"] == ROBERTA_IDS
 
     # Held-out text: the rows of an artifact built with the trained tokenizer are what transformers gives.
