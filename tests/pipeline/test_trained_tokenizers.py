@@ -127,3 +127,22 @@ def test_a_family_that_cannot_be_trained_is_one_line_exit_2(args, message, tmp_p
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_training_reports_its_reading_as_wordpiece_training_does(kind, caplog, tmp_path):
+    import logging
+
+    from tests.conftest import DEMO_CORPUS
+
+    argv = ["--input", str(DEMO_CORPUS), "--output", str(tmp_path / "out"), "--train-tokenizer", kind]
+    o, _ = build_shards._parse([*argv, "--vocab-size", "500"])
+    size = DEMO_CORPUS.stat().st_size
+    with caplog.at_level(logging.INFO, logger="pipeline.build_shards"):
+        spec = build_shards._load_tokenizer(o, [str(DEMO_CORPUS)], size, every_s=1e-9)  # a line at every document
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tokenizer training: ")]
+    assert len(lines) == 40, lines[-3:]
+    assert lines[-1].startswith(
+        f"tokenizer training: 40 documents, {size / 1e6:.1f} of {size / 1e6:.1f} MB read (100.0%)"
+    )
+    assert spec.family == FAMILY[kind] and spec.source == "trained"
