@@ -43,6 +43,7 @@ CHARACTER_COVERAGE = 0.9995  # SentencePiece's default: the rarest characters pa
 SEED_FACTOR = 4  # seed pieces per piece of the vocabulary asked for
 SHRINK = 0.75  # SentencePiece's shrinking_factor: each pruning round keeps this share
 EM_ROUNDS = 2  # re-estimations before each pruning round (SentencePiece's num_sub_iterations)
+VITERBI_BATCH = 65_536  # distinct words encoded at a time
 
 
 def _wrapped(tok: Tokenizer) -> Tokenizer:
@@ -105,10 +106,14 @@ def _viterbi_counts(pieces: list[str], scores: list[float], words: list[str], we
     """How often each piece is in the best segmentation of the words, each word counted ``weights`` times (integers:
     the sums are exact, whatever the order)."""
     model = Tokenizer(models.Unigram([(p, s) for p, s in zip(pieces, scores, strict=True)], unk_id=0))
-    encodings = model.encode_batch(words, add_special_tokens=False)
-    ids = np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encodings])
-    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
-    return np.bincount(ids, weights=np.repeat(weights, lengths), minlength=len(pieces)).astype(np.int64)
+    counts = np.zeros(len(pieces), dtype=np.int64)
+    for start in range(0, len(words), VITERBI_BATCH):  # a batch of encodings in memory at a time
+        encodings = model.encode_batch(words[start : start + VITERBI_BATCH], add_special_tokens=False)
+        ids = np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encodings])
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+        batch_weights = np.repeat(weights[start : start + VITERBI_BATCH], lengths)
+        counts += np.bincount(ids, weights=batch_weights, minlength=len(pieces)).astype(np.int64)
+    return counts
 
 
 def _alternative(piece: str, logp: dict[str, float], floor: float) -> float:
