@@ -177,7 +177,7 @@ def train_unigram(texts: Iterable[str], vocab_size: int, lowercase: bool = False
             counts = _viterbi_counts(["<unk>"] + pieces, [0.0] + scores, order, weights)[1:]
             total = int(counts.sum()) + len(pieces)
             scores = [math.log((int(n) + 1) / total) for n in counts]  # +1: a piece unused this round stays finite
-        if len(pieces) <= target:
+        if len(pieces) <= target or len(pieces) == len(characters):  # characters stay, even past a tiny size
             break
         logp = dict(zip(pieces, scores, strict=True))
         floor = min(scores) - 10.0

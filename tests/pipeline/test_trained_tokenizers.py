@@ -55,6 +55,9 @@ def test_unigram_is_sentencepieces_shape():
     assert config["pre_tokenizer"]["type"] == "Metaspace" and config["pre_tokenizer"]["prepend_scheme"] == "always"
     pieces = [p for p, _ in config["model"]["vocab"]]
     assert "▁café" in pieces and "Ａ" not in pieces and "a" in pieces  # NFKC made the fullwidth A an a (lower-cased)
+    # the smallest size the job accepts ends, with the specials and the most frequent characters
+    tiny = training.train("unigram", ["café au lait"] * 3, 6, False)
+    assert 6 <= tiny.get_vocab_size() < 12
 
 
 @pytest.mark.parametrize("kind", ["bpe", "unigram"])
