@@ -149,3 +149,15 @@ def test_training_reports_its_reading_as_wordpiece_training_does(kind, caplog, t
         f"tokenizer training: 40 documents, {size / 1e6:.1f} of {size / 1e6:.1f} MB read (100.0%)"
     )
     assert spec.family == FAMILY[kind] and spec.source == "trained"
+
+
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_an_input_without_a_document_to_train_on_is_one_line_exit_2(kind, tmp_path, capsys):
+    (tmp_path / "in.jsonl").write_text('{"id": "a", "text": ""}\n{"id": "b"}\n')
+    argv = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out"), "--train-tokenizer", kind]
+    assert build_shards.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if line.startswith("build_shards: error:")] == [
+        "build_shards: error: no valid document in the input to train a tokenizer on (every record was rejected)"
+    ]
