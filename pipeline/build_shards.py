@@ -28,7 +28,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import build_summary, progress, report, runner_checks
+from pipeline import build_shards_options, build_summary, progress, report, runner_checks, shard_sizing
 from pipeline.build_shards_options import BuildShardsOptions
 from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
@@ -41,7 +41,7 @@ from pipeline.read import columnar
 from pipeline.read.documents import ReadDocuments
 from pipeline.read.ranges import read_file
 from pipeline.read.records import ReaderOptions
-from pipeline.tokenize import tokenizer
+from pipeline.tokenize import tokenizer, training
 from pipeline.tokenize.tokenized_documents import TokenizeDocuments
 from pipeline.write.dead_letters import WriteDeadLetters
 from pipeline.write.manifest import WriteManifest, library_versions
@@ -56,6 +56,7 @@ from schemas.tokenizers.files import from_file
 
 log = logging.getLogger("pipeline.build_shards")
 
+_FAMILY_NAMES = {"wordpiece": "WordPiece", "bpe": "byte-level BPE", "unigram": "Unigram"}
 MIN_SPLIT_BYTES = 4096  # a smaller --split-bytes is almost surely a unit mistake (it is bytes)
 
 
@@ -99,8 +100,6 @@ def _validate(o: argparse.Namespace) -> list[EvalFile]:
         raise UsageError("--output is required (the artifact directory)")
     if o.max_seq_len < 8:
         raise UsageError(f"--max-seq-len must be at least 8, got {o.max_seq_len}")
-    if o.num_shards < 1:
-        raise UsageError(f"--num-shards must be at least 1, got {o.num_shards}")
     if o.max_record_bytes < 1:
         raise UsageError("--max-record-bytes must be positive")
     if o.split_bytes != 0 and o.split_bytes < MIN_SPLIT_BYTES:
@@ -116,6 +115,11 @@ def _validate(o: argparse.Namespace) -> list[EvalFile]:
     sources = [s for s in ("tokenizer", "vocab", "tokenizer_from") if getattr(o, s)]
     if len(sources + (["train_tokenizer"] if o.train_tokenizer else [])) > 1:
         raise UsageError("give only one of --tokenizer, --vocab, --tokenizer-from, --train-tokenizer")
+    try:
+        build_shards_options.check_tokenizer_training(o.train_tokenizer, o.lowercase)
+        build_shards_options.check_shard_sizing(o.num_shards, o.shard_size_mb)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if o.vocab_size < len(fmt.SPECIAL_TOKENS) + 1:
         raise UsageError(f"--vocab-size {o.vocab_size} is too small")
     try:
@@ -229,13 +233,15 @@ def _load_tokenizer(
         raise UsageError(f"{given}: {e}" if o.tokenizer or o.tokenizer_from else str(e)) from None
     # Train on the input, read once here in the launching process (for big corpora, train once
     # and pass --tokenizer to later runs).
-    if not o.train_tokenizer:
-        log.info(
-            "no --tokenizer/--vocab given: training a %s WordPiece vocabulary of %d on the input",
-            "lowercase" if o.lowercase else "cased",
-            o.vocab_size,
-        )
-    ropts = _reader_options(o, fmt.SPECIAL_TOKENS["unk"] if o.wikitext_unk == "keep" else None)
+    kind = o.train_tokenizer or "wordpiece"
+    log.info(
+        "%straining a %s %s vocabulary of %d on the input",
+        "" if o.train_tokenizer else "no --tokenizer/--vocab given: ",
+        "lowercase" if o.lowercase else "cased",
+        _FAMILY_NAMES[kind],
+        o.vocab_size,
+    )
+    ropts = _reader_options(o, training.unk_token(kind) if o.wikitext_unk == "keep" else None)
     started = time.time()
     count = [0]
     progress.reset()  # read_file counts the raw bytes it reads in this process
@@ -254,11 +260,12 @@ def _load_tokenizer(
                         log.info("tokenizer training: %s", done)
                     yield rec.text
 
-    tok = tokenizer.train(texts(), vocab_size=o.vocab_size, lowercase=o.lowercase)
+    tok = training.train(kind, texts(), vocab_size=o.vocab_size, lowercase=o.lowercase)
     if count[0] == 0:
         raise UsageError("no valid document in the input to train a tokenizer on (every record was rejected)")
     log.info(
-        "trained a WordPiece vocabulary of %d on %d documents in %.1f s",
+        "trained a %s vocabulary of %d on %d documents in %.1f s",
+        _FAMILY_NAMES[kind],
         tok.get_vocab_size(),
         count[0],
         time.time() - started,
@@ -377,6 +384,15 @@ def run(argv: list[str] | None = None) -> dict:
         o.encoder_threads = jobs.local_cores_per_worker(options) if runner in LOCAL_RUNNERS else 1
     spec = _load_tokenizer(
         o, paths, sum(size for _, size in files), options.view_as(progress.ProgressOptions).progress_seconds
+    )
+    o.num_shards = shard_sizing.choose(
+        o.num_shards,
+        o.shard_size_mb,
+        files,
+        _reader_options(o, spec.special_tokens["unk"] if o.wikitext_unk == "keep" else None),
+        spec.load_for_text(),
+        spec.describe()["vocab_size"],
+        fmt.max_row_tokens(o.max_seq_len),
     )
     build_id = jobs.prepare_output(o.output, o.overwrite, (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR))
     with jobs.lock_released_on_failure(o.output, build_id):

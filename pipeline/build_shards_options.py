@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pipeline import jobs  # noqa: F401  (before Beam: it hides a warning Beam logs while it is imported; see jobs.py)
 
 # isort: split
@@ -9,7 +11,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.read.ranges import DEFAULT_SPLIT_BYTES
 from pipeline.read.records import DEFAULT_MAX_RECORD_BYTES, INPUT_FORMATS
-from pipeline.tokenize import tokenizer
+from pipeline.shard_sizing import DEFAULT_SHARD_MB
+from pipeline.tokenize import tokenizer, training
 from schemas import format as fmt
 
 
@@ -97,8 +100,18 @@ class BuildShardsOptions(PipelineOptions):
             "--num_shards",
             dest="num_shards",
             type=int,
-            default=16,
-            help="number of shard files (aim for shards of 100-500 MB on big corpora)",
+            default=None,
+            help="number of shard files; or give --shard-size-mb (neither: shards of about "
+            f"{DEFAULT_SHARD_MB} MB, so a small corpus is one shard)",
+        )
+        g.add_argument(
+            "--shard-size-mb",
+            "--shard_size_mb",
+            dest="shard_size_mb",
+            type=float,
+            default=None,
+            help="instead of --num-shards: shards of about this many MB, their number chosen from the tokens counted "
+            f"on the input's first documents before the job (default when neither is given: {DEFAULT_SHARD_MB})",
         )
         g.add_argument(
             "--report",
@@ -126,8 +139,13 @@ class BuildShardsOptions(PipelineOptions):
             "--train-tokenizer",
             "--train_tokenizer",
             dest="train_tokenizer",
-            action="store_true",
-            help="train a WordPiece vocabulary on the input first (the default when no tokenizer is given)",
+            nargs="?",
+            const="wordpiece",
+            default=None,
+            metavar="{wordpiece,bpe,unigram}",
+            help="train a tokenizer on the input first: wordpiece (BERT's; bare --train-tokenizer, and the default "
+            "when no tokenizer is given), bpe (byte-level, RoBERTa's: <s> <pad> </s> <unk> <mask>, GPT-2's "
+            "pre-tokenizer) or unigram (SentencePiece's: NFKC normalizer, Metaspace; the same special tokens)",
         )
         g.add_argument(
             "--vocab-size",
@@ -140,7 +158,7 @@ class BuildShardsOptions(PipelineOptions):
         g.add_argument(
             "--lowercase",
             action="store_true",
-            help="uncased tokenizer (with --vocab or --train-tokenizer); default cased",
+            help="uncased tokenizer (with --vocab or --train-tokenizer wordpiece/unigram); default cased",
         )
 
         g = parser.add_argument_group("rows")
@@ -308,3 +326,25 @@ class BuildShardsOptions(PipelineOptions):
             help="per-worker-process memory for the cache of chunk encodings (repeated words are encoded once; "
             "the output is the same whatever its size); 0 turns it off",
         )
+
+
+def check_tokenizer_training(train_tokenizer: str | None, lowercase: bool) -> None:
+    """``--train-tokenizer``'s value (None: not given) and ``--lowercase`` with it; a ``ValueError`` in one line.
+    Needs no data: the job calls it with its other option checks, before anything is read."""
+    if train_tokenizer is None:
+        return
+    if train_tokenizer not in training.FAMILIES:
+        raise ValueError(f"--train-tokenizer {train_tokenizer!r}: choose one of {', '.join(training.FAMILIES)}")
+    if train_tokenizer == "bpe" and lowercase:
+        raise ValueError("--lowercase does not apply to --train-tokenizer bpe (a byte-level BPE has no normalizer)")
+
+
+def check_shard_sizing(num_shards: int | None, shard_size_mb: float | None) -> None:
+    """``--num-shards`` or ``--shard-size-mb`` (one of the two, or neither: ``pipeline.shard_sizing``'s default); a
+    ``ValueError`` in one line. Needs no data."""
+    if num_shards is not None and shard_size_mb is not None:
+        raise ValueError("give one of --num-shards and --shard-size-mb, not both")
+    if num_shards is not None and num_shards < 1:
+        raise ValueError(f"--num-shards must be at least 1, got {num_shards}")
+    if shard_size_mb is not None and not (shard_size_mb > 0 and math.isfinite(shard_size_mb)):
+        raise ValueError(f"--shard-size-mb must be a positive number of MB, got {shard_size_mb:g}")

@@ -35,7 +35,11 @@ def test_byte_level_bpe_artifact_trains_on_two_ranks_and_exports_for_autotokeniz
     tok.train_from_iterator(texts, trainer)
     tok.save(str(tmp_path / "tokenizer.json"))
     artifact = tmp_path / "artifact"
-    build(wikitext2("valid"), artifact, "--input-format", "wikitext", "--tokenizer", str(tmp_path / "tokenizer.json"))
+    build(
+        wikitext2("valid"),
+        artifact,
+        *("--input-format", "wikitext", "--tokenizer", str(tmp_path / "tokenizer.json"), "--num-shards", "16"),
+    )  # 16: the old default; without it a small corpus is one shard, and pre-training holds out one for evaluation
 
     auto, exported = _train_on_two_ranks_and_export(tmp_path, artifact)
     assert (auto.cls_token, auto.sep_token, auto.pad_token, auto.mask_token, auto.unk_token) == (
@@ -69,7 +73,9 @@ def test_unigram_artifact_trains_on_two_ranks_and_exports_for_autotokenizer(tmp_
     tok.save(str(tmp_path / "tokenizer.json"))
     artifact = tmp_path / "artifact"
     manifest = build(
-        wikitext2("valid"), artifact, "--input-format", "wikitext", "--tokenizer", str(tmp_path / "tokenizer.json")
+        wikitext2("valid"),
+        artifact,
+        *("--input-format", "wikitext", "--tokenizer", str(tmp_path / "tokenizer.json"), "--num-shards", "16"),
     )
     assert manifest["tokenizer"]["special_tokens"]["mask"] == "[MASK]"
 

@@ -55,8 +55,11 @@ def test_build_shards_help_names_the_number_of_shards_default(capsys, monkeypatc
     monkeypatch.setenv("COLUMNS", "1000")
     from pipeline import build_shards
     from pipeline.build_shards_options import BuildShardsOptions
+    from pipeline.shard_sizing import DEFAULT_SHARD_MB
 
     assert build_shards.main(["--help"]) == 0
-    entry = _blocks(capsys.readouterr().out)["--num-shards"]
-    default = BuildShardsOptions([]).view_as(BuildShardsOptions).num_shards
-    assert f"(default: {default})" in entry
+    blocks = _blocks(capsys.readouterr().out)
+    # neither --num-shards nor --shard-size-mb: shards of about DEFAULT_SHARD_MB MB (issue 43)
+    assert BuildShardsOptions([]).view_as(BuildShardsOptions).num_shards is None
+    assert f"(neither: shards of about {DEFAULT_SHARD_MB} MB" in blocks["--num-shards"]
+    assert f"(default when neither is given: {DEFAULT_SHARD_MB})" in blocks["--shard-size-mb"]
