@@ -86,3 +86,23 @@ def test_shard_options_that_cannot_work_are_one_line_exit_2(args, message, tmp_p
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_the_estimate_reads_parquet_as_its_rows(wikipedia_cut, tmp_path, monkeypatch):
+    """A Parquet file is sampled as its rows (the columnar reader), not parsed as JSON lines: its estimate equals
+    the same documents' as JSONL within the sample's error; only a prefix of the row groups is read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lines = wikipedia_cut.read_text(encoding="utf-8").splitlines(keepends=True)[:250]
+    docs = [json.loads(line) for line in lines]
+    texts = [d["text"] for d in docs]
+    tok = training.train("bpe", texts[:60], 1000, lowercase=False)
+    path = tmp_path / "pages.parquet"
+    pq.write_table(pa.Table.from_pylist(docs), path, row_group_size=25)
+    monkeypatch.setattr(shard_sizing, "READ_BYTES", 400_000)
+    got = shard_sizing.estimate(
+        [(str(path), path.stat().st_size)], ReaderOptions(input_format="parquet"), tok, 1000, 510
+    )
+    real = sum(len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False))
+    assert abs(got.tokens / real - 1) < 0.25, (got, real)
