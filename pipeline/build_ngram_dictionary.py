@@ -164,6 +164,7 @@ def _parse(argv: list[str]) -> tuple[PipelineOptions, NgramDictionaryOptions, Ng
     standard = options.view_as(StandardOptions)
     if standard.runner is None:
         standard.runner = jobs.DEFAULT_RUNNER
+    jobs.refuse_stray_words(options)
     unknown = _unknown_flags(options, argv)
     if unknown and jobs.runner_name(standard.runner) in LOCAL_RUNNERS:
         raise UsageError(f"unknown option(s): {' '.join(unknown)} (see --help)")

@@ -75,6 +75,7 @@ def _job_option_names() -> list[str]:
 
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, PipelineOptions]:
     options = BuildShardsOptions(argv)
+    jobs.refuse_stray_words(options)
     known = options.get_all_options()
     with_unknown = options.get_all_options(retain_unknown_options=True)
     unknown = sorted(set(with_unknown) - set(known))

@@ -150,6 +150,39 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def stray_words(options) -> list[str]:
+    """The words of ``options``' command line that are neither an option nor an option's value (``build_shards ...
+    foo``, or a second file after ``--input a.jsonl``). Beam's options ignore them; every job refuses them
+    (:func:`refuse_stray_words`). A word after an option that neither the job nor Beam knows is taken as that
+    option's value, as Beam takes it (a job that passes unknown options to the runner)."""
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
+        cls._add_argparse_args(parser)  # pylint: disable=protected-access
+    _, unknown = parser.parse_known_args(options._flags)  # pylint: disable=protected-access
+    words, i = [], 0
+    while i < len(unknown):
+        arg = unknown[i]
+        if arg.startswith("--") and "=" not in arg and i + 1 < len(unknown) and not unknown[i + 1].startswith("-"):
+            i += 2  # an unknown option and its value
+            continue
+        if not arg.startswith("-"):
+            words.append(arg)
+        i += 1
+    return words
+
+
+def refuse_stray_words(options) -> None:
+    """:class:`UsageError` naming the stray words of ``options``' command line (:func:`stray_words`), if any."""
+    words = stray_words(options)
+    if words:
+        raise UsageError(
+            f"stray word(s) on the command line: {' '.join(words)} (not an option or an option's value; every "
+            "option starts with --, and --input takes one file or glob: repeat it for several; see --help)"
+        )
+
+
 def check_location(option: str, url: str) -> None:
     """:func:`pipeline.output.check_location` as a :class:`UsageError`."""
     try:

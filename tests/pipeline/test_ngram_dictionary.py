@@ -691,6 +691,27 @@ def test_bad_options_and_input_give_one_clear_error(snippet_file, tmp_path, caps
     assert not (tmp_path / "out" / ngram_format.MANIFEST_FILE).exists()
 
 
+@pytest.mark.parametrize(
+    "argv,word",
+    [
+        (["--input", "SNIPPET", "--output", "OUT", "foo"], "foo"),
+        (["--input", "SNIPPET", "SNIPPET2", "--output", "OUT", "--min-count", "2"], "SNIPPET2"),
+    ],
+)
+def test_a_stray_word_is_refused_in_one_line_before_any_work(snippet_file, tmp_path, capsys, argv, word):
+    """Beam's options ignore a word that is no option's value (a second file after --input among them): the job
+    refuses it, naming it, before it claims the output."""
+    second = tmp_path / "second.tokens"
+    second.write_bytes(snippet_file.read_bytes())
+    replace = {"OUT": str(tmp_path / "out"), "SNIPPET": str(snippet_file), "SNIPPET2": str(second)}
+    word = replace.get(word, word)
+    assert job.main([replace.get(a, a) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"build_ngram_dictionary: error: stray word(s) on the command line: {word} ("), err
+    assert not (tmp_path / "out").exists()
+
+
 def test_existing_dictionary_needs_overwrite(snippet_file, tmp_path, capsys):
     out = run_job(tmp_path, [snippet_file], "d", "--min-count", "2")
     with pytest.raises(UsageError, match="exists and is not empty .*pass --overwrite"):
