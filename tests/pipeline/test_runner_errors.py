@@ -72,10 +72,12 @@ def test_a_job_server_jar_that_cannot_be_downloaded(job, runner, flag, tmp_path)
 
 
 def test_a_prism_binary_that_cannot_be_downloaded(tmp_path):
+    # No download, no binary in Beam's cache (HOME) and none that `make prism` built (an empty SPANPREP_PRISM_CACHE).
     proxy = {"https_proxy": f"http://127.0.0.1:{free_port()}", "HTTPS_PROXY": "", "no_proxy": "", "HOME": str(tmp_path)}
+    proxy["SPANPREP_PRISM_CACHE"] = str(tmp_path / "prism")
     line = run_job("build_ngram_dictionary", tmp_path, "--runner", "PrismRunner", env=proxy)
     assert "--runner PrismRunner starts Beam's Prism runner, whose binary cannot be fetched here: https://" in line
-    assert "--prism_location PATH" in line
+    assert "--prism_location PATH" in line and f"`make prism` (into {tmp_path / 'prism'}/v" in line
 
 
 def test_a_missing_job_server_jar_file(tmp_path):
