@@ -22,9 +22,7 @@ import contextlib
 import logging
 import os
 import re
-import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
 
 
@@ -51,14 +49,21 @@ with without_pandas():
     from apache_beam.io.filesystem import BeamIOError
     from apache_beam.io.filesystems import FileSystems
 
-from pipeline import output, progress, sdk_worker  # noqa: E402
+from pipeline import lost_workers, output, progress, sdk_worker  # noqa: E402
 from schemas import format as fmt  # noqa: E402
 
 sdk_worker.shorten_state_sampling()  # for the bundles the in-process runner runs here
 
 DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner may try to download a runner binary
 # Runners whose workers run on this machine (with this machine's packages and files).
-LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PortableRunner")
+LOCAL_RUNNERS = (
+    "FnApiRunner",
+    "DirectRunner",
+    "BundleBasedDirectRunner",
+    "SwitchingDirectRunner",
+    "PortableRunner",
+    "PrismRunner",
+)
 
 # Names of options whose values are secrets (Beam's --s3_secret_access_key, --s3_session_token,
 # --azure_connection_string, ...). Only these: --tokenizer or --vocab-size are not secrets.
@@ -93,8 +98,11 @@ class WorkerLost(Exception):
     as one line without a traceback (exit 1)."""
 
 
-# What Beam's runners raise when an SDK worker process dies under a bundle (killed, out of memory).
-_LOST_WORKER = re.compile(r"Channel closed prematurely|Worker subprocess exited with return code|Socket closed")
+# What Beam's runners raise when an SDK worker process dies under a bundle (killed, out of memory); the last is
+# Prism's ("bundle inst030 stage-028 failed:SDK worker disconnected: worker[...], 4 active instructions, ...").
+_LOST_WORKER = re.compile(
+    r"Channel closed prematurely|Worker subprocess exited with return code|Socket closed|SDK worker disconnected"
+)
 
 
 def exit_code(job: str, run: Callable[[], object]) -> int:
@@ -122,9 +130,18 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+class _QuietServiceChatter(logging.Filter):
+    """Drops Beam's "Really starting service at ..." and "Really destroying service at ..." warnings (a local job
+    server such as Prism's, started and stopped by the runner as it should be), which came after a job's summary."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "apache_beam.utils.subprocess_server" and str(record.msg).startswith("Really "))
+
+
 def configure_logging(level: int | None = None) -> None:
     """INFO-level progress lines on stderr for the command-line jobs, Beam's own chatter at WARNING."""
     handler = _StderrHandler()
+    handler.addFilter(_QuietServiceChatter())
     handler.setFormatter(logging.Formatter(sdk_worker.LOG_FORMAT))
     logging.basicConfig(level=logging.INFO if level is None else level, handlers=[handler], force=True)
     for noisy in ("apache_beam", "absl"):
@@ -336,41 +353,6 @@ def _worker_command(pipeline_proto):
     return pipeline_proto
 
 
-_WORKER_EXITED = "Worker subprocess exited with return code"
-
-
-@contextlib.contextmanager
-def _lost_workers_stop_the_job(active: bool) -> Iterator[None]:
-    """Inside, on the local runner's worker processes: a worker process that dies stops the job. Beam's local runner
-    sees it only in the thread that started the process (``run_worker``, which raises "Worker subprocess exited with
-    return code N" and ends); when the worker held a bundle, the runner's main thread then waits for that bundle for
-    ever. So that thread's error is caught here (``threading.excepthook``) and handed to the main thread as a signal
-    (SIGUSR1, which interrupts its wait) whose handler raises it there: the job fails with :class:`WorkerLost`."""
-    if not active or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous_hook = threading.excepthook
-    lost: list[str] = []
-
-    def hook(args) -> None:
-        if args.thread is not None and args.thread.name == "run_worker" and _WORKER_EXITED in str(args.exc_value):
-            lost.append(_first_line(args.exc_value))
-            os.kill(os.getpid(), signal.SIGUSR1)
-            return
-        previous_hook(args)
-
-    def stop(signum, frame) -> None:
-        raise RuntimeError(lost[0] if lost else _WORKER_EXITED)  # _LOST_WORKER matches it: run_pipeline says so
-
-    previous_handler = signal.signal(signal.SIGUSR1, stop)
-    threading.excepthook = hook
-    try:
-        yield
-    finally:
-        threading.excepthook = previous_hook
-        signal.signal(signal.SIGUSR1, previous_handler)
-
-
 class _QuietUserErrors(logging.Filter):
     """Drops Beam's logs of a step that raised one of ``sdk_worker.ONE_LINE_ERRORS`` (with its traceback), in this
     process or relayed from a worker process: the job reports it in one line."""
@@ -421,7 +403,7 @@ def run_pipeline(
     for name in _BEAM_LOGGERS:
         logging.getLogger(name).addFilter(quiet)
     try:
-        with progress.reporting(options, total_bytes, local, unit), _lost_workers_stop_the_job(runner is not None):
+        with progress.reporting(options, total_bytes, local, unit), lost_workers.stop_the_job(runner is not None):
             with beam.Pipeline(runner=runner, options=options) as p:
                 build(p)
     except Exception as e:
