@@ -98,10 +98,12 @@ class WorkerLost(Exception):
     as one line without a traceback (exit 1)."""
 
 
-# What Beam's runners raise when an SDK worker process dies under a bundle (killed, out of memory); the last is
-# Prism's ("bundle inst030 stage-028 failed:SDK worker disconnected: worker[...], 4 active instructions, ...").
+# What Beam's runners raise when an SDK worker process dies under a bundle (killed, out of memory); the last two are
+# Prism's ("bundle inst030 stage-028 failed:SDK worker disconnected: worker[...], 4 active instructions, ...", and
+# "prism worker[...] didn't get control connection to localhost:PORT after 1m0s" for one that died as it started).
 _LOST_WORKER = re.compile(
     r"Channel closed prematurely|Worker subprocess exited with return code|Socket closed|SDK worker disconnected"
+    r"|didn't get control connection"
 )
 
 

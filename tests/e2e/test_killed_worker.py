@@ -8,6 +8,7 @@ The kill is real: SIGKILL to one ``pipeline.sdk_worker`` process (the Python pro
 as the workers start, while the input is read, in the dedup stages of a ``--dedup near`` build, and while shards are
 written (tests/support/killed_workers.py). Before the fix in ``pipeline/lost_workers.py`` (``end_local_workers``) a
 kill as the workers started left the job waiting for ever for the other worker to exit (the ``starting`` case).
+The same on Prism, with its SDK worker in the project's worker pool (``EXTERNAL``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
+from pipeline import prism
 from tests.conftest import REPO
 from tests.e2e.test_portability import _build_shards_options, assert_identical
-from tests.support import killed_workers
+from tests.support import beam_services, killed_workers
 
 pytestmark = pytest.mark.slow
 
@@ -75,4 +78,38 @@ def test_a_killed_worker_fails_the_local_job_in_one_line(phase, dedup_corpus, un
     assert not list(out.rglob("*.tmp-*")) and not (out / "_tmp").exists()
     options = _build_shards_options() - {"overwrite", "output"}  # the rerun overwrote, into another directory
     manifest = assert_identical({"uninterrupted": uninterrupted, "rerun": out}, options)
+    assert manifest["counts"]["documents_written"] > 0 and manifest["counts"]["documents_duplicate"] > 0
+
+
+@pytest.fixture(scope="module")
+def worker_pool(tmp_path_factory):
+    """The project's worker pool (EXTERNAL): its process, ``localhost:PORT`` and the log its SDK workers write to."""
+    log = tmp_path_factory.mktemp("worker_pool") / "log"
+    proc, port = beam_services.start(beam_services.WORKER_POOL, log)
+    try:
+        yield psutil.Process(proc.pid), f"localhost:{port}", log
+    finally:
+        beam_services.stop(proc)
+
+
+# Not "starting" (a worker Prism never heard from fails the job after Prism's 60 s wait: RUNNING.md), nor "dedup":
+# Prism keeps its workers' log lines, so the test cannot see the input's first read end.
+@pytest.mark.parametrize("phase", ["reading", "writing"])
+def test_a_killed_worker_fails_the_job_on_prism_in_one_line(phase, dedup_corpus, uninterrupted, worker_pool, tmp_path):
+    """Prism's SDK worker (started by the worker pool, EXTERNAL) SIGKILLed: Prism fails the job ("SDK worker
+    disconnected"), which ends in one line, exit 1, no manifest, lock released."""
+    assert prism.built_binary() is not None, f"no Prism binary at {prism.checkout_binary()}: run `make prism`"
+    pool, address, log = worker_pool
+    out = tmp_path / "out"
+    argv = build_argv(dedup_corpus, out)
+    on_prism = ["--runner", "PrismRunner", "--environment_type", "EXTERNAL", "--environment_config", address]
+    ending = killed_workers.run_and_kill(argv + on_prism, out, phase, tmp_path / "stderr", pool, log)
+    assert_failed_in_one_line(ending, out)
+    assert "SDK worker disconnected" in ending.last_line
+    if phase != "writing":
+        return
+    rerun = subprocess.run(argv + on_prism + ["--overwrite"], cwd=REPO, capture_output=True)
+    assert rerun.returncode == 0, rerun.stderr.decode(errors="replace")[-3000:]
+    options = _build_shards_options() - {"overwrite", "output"}
+    manifest = assert_identical({"uninterrupted": uninterrupted, "rerun on Prism": out}, options)
     assert manifest["counts"]["documents_written"] > 0 and manifest["counts"]["documents_duplicate"] > 0

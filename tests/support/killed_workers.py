@@ -5,7 +5,8 @@ Used by ``tests/e2e/test_killed_worker.py`` (the FnApiRunner's worker processes)
 
 - ``starting``: the worker processes have just been started (before they have imported Beam and registered with
   the runner; the FnApiRunner then waited for ever, see ``pipeline/lost_workers.py``);
-- ``reading``: every worker has started (used a second of CPU) and no input file has been read to its end yet;
+- ``reading``: every worker has connected to the runner (a TCP connection established) and no input file has been
+  read to its end yet;
 - ``dedup``: the input has been read once (its ``read FILE: N records`` line): with ``--dedup near`` the job is in
   its dedup stages (MinHash signatures, bands, the second read that keeps one document of each group);
 - ``writing``: shards are being spilled to sorted runs (``OUTPUT/_tmp`` exists).
@@ -51,12 +52,12 @@ def sdk_workers(root: psutil.Process) -> list[psutil.Process]:
     return found
 
 
-def _cpu_seconds(p: psutil.Process) -> float:
+def _connected(p: psutil.Process) -> bool:
+    """Has the worker connected to its runner (its control and data streams)?"""
     try:
-        times = p.cpu_times()
+        return any(c.status == psutil.CONN_ESTABLISHED for c in p.net_connections("tcp"))
     except psutil.Error:
-        return 0.0
-    return times.user + times.system
+        return False
 
 
 def _in_phase(phase: str, log: str, output: Path, worker_logs: str) -> bool:
@@ -82,6 +83,8 @@ def run_and_kill(
 ) -> Ending:  # fmt: skip
     """Run ``argv`` (a job writing ``output``), SIGKILL one SDK worker below ``workers_of`` (default: the job
     itself) once the job is in ``phase`` and its ``min_workers`` workers have started, and wait for the job to end."""
+    seen = worker_log.stat().st_size if worker_log else 0  # a pool's log holds earlier jobs' lines too
+    earlier = {w.pid for w in sdk_workers(workers_of)} if workers_of else set()  # and may still run their workers
     with stderr_path.open("wb") as stderr:
         job = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr)
     killed_at = None
@@ -89,12 +92,12 @@ def run_and_kill(
         deadline = time.monotonic() + timeout_s
         while killed_at is None and job.poll() is None and time.monotonic() < deadline:
             root = workers_of or psutil.Process(job.pid)
-            workers = sorted(sdk_workers(root), key=lambda w: w.pid)
+            workers = sorted((w for w in sdk_workers(root) if w.pid not in earlier), key=lambda w: w.pid)
             log = stderr_path.read_text(errors="replace")
-            pool_log = worker_log.read_text(errors="replace") if worker_log else ""
-            # every worker has started (imported Beam, taken its first bundle), but for "starting"; the first one
-            # started is killed, whether it holds a bundle or not
-            started = len(workers) >= min_workers and all(_cpu_seconds(w) > 1.0 for w in workers)
+            pool_log = worker_log.read_bytes()[seen:].decode(errors="replace") if worker_log else ""
+            # every worker has connected to the runner, but for "starting"; the first one started is killed,
+            # whether it holds a bundle or not
+            started = len(workers) >= min_workers and all(_connected(w) for w in workers)
             if phase == "starting":
                 started = len(workers) >= min_workers
             if started and _in_phase(phase, log, output, pool_log):
