@@ -100,7 +100,7 @@ def main() -> None:
     args = ap.parse_args()
     if not SAMPLE.exists():
         raise SystemExit(f"{SAMPLE} not found: this benchmark needs ../shared/data")
-    from pipeline import prism
+    from pipeline.runners import prism
     from pipeline.tokenize import tokenizer
     from tests.conftest import free_port
 

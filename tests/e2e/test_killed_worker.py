@@ -6,7 +6,7 @@ build gives, byte for byte.
 
 The kill is real: SIGKILL to one ``pipeline.sdk_worker`` process (the Python process under Beam's ``/bin/sh -c``)
 as the workers start, while the input is read, in the dedup stages of a ``--dedup near`` build, and while shards are
-written (tests/support/killed_workers.py). Before the fix in ``pipeline/lost_workers.py`` (``end_local_workers``) a
+written (tests/support/killed_workers.py). Before the fix in ``pipeline/runners/lost_workers.py`` (``end_local_workers``) a
 kill as the workers started left the job waiting for ever for the other worker to exit (the ``starting`` case).
 The same on Prism, with its SDK worker in the project's worker pool (``EXTERNAL``).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pipeline import prism
+from pipeline.runners import prism
 from tests.conftest import REPO
 from tests.e2e.test_portability import _build_shards_options, assert_identical
 from tests.support import beam_services, killed_workers

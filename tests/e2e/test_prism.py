@@ -2,7 +2,7 @@
 job service, fusion, bundle scheduling and SDK worker management) give byte-identical output to the FnApiRunner.
 
 Prism's binary is the one ``make prism`` builds (``make test`` builds it first); the jobs find it themselves
-(``pipeline/prism.py``) where Beam cannot download its own. Each job runs with SDK workers in the launching process
+(``pipeline/runners/prism.py``) where Beam cannot download its own. Each job runs with SDK workers in the launching process
 (``LOOPBACK``) and in the project's worker pool (``EXTERNAL``, ``pipeline.worker_pool``; Prism asks the pool for one
 SDK worker per environment, whatever ``--sdk_worker_parallelism`` says). The suite's time is short, so the option
 sets are combined into three builds: one n-gram dictionary; one ``build_shards`` with a trained tokenizer, two files
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import prism
+from pipeline.runners import prism
 from tests.conftest import DEMO_CORPUS, wikitext2_articles
 from tests.e2e.test_portability import (
     BAD_RECORDS,

@@ -24,7 +24,6 @@ from apache_beam.testing.util import assert_that, equal_to
 import pipeline
 from pipeline import build_ngram_dictionary as job
 from pipeline import output
-from pipeline.jobs import UsageError
 from pipeline.ngrams import dictionary_files, frequent_pairs
 from pipeline.ngrams.codes import encode_code
 from pipeline.ngrams.corpus_summary import CorpusSummary
@@ -39,6 +38,7 @@ from pipeline.ngrams.lines import ReadLines
 from pipeline.ngrams.rules import NgramRules, is_punctuation, line_runs
 from pipeline.ngrams.source_files import SourceFiles
 from pipeline.read.wikitext import heading_level
+from pipeline.runners.jobs import UsageError
 from schemas import ngram_dictionary as ngram_format
 
 REPO = Path(__file__).resolve().parents[2]

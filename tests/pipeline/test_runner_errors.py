@@ -1,4 +1,4 @@
-"""Runner start-up problems end both jobs with one ``<job>: error:`` line and exit status 2 (pipeline/runner_checks.py),
+"""Runner start-up problems end both jobs with one ``<job>: error:`` line and exit status 2 (pipeline/runners/runner_checks.py),
 before anything is read, trained or claimed: run as a user runs them, ``python -m pipeline.<job>``, from a shell."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def test_a_remote_runners_worker_pool_is_not_checked_from_here():
     # localhost:50000 of a Flink task manager's worker pool sidecar is not this machine's: nothing to check here.
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipeline import runner_checks
+    from pipeline.runners import runner_checks
 
     options = PipelineOptions(
         [

@@ -4,7 +4,7 @@ Used by ``tests/e2e/test_killed_worker.py`` (the FnApiRunner's worker processes)
 (Prism's worker, started by the project's worker pool). The phases are read off what the job shows while it runs:
 
 - ``starting``: the worker processes have just been started (before they have imported Beam and registered with
-  the runner; the FnApiRunner then waited for ever, see ``pipeline/lost_workers.py``);
+  the runner; the FnApiRunner then waited for ever, see ``pipeline/runners/lost_workers.py``);
 - ``reading``: every worker has connected to the runner (a TCP connection established) and no input file has been
   read to its end yet;
 - ``dedup``: the input has been read once (its ``read FILE: N records`` line): with ``--dedup near`` the job is in
@@ -47,7 +47,7 @@ def sdk_workers(root: psutil.Process) -> list[psutil.Process]:
             command, name = " ".join(p.cmdline()), p.name()
         except psutil.Error:  # it ended meanwhile
             continue
-        if "pipeline.sdk_worker" in command and name != "sh":
+        if ("pipeline.sdk_worker" in command or "pipeline.runners.sdk_worker" in command) and name != "sh":
             found.append(p)
     return found
 

@@ -32,7 +32,7 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.runners.runner import PipelineRunner, create_runner
 
-from pipeline.jobs import UsageError, runner_name
+from pipeline.runners.jobs import UsageError, runner_name
 from schemas import commands
 
 log = logging.getLogger("pipeline.runner_checks")
@@ -133,11 +133,11 @@ def _fetch_job_server_jar(name: str, options: PipelineOptions) -> None:
 def _fetch_prism(options: PipelineOptions) -> None:
     """Beam's Prism runner binary, into Beam's cache (downloaded now from GitHub if it is not there); where that is not
     possible and ``--prism_location`` was not given, the binary ``make prism`` built in this checkout
-    (``pipeline/prism.py``), which then becomes the job's ``--prism_location``."""
+    (``pipeline/runners/prism.py``), which then becomes the job's ``--prism_location``."""
     from apache_beam.options.pipeline_options import PrismRunnerOptions
     from apache_beam.runners.portability import prism_runner
 
-    from pipeline import prism
+    from pipeline.runners import prism
 
     given = options.view_as(PrismRunnerOptions).prism_location
     server = prism_runner.PrismJobServer(options)

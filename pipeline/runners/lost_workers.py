@@ -1,5 +1,5 @@
 """A local worker process that dies stops the job (the FnApiRunner's worker processes, ``--direct_running_mode
-multi_processing``): :func:`stop_the_job`, which ``pipeline.jobs.run_pipeline`` runs the pipeline inside. Linux only
+multi_processing``): :func:`stop_the_job`, which ``pipeline.runners.jobs.run_pipeline`` runs the pipeline inside. Linux only
 for the part that ends the other workers (it reads ``/proc``); elsewhere the job still stops when the lost worker held
 no bundle the others wait for."""
 
@@ -69,7 +69,7 @@ def stop_the_job(active: bool) -> Iterator[None]:
     sees it only in the thread that started the process (``run_worker``, which raises "Worker subprocess exited with
     return code N" and ends); when the worker held a bundle, the runner's main thread then waits for that bundle for
     ever. So that thread's error is caught here (``threading.excepthook``) and handed to the main thread as a signal
-    (SIGUSR1, which interrupts its wait) whose handler raises it there: the job fails with ``pipeline.jobs.WorkerLost``.
+    (SIGUSR1, which interrupts its wait) whose handler raises it there: the job fails with ``pipeline.runners.jobs.WorkerLost``.
 
     The main thread then closes the runner's other workers (``WorkerHandlerManager.close_all``), and each close joins
     that worker's ``run_worker`` thread, which waits for the worker process to exit. A surviving worker in the middle
@@ -103,7 +103,9 @@ def stop_the_job(active: bool) -> Iterator[None]:
         return not (lost and record.name.startswith("apache_beam"))
 
     def stop(signum, frame) -> None:
-        raise RuntimeError(lost[0] if lost else _WORKER_EXITED)  # pipeline.jobs.run_pipeline reports it as WorkerLost
+        raise RuntimeError(
+            lost[0] if lost else _WORKER_EXITED
+        )  # pipeline.runners.jobs.run_pipeline reports it as WorkerLost
 
     previous_handler = signal.signal(signal.SIGUSR1, stop)
     threading.excepthook = hook

@@ -41,15 +41,16 @@ if not any(isinstance(f, _QuietBeamImportWarning) for f in logging.getLogger().f
 # ``pa.array``), to recognise pandas values. So Beam is imported here, and the jobs' ``main()`` runs
 # (:func:`exit_code`), as on an install without pandas. Beam's runners (Dataflow, Flink, Spark, portable) do not
 # import it; pandas stays importable outside the block (Beam's DataFrame API imports it when used). The local
-# runner's worker processes do the same (pipeline/sdk_worker.py, where without_pandas lives: it imports no Beam).
-from pipeline.sdk_worker import without_pandas  # noqa: E402
+# runner's worker processes do the same (pipeline/runners/sdk_worker.py, where without_pandas lives: it imports no Beam).
+from pipeline.runners.sdk_worker import without_pandas  # noqa: E402
 
 with without_pandas():
     import apache_beam as beam
     from apache_beam.io.filesystem import BeamIOError
     from apache_beam.io.filesystems import FileSystems
 
-from pipeline import lost_workers, output, progress, sdk_worker  # noqa: E402
+from pipeline import output, progress  # noqa: E402
+from pipeline.runners import lost_workers, sdk_worker  # noqa: E402
 from schemas import format as fmt  # noqa: E402
 
 sdk_worker.shorten_state_sampling()  # for the bundles the in-process runner runs here

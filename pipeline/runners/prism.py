@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 PRISM_MODULE = "github.com/apache/beam/sdks/v2/go/cmd/prism"  # what `make prism` builds (go install MODULE@vVERSION)
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def beam_version() -> str:
