@@ -10,7 +10,7 @@ DEMO   ?= demo
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup demo test test-fast lint format bench lock clean
+.PHONY: setup demo test test-fast lint format bench lock clean prism
 
 setup: $(STAMP)
 
@@ -28,8 +28,24 @@ $(STAMP): pyproject.toml requirements/constraints.txt requirements/language-data
 demo: $(STAMP)
 	$(PY) -m pipeline.demo --workdir $(DEMO)
 
-test: lint
+# The suite runs build_shards and build_ngram_dictionary on Beam's Prism runner too: `make prism` first (once).
+test: lint prism
 	$(PY) -m pytest -q tests
+
+# Beam's Prism runner (--runner PrismRunner) built from its Go module at the Beam version pinned in
+# requirements/constraints.txt, checksums from Go's sum database, into .cache/prism/vVERSION/prism: once per version
+# (about 2 minutes; needs Go and the Go module proxy). The jobs use it where Beam cannot download Prism itself.
+PRISM_VERSION := $(shell sed -n 's/^apache-beam==//p' requirements/constraints.txt)
+PRISM_DIR     := $(CURDIR)/.cache/prism/v$(PRISM_VERSION)
+
+prism: $(PRISM_DIR)/prism
+
+$(PRISM_DIR)/prism:
+	@test -n "$(PRISM_VERSION)" || { echo "make prism: no apache-beam==VERSION in requirements/constraints.txt"; exit 2; }
+	@command -v go >/dev/null || { echo "make prism: needs Go (https://go.dev/doc/install); see README, 'Prism'"; exit 2; }
+	@echo "== Prism v$(PRISM_VERSION) from the Go module proxy into $(PRISM_DIR) (first run only, ~2 minutes)"
+	GOBIN=$(PRISM_DIR) GOSUMDB=sum.golang.org GONOSUMDB= GONOSUMCHECK= GOPRIVATE= GOINSECURE= GOFLAGS=-buildvcs=false \
+	  go install github.com/apache/beam/sdks/v2/go/cmd/prism@v$(PRISM_VERSION)
 
 # The quick loop while editing: everything but the end-to-end tests marked slow.
 test-fast: $(STAMP)

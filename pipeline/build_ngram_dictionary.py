@@ -21,7 +21,7 @@ Output directory, in the format of ``schemas/NGRAM_DICTIONARY.md`` (``ngrams.arr
 The stages are in ``pipeline/ngrams/``; this module is the job: options and the pipeline. Input matching,
 the output guard (an ``--output`` holding any file needs ``--overwrite``; ``OUTPUT/_build.lock`` is held while
 the job runs), logging and errors (one ``build_ngram_dictionary: error:`` line, exit status 2) follow the shard
-job's convention in ``pipeline/jobs.py``.
+job's convention in ``pipeline/runners/jobs.py``.
 
 The same input and options give byte-identical files, whatever the runner or number of workers.
 """
@@ -34,21 +34,21 @@ import sys
 import time
 from typing import Any
 
-from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+from pipeline.runners import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
 
 # isort: split
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import runner_checks
-from pipeline.jobs import LOCAL_RUNNERS, UsageError
 from pipeline.ngrams.corpus_summary import CorpusSummary
 from pipeline.ngrams.dictionary_files import WriteNgramDictionary
 from pipeline.ngrams.frequent_ngrams import FrequentNgrams
 from pipeline.ngrams.lines import ReadLines
 from pipeline.ngrams.rules import PRUNING_MODES, NgramRules
 from pipeline.ngrams.source_files import SourceFiles
+from pipeline.runners import runner_checks
+from pipeline.runners.jobs import LOCAL_RUNNERS, UsageError
 from schemas import commands
 from schemas.ngram_dictionary import DEAD_LETTER_FILE, NgramDictionary
 
@@ -164,6 +164,7 @@ def _parse(argv: list[str]) -> tuple[PipelineOptions, NgramDictionaryOptions, Ng
     standard = options.view_as(StandardOptions)
     if standard.runner is None:
         standard.runner = jobs.DEFAULT_RUNNER
+    jobs.refuse_stray_words(options)
     unknown = _unknown_flags(options, argv)
     if unknown and jobs.runner_name(standard.runner) in LOCAL_RUNNERS:
         raise UsageError(f"unknown option(s): {' '.join(unknown)} (see --help)")
@@ -215,7 +216,7 @@ def build_pipeline(
 
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the job; return the manifest it wrote. Raises :class:`~pipeline.jobs.UsageError` for bad options or input."""
+    """Run the job; return the manifest it wrote. Raises :class:`~pipeline.runners.jobs.UsageError` for bad options or input."""
     argv = list(sys.argv[1:] if argv is None else argv)
     options, opts, rules = _parse(argv)
     runner_checks.check_runner(options)

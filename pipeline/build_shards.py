@@ -21,14 +21,14 @@ import sys
 import time
 from typing import Any
 
-from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+from pipeline.runners import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
 
 # isort: split
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import build_shards_options, build_summary, progress, report, runner_checks, shard_sizing
+from pipeline import build_shards_options, build_summary, progress, report, shard_sizing
 from pipeline.build_shards_options import BuildShardsOptions
 from pipeline.candidates import spacy_spans
 from pipeline.candidates.mask_candidates import FindMaskCandidates
@@ -36,11 +36,12 @@ from pipeline.dedup import removal
 from pipeline.dedup.eval_sets import EvalFile
 from pipeline.elements import Document
 from pipeline.files import BEAM_FILES
-from pipeline.jobs import LOCAL_RUNNERS, SECRET_OPTION, JobFailed, UsageError, redact_argv
 from pipeline.read import columnar
 from pipeline.read.documents import ReadDocuments
 from pipeline.read.ranges import read_file
 from pipeline.read.records import ReaderOptions
+from pipeline.runners import runner_checks
+from pipeline.runners.jobs import LOCAL_RUNNERS, SECRET_OPTION, JobFailed, UsageError, redact_argv
 from pipeline.tokenize import tokenizer, training
 from pipeline.tokenize.tokenized_documents import TokenizeDocuments
 from pipeline.write.dead_letters import WriteDeadLetters
@@ -78,6 +79,7 @@ def _job_option_names() -> list[str]:
 
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, PipelineOptions]:
     options = BuildShardsOptions(argv)
+    jobs.refuse_stray_words(options)
     known = options.get_all_options()
     with_unknown = options.get_all_options(retain_unknown_options=True)
     unknown = sorted(set(with_unknown) - set(known))

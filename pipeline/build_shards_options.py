@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from pipeline import jobs  # noqa: F401  (before Beam: it hides a warning Beam logs while it is imported; see jobs.py)
+from pipeline.runners import jobs  # noqa: F401  (before Beam: it hides a warning Beam logs while it is imported; see jobs.py)
 
 # isort: split
 from apache_beam.options.pipeline_options import PipelineOptions

@@ -26,7 +26,7 @@ import logging
 import sys
 from collections.abc import Iterator
 
-from pipeline import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
+from pipeline.runners import jobs  # before Beam: it hides a warning Beam logs while it is imported (see jobs.py)
 
 # isort: split
 import numpy as np
@@ -35,7 +35,7 @@ from tokenizers import Tokenizer, decoders
 from pipeline.dedup import text
 from pipeline.dedup.eval_sets import EvalFileError, given_twice, read_eval_file, twice_message
 from pipeline.dedup.overlap import DEFAULT_N, EvalSet, OverlapIndex
-from pipeline.jobs import UsageError
+from pipeline.runners.jobs import UsageError
 from schemas import commands
 from schemas import format as fmt
 from schemas.artifact import Artifact

@@ -6,7 +6,7 @@ One mechanism for local directories and object-store prefixes: ``prepare_output`
 Before the manifest is written, ``check_lock`` makes sure the lock still holds this build's id (a
 build started later with ``--overwrite`` takes the lock over, and the earlier one then fails
 instead of writing a manifest over the other's files); after it, ``release_lock`` removes it. A build
-that fails releases its lock too (``pipeline.jobs.lock_released_on_failure``). A lock left behind means
+that fails releases its lock too (``pipeline.runners.jobs.lock_released_on_failure``). A lock left behind means
 the build was killed (or still runs): ``pipeline.verify`` reports it, and the next build refuses the
 output in one line that says whose lock it is, whether that process still runs (same host), and that
 ``--overwrite`` clears it.

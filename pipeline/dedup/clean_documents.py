@@ -72,7 +72,7 @@ def _figures(found: list[int], documents: list[tuple[str, int]], sets: list[over
 
 def _build(indexed_file: tuple[int, EvalFile], n: int) -> tuple[int, overlap.EvalSet]:
     """A worker's read of an evaluation file; a refusal names the option, as the launcher's check does (the job
-    reports it in one line: ``pipeline.jobs.run_pipeline``)."""
+    reports it in one line: ``pipeline.runners.jobs.run_pipeline``)."""
     i, f = indexed_file
     try:
         examples = f.examples()

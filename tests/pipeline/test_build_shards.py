@@ -421,6 +421,27 @@ def test_usage_errors_are_one_clear_line(args, message, tmp_path, capsys):
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "args,word",
+    [
+        (["--input", "IN", "--output", "OUT", "foo"], "foo"),
+        (["--input", "IN", "foo", "--output", "OUT", "--vocab-size", "100"], "foo"),
+        (["--input", "IN", "IN2", "--output", "OUT"], "IN2"),  # a second file needs its own --input
+    ],
+)
+def test_a_stray_word_is_refused_in_one_line_before_any_work(args, word, tmp_path, capsys):
+    """Beam's options ignore a word that is no option's value: the job refuses it, naming it, before it claims the
+    output (a build of the same command without the word runs: test_refuses_to_overwrite_an_artifact_unless_asked)."""
+    names = {"IN": str(tmp_path / "in.txt"), "IN2": str(tmp_path / "in2.txt"), "OUT": str(tmp_path / "out")}
+    for name in ("in.txt", "in2.txt"):
+        (tmp_path / name).write_text("Some text.\n")
+    word = names.get(word, word)
+    assert build_shards.main([names.get(a, a) for a in args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"build_shards: error: stray word(s) on the command line: {word} ("), err
+    assert not (tmp_path / "out").exists()
+
+
 def test_refuses_to_overwrite_an_artifact_unless_asked(tmp_path, capsys):
     (tmp_path / "in.txt").write_text("Some text. More text.\n")
     argv = [

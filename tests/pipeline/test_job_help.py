@@ -1,4 +1,4 @@
-"""The jobs' ``--help`` shows each option's default (``pipeline.jobs.HelpFormatter``)."""
+"""The jobs' ``--help`` shows each option's default (``pipeline.runners.jobs.HelpFormatter``)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _build_shards_parser() -> argparse.ArgumentParser:
 
 def _ngram_parser() -> argparse.ArgumentParser:
     from pipeline.build_ngram_dictionary import NgramDictionaryOptions
-    from pipeline.jobs import HelpFormatter
+    from pipeline.runners.jobs import HelpFormatter
 
     parser = argparse.ArgumentParser(formatter_class=HelpFormatter)
     NgramDictionaryOptions._add_argparse_args(parser)

@@ -1,4 +1,4 @@
-"""pipeline/jobs.py: the one convention of the two Beam jobs; importing ``pipeline`` itself does nothing."""
+"""pipeline/runners/jobs.py: the one convention of the two Beam jobs; importing ``pipeline`` itself does nothing."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 
 from apache_beam.portability.api import beam_fn_api_pb2
 
-from pipeline.sdk_worker import STATE_SAMPLING_MS
-from pipeline.worker_pool import sdk_worker_command
+from pipeline.runners.sdk_worker import STATE_SAMPLING_MS
+from pipeline.runners.worker_pool import sdk_worker_command
 from tests.conftest import REPO
 
 
@@ -46,7 +46,7 @@ def test_the_local_runners_worker_process_imports_beam_without_pandas():
     """pipeline.sdk_worker (the FnApiRunner's worker processes) imported pandas with Beam, 0.3 s in every worker; the
     real Beam worker entry point runs here until it asks for its runner's endpoint, which a test process lacks."""
     code = (
-        "import sys; from pipeline import sdk_worker\n"
+        "import sys; from pipeline.runners import sdk_worker\n"
         "try:\n    sdk_worker.main()\nexcept KeyError as e:\n    print(e)\n"
         "print('apache_beam.runners.worker.sdk_worker_main' in sys.modules, 'pandas' in sys.modules)"
     )
@@ -71,7 +71,7 @@ def test_the_local_runners_worker_process_skips_the_interpreter_teardown_once_it
         "    logging.getLogger('pipeline.test').warning('harness done')\n"
         "    print('output', end=' ')\n"
         "sdk_worker_main.main = harness\n"
-        "from pipeline import sdk_worker\n"
+        "from pipeline.runners import sdk_worker\n"
         "sdk_worker.main()\n"
         "print('not reached')\n"
     )
@@ -99,8 +99,8 @@ def test_bundles_sample_their_state_at_the_short_period_in_every_kind_of_job_pro
         sampler + "period()\n"  # Beam alone
         "from apache_beam.runners.worker import sdk_worker_main\n"
         "sdk_worker_main.main = period\n"
-        "from pipeline import sdk_worker\n"
-        "import pipeline.jobs\n"
+        "from pipeline.runners import sdk_worker\n"
+        "import pipeline.runners.jobs\n"
         "period()\n"  # the launcher
         "statesampler.StateSampler.__init__.__defaults__ = (200,)\n"
         "from apache_beam.runners.worker import sdk_worker as harness\n"

@@ -16,8 +16,8 @@ from tokenizers import Tokenizer
 
 from pipeline import verify
 from pipeline.elements import Document
-from pipeline.jobs import JobFailed
 from pipeline.read.records import ReaderOptions, read_file
+from pipeline.runners.jobs import JobFailed
 from schemas import format as fmt
 from schemas.artifact import Artifact
 from tests.conftest import DEMO_CORPUS, WIKIPEDIA_SAMPLE, WIKITEXT2_BUILD, build, wikitext2

@@ -24,7 +24,6 @@ from apache_beam.testing.util import assert_that, equal_to
 import pipeline
 from pipeline import build_ngram_dictionary as job
 from pipeline import output
-from pipeline.jobs import UsageError
 from pipeline.ngrams import dictionary_files, frequent_pairs
 from pipeline.ngrams.codes import encode_code
 from pipeline.ngrams.corpus_summary import CorpusSummary
@@ -39,6 +38,7 @@ from pipeline.ngrams.lines import ReadLines
 from pipeline.ngrams.rules import NgramRules, is_punctuation, line_runs
 from pipeline.ngrams.source_files import SourceFiles
 from pipeline.read.wikitext import heading_level
+from pipeline.runners.jobs import UsageError
 from schemas import ngram_dictionary as ngram_format
 
 REPO = Path(__file__).resolve().parents[2]
@@ -689,6 +689,27 @@ def test_bad_options_and_input_give_one_clear_error(snippet_file, tmp_path, caps
     err = capsys.readouterr().err
     assert message in err and "build_ngram_dictionary: error: " in err and "Traceback" not in err
     assert not (tmp_path / "out" / ngram_format.MANIFEST_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    "argv,word",
+    [
+        (["--input", "SNIPPET", "--output", "OUT", "foo"], "foo"),
+        (["--input", "SNIPPET", "SNIPPET2", "--output", "OUT", "--min-count", "2"], "SNIPPET2"),
+    ],
+)
+def test_a_stray_word_is_refused_in_one_line_before_any_work(snippet_file, tmp_path, capsys, argv, word):
+    """Beam's options ignore a word that is no option's value (a second file after --input among them): the job
+    refuses it, naming it, before it claims the output."""
+    second = tmp_path / "second.tokens"
+    second.write_bytes(snippet_file.read_bytes())
+    replace = {"OUT": str(tmp_path / "out"), "SNIPPET": str(snippet_file), "SNIPPET2": str(second)}
+    word = replace.get(word, word)
+    assert job.main([replace.get(a, a) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"build_ngram_dictionary: error: stray word(s) on the command line: {word} ("), err
+    assert not (tmp_path / "out").exists()
 
 
 def test_existing_dictionary_needs_overwrite(snippet_file, tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Runner start-up problems end both jobs with one ``<job>: error:`` line and exit status 2 (pipeline/runner_checks.py),
+"""Runner start-up problems end both jobs with one ``<job>: error:`` line and exit status 2 (pipeline/runners/runner_checks.py),
 before anything is read, trained or claimed: run as a user runs them, ``python -m pipeline.<job>``, from a shell."""
 
 from __future__ import annotations
@@ -72,10 +72,12 @@ def test_a_job_server_jar_that_cannot_be_downloaded(job, runner, flag, tmp_path)
 
 
 def test_a_prism_binary_that_cannot_be_downloaded(tmp_path):
+    # No download, no binary in Beam's cache (HOME) and none that `make prism` built (an empty SPANPREP_PRISM_CACHE).
     proxy = {"https_proxy": f"http://127.0.0.1:{free_port()}", "HTTPS_PROXY": "", "no_proxy": "", "HOME": str(tmp_path)}
+    proxy["SPANPREP_PRISM_CACHE"] = str(tmp_path / "prism")
     line = run_job("build_ngram_dictionary", tmp_path, "--runner", "PrismRunner", env=proxy)
     assert "--runner PrismRunner starts Beam's Prism runner, whose binary cannot be fetched here: https://" in line
-    assert "--prism_location PATH" in line
+    assert "--prism_location PATH" in line and f"`make prism` (into {tmp_path / 'prism'}/v" in line
 
 
 def test_a_missing_job_server_jar_file(tmp_path):
@@ -112,7 +114,7 @@ def test_a_remote_runners_worker_pool_is_not_checked_from_here():
     # localhost:50000 of a Flink task manager's worker pool sidecar is not this machine's: nothing to check here.
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipeline import runner_checks
+    from pipeline.runners import runner_checks
 
     options = PipelineOptions(
         [

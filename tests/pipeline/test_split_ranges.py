@@ -13,9 +13,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.elements import DeadLetter, Document, InputSummary
-from pipeline.jobs import UsageError
 from pipeline.read import ranges
 from pipeline.read.records import ReaderOptions, read_file
+from pipeline.runners.jobs import UsageError
 from pipeline.tokenize import tokenizer
 from tests.conftest import WIKITEXT2_BUILD, build, wikitext2
 

@@ -20,7 +20,7 @@ from tests.conftest import REPO, free_port
 
 STARTUP_TIMEOUT_S = 60
 JOB_SERVICE = ("apache_beam.runners.portability.local_job_service_main", "--port", "the local job service")
-# spanprep's worker pool: Beam's, its SDK workers on the pool's own interpreter (pipeline/worker_pool.py)
+# spanprep's worker pool: Beam's, its SDK workers on the pool's own interpreter (pipeline/runners/worker_pool.py)
 WORKER_POOL = ("pipeline.worker_pool", "--service_port", "the Beam worker pool")
 
 

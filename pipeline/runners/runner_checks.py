@@ -32,7 +32,7 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.runners.runner import PipelineRunner, create_runner
 
-from pipeline.jobs import UsageError, runner_name
+from pipeline.runners.jobs import UsageError, runner_name
 from schemas import commands
 
 log = logging.getLogger("pipeline.runner_checks")
@@ -131,19 +131,36 @@ def _fetch_job_server_jar(name: str, options: PipelineOptions) -> None:
 
 
 def _fetch_prism(options: PipelineOptions) -> None:
-    """Beam's Prism runner binary, into Beam's cache (downloaded now from GitHub if it is not there)."""
+    """Beam's Prism runner binary, into Beam's cache (downloaded now from GitHub if it is not there); where that is not
+    possible and ``--prism_location`` was not given, the binary ``make prism`` built in this checkout
+    (``pipeline/runners/prism.py``), which then becomes the job's ``--prism_location``."""
+    from apache_beam.options.pipeline_options import PrismRunnerOptions
     from apache_beam.runners.portability import prism_runner
 
+    from pipeline.runners import prism
+
+    given = options.view_as(PrismRunnerOptions).prism_location
     server = prism_runner.PrismJobServer(options)
+    beam_log = logging.getLogger("apache_beam.runners.portability.prism_runner")
+    level = beam_log.level
+    beam_log.setLevel(logging.ERROR)  # "Downloading prism from ...", before the download fails here
     try:
         binary = server._get_executable_path()  # what Beam calls when the pipeline runs (Beam 2.77)
     except (RuntimeError, OSError, ValueError) as e:
+        built = None if given else prism.built_binary()
+        if built is not None:
+            options.view_as(PrismRunnerOptions).prism_location = str(built)
+            log.info("PrismRunner: Beam cannot download Prism here; the binary `make prism` built: %s", built)
+            return
         found = re.search(r"(https?://\S+?):? <urlopen error ([^>]*)>", str(e))
         what = f"{found.group(1)} ({found.group(2)})" if found else f"({str(e).splitlines()[0][:200]})"
+        hint = "" if given else f", or build it once with Go: `make prism` (into {prism.checkout_binary()})"
         raise UsageError(
             f"--runner PrismRunner starts Beam's Prism runner, whose binary cannot be fetched here: {what}; "
-            "pass --prism_location PATH (a local copy of the binary or its zip) or --job_endpoint HOST:PORT"
+            f"pass --prism_location PATH (a local copy of the binary or its zip) or --job_endpoint HOST:PORT{hint}"
         ) from None
+    finally:
+        beam_log.setLevel(level)
     log.info("PrismRunner: Beam's Prism binary %s", binary)
 
 

@@ -22,9 +22,7 @@ import contextlib
 import logging
 import os
 import re
-import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
 
 
@@ -43,22 +41,30 @@ if not any(isinstance(f, _QuietBeamImportWarning) for f in logging.getLogger().f
 # ``pa.array``), to recognise pandas values. So Beam is imported here, and the jobs' ``main()`` runs
 # (:func:`exit_code`), as on an install without pandas. Beam's runners (Dataflow, Flink, Spark, portable) do not
 # import it; pandas stays importable outside the block (Beam's DataFrame API imports it when used). The local
-# runner's worker processes do the same (pipeline/sdk_worker.py, where without_pandas lives: it imports no Beam).
-from pipeline.sdk_worker import without_pandas  # noqa: E402
+# runner's worker processes do the same (pipeline/runners/sdk_worker.py, where without_pandas lives: it imports no Beam).
+from pipeline.runners.sdk_worker import without_pandas  # noqa: E402
 
 with without_pandas():
     import apache_beam as beam
     from apache_beam.io.filesystem import BeamIOError
     from apache_beam.io.filesystems import FileSystems
 
-from pipeline import output, progress, sdk_worker  # noqa: E402
+from pipeline import output, progress  # noqa: E402
+from pipeline.runners import lost_workers, sdk_worker  # noqa: E402
 from schemas import format as fmt  # noqa: E402
 
 sdk_worker.shorten_state_sampling()  # for the bundles the in-process runner runs here
 
 DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner may try to download a runner binary
 # Runners whose workers run on this machine (with this machine's packages and files).
-LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PortableRunner")
+LOCAL_RUNNERS = (
+    "FnApiRunner",
+    "DirectRunner",
+    "BundleBasedDirectRunner",
+    "SwitchingDirectRunner",
+    "PortableRunner",
+    "PrismRunner",
+)
 
 # Names of options whose values are secrets (Beam's --s3_secret_access_key, --s3_session_token,
 # --azure_connection_string, ...). Only these: --tokenizer or --vocab-size are not secrets.
@@ -93,8 +99,13 @@ class WorkerLost(Exception):
     as one line without a traceback (exit 1)."""
 
 
-# What Beam's runners raise when an SDK worker process dies under a bundle (killed, out of memory).
-_LOST_WORKER = re.compile(r"Channel closed prematurely|Worker subprocess exited with return code|Socket closed")
+# What Beam's runners raise when an SDK worker process dies under a bundle (killed, out of memory); the last two are
+# Prism's ("bundle inst030 stage-028 failed:SDK worker disconnected: worker[...], 4 active instructions, ...", and
+# "prism worker[...] didn't get control connection to localhost:PORT after 1m0s" for one that died as it started).
+_LOST_WORKER = re.compile(
+    r"Channel closed prematurely|Worker subprocess exited with return code|Socket closed|SDK worker disconnected"
+    r"|didn't get control connection"
+)
 
 
 def exit_code(job: str, run: Callable[[], object]) -> int:
@@ -122,9 +133,18 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+class _QuietServiceChatter(logging.Filter):
+    """Drops Beam's "Really starting service at ..." and "Really destroying service at ..." warnings (a local job
+    server such as Prism's, started and stopped by the runner as it should be), which came after a job's summary."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "apache_beam.utils.subprocess_server" and str(record.msg).startswith("Really "))
+
+
 def configure_logging(level: int | None = None) -> None:
     """INFO-level progress lines on stderr for the command-line jobs, Beam's own chatter at WARNING."""
     handler = _StderrHandler()
+    handler.addFilter(_QuietServiceChatter())
     handler.setFormatter(logging.Formatter(sdk_worker.LOG_FORMAT))
     logging.basicConfig(level=logging.INFO if level is None else level, handlers=[handler], force=True)
     for noisy in ("apache_beam", "absl"):
@@ -148,6 +168,39 @@ def redact_argv(argv: list[str]) -> list[str]:
         else:
             out.append(output.redact_url(arg))
     return out
+
+
+def stray_words(options) -> list[str]:
+    """The words of ``options``' command line that are neither an option nor an option's value (``build_shards ...
+    foo``, or a second file after ``--input a.jsonl``). Beam's options ignore them; every job refuses them
+    (:func:`refuse_stray_words`). A word after an option that neither the job nor Beam knows is taken as that
+    option's value, as Beam takes it (a job that passes unknown options to the runner)."""
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
+        cls._add_argparse_args(parser)  # pylint: disable=protected-access
+    _, unknown = parser.parse_known_args(options._flags)  # pylint: disable=protected-access
+    words, i = [], 0
+    while i < len(unknown):
+        arg = unknown[i]
+        if arg.startswith("--") and "=" not in arg and i + 1 < len(unknown) and not unknown[i + 1].startswith("-"):
+            i += 2  # an unknown option and its value
+            continue
+        if not arg.startswith("-"):
+            words.append(arg)
+        i += 1
+    return words
+
+
+def refuse_stray_words(options) -> None:
+    """:class:`UsageError` naming the stray words of ``options``' command line (:func:`stray_words`), if any."""
+    words = stray_words(options)
+    if words:
+        raise UsageError(
+            f"stray word(s) on the command line: {' '.join(words)} (not an option or an option's value; every "
+            "option starts with --, and --input takes one file or glob: repeat it for several; see --help)"
+        )
 
 
 def check_location(option: str, url: str) -> None:
@@ -303,41 +356,6 @@ def _worker_command(pipeline_proto):
     return pipeline_proto
 
 
-_WORKER_EXITED = "Worker subprocess exited with return code"
-
-
-@contextlib.contextmanager
-def _lost_workers_stop_the_job(active: bool) -> Iterator[None]:
-    """Inside, on the local runner's worker processes: a worker process that dies stops the job. Beam's local runner
-    sees it only in the thread that started the process (``run_worker``, which raises "Worker subprocess exited with
-    return code N" and ends); when the worker held a bundle, the runner's main thread then waits for that bundle for
-    ever. So that thread's error is caught here (``threading.excepthook``) and handed to the main thread as a signal
-    (SIGUSR1, which interrupts its wait) whose handler raises it there: the job fails with :class:`WorkerLost`."""
-    if not active or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous_hook = threading.excepthook
-    lost: list[str] = []
-
-    def hook(args) -> None:
-        if args.thread is not None and args.thread.name == "run_worker" and _WORKER_EXITED in str(args.exc_value):
-            lost.append(_first_line(args.exc_value))
-            os.kill(os.getpid(), signal.SIGUSR1)
-            return
-        previous_hook(args)
-
-    def stop(signum, frame) -> None:
-        raise RuntimeError(lost[0] if lost else _WORKER_EXITED)  # _LOST_WORKER matches it: run_pipeline says so
-
-    previous_handler = signal.signal(signal.SIGUSR1, stop)
-    threading.excepthook = hook
-    try:
-        yield
-    finally:
-        threading.excepthook = previous_hook
-        signal.signal(signal.SIGUSR1, previous_handler)
-
-
 class _QuietUserErrors(logging.Filter):
     """Drops Beam's logs of a step that raised one of ``sdk_worker.ONE_LINE_ERRORS`` (with its traceback), in this
     process or relayed from a worker process: the job reports it in one line."""
@@ -388,7 +406,7 @@ def run_pipeline(
     for name in _BEAM_LOGGERS:
         logging.getLogger(name).addFilter(quiet)
     try:
-        with progress.reporting(options, total_bytes, local, unit), _lost_workers_stop_the_job(runner is not None):
+        with progress.reporting(options, total_bytes, local, unit), lost_workers.stop_the_job(runner is not None):
             with beam.Pipeline(runner=runner, options=options) as p:
                 build(p)
     except Exception as e:
