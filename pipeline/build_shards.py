@@ -342,7 +342,7 @@ def run(argv: list[str] | None = None) -> dict:
     # Before the first FileSystems call: Beam's S3 filesystem takes its endpoint and credentials from the options.
     FileSystems.set_options(options)
     o.input = list(o.input)
-    jobs.check_location("--output", o.output)
+    jobs.check_output(o.output, o.overwrite)  # before any input is read or a tokenizer trained; claimed below
     files = jobs.match_inputs(o.input)
     paths = [path for path, _ in files]
     log.info(
