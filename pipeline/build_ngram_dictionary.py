@@ -41,7 +41,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline import runner_checks
+from pipeline import progress, runner_checks
 from pipeline.jobs import LOCAL_RUNNERS, UsageError
 from pipeline.ngrams.corpus_summary import CorpusSummary
 from pipeline.ngrams.dictionary_files import WriteNgramDictionary
@@ -152,6 +152,7 @@ def _print_help() -> None:
         formatter_class=jobs.HelpFormatter,
     )
     NgramDictionaryOptions._add_argparse_args(parser)  # pylint: disable=protected-access
+    progress.ProgressOptions._add_argparse_args(parser.add_argument_group("progress and logging"))
     parser.print_help()
 
 

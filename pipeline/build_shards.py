@@ -57,7 +57,7 @@ log = logging.getLogger("pipeline.build_shards")
 MIN_SPLIT_BYTES = 4096  # a smaller --split-bytes is almost surely a unit mistake (it is bytes)
 
 
-def _job_parser() -> argparse.ArgumentParser:
+def _job_parser(with_progress: bool = False) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=commands.module("pipeline.build_shards"),
         description=__doc__,
@@ -66,6 +66,8 @@ def _job_parser() -> argparse.ArgumentParser:
         "Dataflow's --project/--region/--temp_location, ...); see docs/RUNNING.md.",
     )
     BuildShardsOptions._add_argparse_args(parser)
+    if with_progress:  # --help only: how the job reports is no option of the build (not in the manifest)
+        progress.ProgressOptions._add_argparse_args(parser.add_argument_group("progress and logging"))
     return parser
 
 
@@ -380,7 +382,7 @@ def run(argv: list[str] | None = None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
-        _job_parser().print_help()
+        _job_parser(with_progress=True).print_help()
         return 0
     jobs.configure_logging()
 

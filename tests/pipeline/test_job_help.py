@@ -60,3 +60,20 @@ def test_build_shards_help_names_the_number_of_shards_default(capsys, monkeypatc
     entry = _blocks(capsys.readouterr().out)["--num-shards"]
     default = BuildShardsOptions([]).view_as(BuildShardsOptions).num_shards
     assert f"(default: {default})" in entry
+
+
+@pytest.mark.parametrize("job", ["build_shards", "build_ngram_dictionary"])
+def test_help_lists_the_progress_and_log_options(job, capsys, monkeypatch):
+    import importlib
+
+    from pipeline.progress import DEFAULT_SECONDS
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    module = importlib.import_module(f"pipeline.{job}")
+    try:
+        assert module.main(["--help"]) == 0
+    except SystemExit as e:  # build_ngram_dictionary's --help ends in SystemExit(0)
+        assert e.code == 0
+    blocks = _blocks(capsys.readouterr().out)
+    assert "progress line" in blocks["--progress-seconds"] and f"(default: {DEFAULT_SECONDS})" in blocks["--progress-seconds"]
+    assert "log level" in blocks["--log-level"]
