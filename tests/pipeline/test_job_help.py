@@ -75,5 +75,8 @@ def test_help_lists_the_progress_and_log_options(job, capsys, monkeypatch):
     except SystemExit as e:  # build_ngram_dictionary's --help ends in SystemExit(0)
         assert e.code == 0
     blocks = _blocks(capsys.readouterr().out)
-    assert "progress line" in blocks["--progress-seconds"] and f"(default: {DEFAULT_SECONDS})" in blocks["--progress-seconds"]
+    assert (
+        "progress line" in blocks["--progress-seconds"]
+        and f"(default: {DEFAULT_SECONDS})" in blocks["--progress-seconds"]
+    )
     assert "log level" in blocks["--log-level"]
