@@ -57,6 +57,10 @@ log = logging.getLogger("pipeline.build_shards")
 MIN_SPLIT_BYTES = 4096  # a smaller --split-bytes is almost surely a unit mistake (it is bytes)
 
 
+# What "--input DIR: is a directory" suggests instead, per --input-format.
+INPUT_GLOBS = {"jsonl": "*.jsonl", "wikitext": "wiki.*.tokens", "text": "*.txt"}
+
+
 def _job_parser(with_progress: bool = False) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=commands.module("pipeline.build_shards"),
@@ -345,7 +349,7 @@ def run(argv: list[str] | None = None) -> dict:
     FileSystems.set_options(options)
     o.input = list(o.input)
     jobs.check_output(o.output, o.overwrite)  # before any input is read or a tokenizer trained; claimed below
-    files = jobs.match_inputs(o.input)
+    files = jobs.match_inputs(o.input, example=INPUT_GLOBS.get(o.input_format, "*"))
     paths = [path for path, _ in files]
     log.info(
         "%d input file(s) matched (%.1f MB); output %s; runner %s",

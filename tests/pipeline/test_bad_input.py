@@ -488,3 +488,12 @@ def test_a_non_empty_output_is_refused_before_any_input_is_read(tmp_path, capsys
     assert "exists and is not empty" in err and "notes.txt" in err, err
     assert "input file(s) matched" not in err and "training a" not in err, err
     assert (out / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("input_format, glob", [("wikitext", "wiki.*.tokens"), ("text", "*.txt"), ("jsonl", "*.jsonl")])
+def test_the_directory_hint_follows_the_input_format(input_format, glob, tmp_path, capsys):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    argv = ["--input", str(corpus), "--input-format", input_format, "--output", str(tmp_path / "out")]
+    assert build_shards.main(argv) == 2
+    assert f"give its files, e.g. --input '{corpus}/{glob}'" in capsys.readouterr().err
