@@ -35,8 +35,9 @@ import sys
 
 from schemas.ngram_dictionary import NgramDictionary
 from trainer.config import OptimConfig, add_dataclass_arguments, dataclass_from_args, given_fields
-from trainer.engine import default_single_process_env, env_rank
+from trainer.engine import accelerator_is_gpu, default_single_process_env, env_rank
 from trainer.engine.signals import exit_on_sigterm
+from trainer.engine.threads import CPU_THREADS_HELP, set_cpu_threads
 from trainer.finetuning import loop
 from trainer.finetuning.checkpoint import load_pretrained
 from trainer.finetuning.options import FinetuneConfig
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trainer/finetune.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1, help="set by the deepspeed launcher")
     add_dataclass_arguments(p.add_argument_group("fine-tuning"), FinetuneConfig, skip=("deepspeed_config",))
+    p.add_argument("--cpu-threads", type=int, default=None, metavar="N", help=CPU_THREADS_HELP)
     p.add_argument(
         "--deepspeed_config",
         "--deepspeed-config",
@@ -67,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     if env_rank()[0] == 0:  # rank 0 says it; the other ranks keep the default (a rank blocked in C stays killable)
         exit_on_sigterm("finetune")
     try:
+        # fine-tuning batches are made in this process: no data workers
+        said = set_cpu_threads(args.cpu_threads, 0, one_process=env_rank()[2] == 1, on_gpu=accelerator_is_gpu())
+        if said and env_rank()[1] == 0:
+            print(said, flush=True)
         cfg = dataclass_from_args(FinetuneConfig, args, deepspeed_config=args.deepspeed_config or "auto")
         optim_flags = given_fields(args, OptimConfig, dest_prefix="optim.")
         OptimConfig(**optim_flags)  # a bad optimizer option is reported before any work

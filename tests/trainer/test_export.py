@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,10 @@ def checkpoint(demo_artifact, tmp_path_factory) -> Path:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-5000:]
+    # it ends with the command that exports it, as the user can run it from the working directory
+    interpreter, *rest = shlex.split(proc.stdout.strip().splitlines()[-1].removeprefix("export: "))
+    assert rest == ["-m", "trainer.export", str(tmp / "run" / "checkpoints"), "--out", "hf_model"], proc.stdout
+    assert Path(REPO, interpreter).samefile(sys.executable), interpreter
     return tmp / "run" / "checkpoints"
 
 
