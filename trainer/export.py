@@ -227,6 +227,10 @@ def export(checkpoint_dir: str, out: str, tag: str | None = None) -> dict:
     hf_state = to_hf_state_dict(state, cfg)
     os.makedirs(out, exist_ok=True)
     save_file(hf_state, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    # safetensors writes through a private temporary file (mode 0600); the export's files share open()'s mode
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(os.path.join(out, "model.safetensors"), 0o666 & ~umask)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(hf_config(cfg), f, indent=2, sort_keys=True)
     with open(tokenizer_path, encoding="utf-8") as f:

@@ -122,6 +122,8 @@ def test_export_writes_the_hugging_face_files(exported, demo_artifact):
         "vocab.txt",
         "special_tokens_map.json",
     } <= names
+    modes = {p.name: p.stat().st_mode & 0o777 for p in exported.iterdir()}
+    assert len(set(modes.values())) == 1, modes  # model.safetensors was 0600, the rest 0644
     assert (exported / "tokenizer.json").read_bytes() == (demo_artifact / "tokenizer.json").read_bytes()
     manifest = json.loads((demo_artifact / "manifest.json").read_text())
     vocab = (exported / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
