@@ -245,11 +245,16 @@ def _load_tokenizer(
     tok = tokenizer.train(texts(), vocab_size=o.vocab_size, lowercase=o.lowercase)
     if count[0] == 0:
         raise UsageError("no valid document in the input to train a tokenizer on (every record was rejected)")
+    size = tok.get_vocab_size()
     log.info(
-        "trained a WordPiece vocabulary of %d on %d documents in %.1f s",
-        tok.get_vocab_size(),
+        "trained a WordPiece vocabulary of %d on %d documents in %.1f s%s",
+        size,
         count[0],
         time.time() - started,
+        f" (fewer than --vocab-size {o.vocab_size}: the input has no more pieces that occur at least twice, the "
+        "trainer's minimum; a larger input gives more)"
+        if size < o.vocab_size
+        else "",
     )
     return tokenizer.make_spec(tok, "trained", o.lowercase)
 

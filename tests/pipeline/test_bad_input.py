@@ -497,3 +497,13 @@ def test_the_directory_hint_follows_the_input_format(input_format, glob, tmp_pat
     argv = ["--input", str(corpus), "--input-format", input_format, "--output", str(tmp_path / "out")]
     assert build_shards.main(argv) == 2
     assert f"give its files, e.g. --input '{corpus}/{glob}'" in capsys.readouterr().err
+
+
+def test_a_trained_vocabulary_smaller_than_asked_says_why(tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("Some text. More text.\n\nOther words here.\n")
+    argv = ["--input", str(tmp_path / "in.txt"), "--input-format", "text", "--output", str(tmp_path / "out"),
+            "--vocab-size", "500", "--num-shards", "1"]  # fmt: skip
+    assert build_shards.main(argv) == 0
+    line = next(line for line in capsys.readouterr().err.splitlines() if "trained a WordPiece vocabulary of" in line)
+    size = int(line.split("vocabulary of ")[1].split()[0])
+    assert size < 500 and "(fewer than --vocab-size 500: the input has no more pieces that occur at least twice" in line
