@@ -1,11 +1,11 @@
 """Build a preprocessed-corpus artifact: raw corpus -> 512-token WordPiece rows in Arrow shards.
 
-    python -m pipeline.build_shards \\
+    .venv/bin/python -m pipeline.build_shards \\
         --input 'corpus/*.jsonl.zst' --input-format jsonl --output artifacts/wiki \\
         --tokenizer tokenizer.json --max-seq-len 512 --num-shards 64
 
     # WikiText, training a cased WordPiece vocabulary on the input, 2 local worker processes:
-    python -m pipeline.build_shards --input wiki.train.tokens --input-format wikitext \\
+    .venv/bin/python -m pipeline.build_shards --input wiki.train.tokens --input-format wikitext \\
         --output artifacts/wt103 --train-tokenizer --vocab-size 28996 \\
         --direct_running_mode multi_processing --direct_num_workers 2
 

@@ -1,6 +1,6 @@
 """``make demo``: build an artifact from the embedded corpus, verify it, and pre-train a tiny SpanBERT on it.
 
-    python -m pipeline.demo [--workdir demo] [--steps 40] [--no-train]
+    .venv/bin/python -m pipeline.demo [--workdir demo] [--steps 40] [--no-train]
 
 Everything is offline and takes a few minutes on 2 CPU cores: the corpus is
 ``pipeline/data/demo_corpus.jsonl`` (40 original articles written for this project), the

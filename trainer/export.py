@@ -1,7 +1,7 @@
 """Export a trainer checkpoint to Hugging Face format.
 
-    python -m trainer.export RUN_DIR/checkpoints --out DIR [--tag global_step5000]
-    python -m trainer.export RUN_DIR/checkpoints --out s3://bucket/models/x   (or gs://: written locally, then uploaded)
+    .venv/bin/python -m trainer.export RUN_DIR/checkpoints --out DIR [--tag global_step5000]
+    .venv/bin/python -m trainer.export RUN_DIR/checkpoints --out s3://bucket/models/x   (or gs://: written locally, then uploaded)
 
 CHECKPOINT_DIR is the DeepSpeed checkpoint directory (the one holding ``latest``); any ZeRO stage works
 because the weights are consolidated with DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint``.

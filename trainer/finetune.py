@@ -20,7 +20,7 @@ from a Hugging Face export:
 Extractive QA (SQuAD v1.1 JSON; v2.0 with ``--task squad2``), 512-token windows with stride 128; writes
 RUN_DIR/predictions.json:
 
-    deepspeed trainer/finetune.py --init runs/base --task squad1 --head span --train-file train-v1.1.json \\
+    .venv/bin/deepspeed trainer/finetune.py --init runs/base --task squad1 --head span --train-file train-v1.1.json \\
         --dev-file dev-v1.1.json --epochs 4 --lr 3e-5 --output-dir runs/squad
 
 Writes RUN_DIR/metrics.json, config.json, bad_rows.jsonl, predictions.json[l] and the monitor (monitor/*.csv).

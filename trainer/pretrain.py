@@ -2,12 +2,12 @@
 
 One GPU node, 8 GPUs, ZeRO-2, BERT-base sizes:
 
-    deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json \\
+    .venv/bin/deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json \\
         --data ARTIFACT --preset base --max-steps 100000 --output-dir runs/base
 
 Several nodes (a hostfile of ``hostname slots=8`` lines; RUN_DIR on a shared filesystem):
 
-    deepspeed --hostfile hostfile trainer/pretrain.py --deepspeed_config trainer/configs/zero3.json \\
+    .venv/bin/deepspeed --hostfile hostfile trainer/pretrain.py --deepspeed_config trainer/configs/zero3.json \\
         --data gs://bucket/artifact --preset large --max-steps 2400000 --output-dir /shared/runs/large
 
 CPU, two processes (gloo), the tiny preset (what the tests and ``make demo`` run):
@@ -22,7 +22,7 @@ One process without the launcher (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT are fil
 Continued pre-training from a Hugging Face BERT directory (or a spanprep run); sizes and vocabulary are the
 checkpoint's, the artifact must be built with its vocab.txt (docs/TRAINING.md, "Continued pre-training"):
 
-    deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json \\
+    .venv/bin/deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json \\
         --data artifacts/domain-cased --init models/bert-base-cased --max-steps 100000 --output-dir runs/dapt
 
 A weighted mixture of artifacts (same tokenizer; proportions of samples; docs/TRAINING.md):

@@ -28,7 +28,7 @@ def _free_port() -> int:
 
 
 def default_single_process_env(local_rank: int | None = None) -> None:
-    """Make ``python trainer/pretrain.py`` one process of a world of one.
+    """Make ``.venv/bin/python trainer/pretrain.py`` one process of a world of one.
 
     The ``deepspeed`` launcher (and torchrun) set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT;
     without them DeepSpeed would try MPI discovery and fail. Under mpirun (OMPI_*/PMI_* set) DeepSpeed's own
