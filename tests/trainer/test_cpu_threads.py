@@ -14,9 +14,9 @@ from trainer.finetuning.eta import elapsed_and_eta
 
 @pytest.fixture
 def one_process(monkeypatch):
-    """No launcher variables, no OMP_NUM_THREADS / RAYON_NUM_THREADS; torch's thread count restored afterwards."""
+    """No launcher variables, no OMP_NUM_THREADS; torch's thread count restored afterwards."""
     launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-    for key in (*launcher, "OMP_NUM_THREADS", "RAYON_NUM_THREADS"):
+    for key in (*launcher, "OMP_NUM_THREADS"):
         monkeypatch.setenv(key, "0")  # restored afterwards; main only fills in missing ones
         monkeypatch.delenv(key)
     before = torch.get_num_threads()

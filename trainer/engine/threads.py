@@ -1,4 +1,4 @@
-"""How many threads a one-process CPU run gives torch (and the tokenizers' pool).
+"""How many threads a one-process CPU run gives torch.
 
 torch starts with one intra-op thread per core. A run of ``trainer/pretrain.py`` or ``trainer/finetune.py`` without
 the ``deepspeed`` launcher also has its DataLoader worker processes (``--num-workers``, each busy masking) and its own
@@ -9,8 +9,9 @@ long as with ``OMP_NUM_THREADS=1``. The rule (docs/TRAINING.md, "Threads"):
     threads = max(1, cores - data workers - 1)
 
 ``cores`` is what this process may run on (``os.sched_getaffinity``); the 1 is the process's own Python work. On 2
-cores that is 1 thread whatever the workers; on 16 cores with 2 workers, 13. The tokenizers' Rust pool
-(``RAYON_NUM_THREADS``) gets the same number. ``--cpu-threads N`` sets the number; without it ``OMP_NUM_THREADS``
+cores that is 1 thread whatever the workers; on 16 cores with 2 workers, 13. The tokenizers' Rust pool needs no
+core of its own: pre-training reads token ids, and fine-tuning encodes its texts one at a time (``encode``, not
+``encode_batch``) before the first step. ``--cpu-threads N`` sets the number; without it ``OMP_NUM_THREADS``
 (which torch reads when it is imported) is kept. Runs on a GPU and runs under a launcher (which sets RANK; the
 documented CPU commands give ``OMP_NUM_THREADS=1``) keep torch's own choice unless ``--cpu-threads`` is given.
 """
@@ -55,5 +56,4 @@ def set_cpu_threads(flag: int | None, data_workers: int, *, one_process: bool, o
         threads = choose_cpu_threads(cores, data_workers)
         why = f"{cores} cores - {data_workers} data workers - 1 for this process; --cpu-threads N to change"
     torch.set_num_threads(threads)
-    os.environ.setdefault("RAYON_NUM_THREADS", str(threads))  # the tokenizers' pool, if not started yet
     return f"threads: torch {torch.get_num_threads()} ({why})"
