@@ -285,10 +285,8 @@ class FineTuner:
                 )
                 log.append({"step": step + 1, "loss": round(mean, 6)})
                 if bar is None:
-                    self._print(
-                        f"step {step + 1}/{self.max_steps}: loss {mean:.4f}, lr {lr:.3g}, "
-                        + elapsed_and_eta(time.monotonic() - started, step + 1, self.max_steps)
-                    )
+                    eta = elapsed_and_eta(time.monotonic() - started, step + 1, self.max_steps)
+                    self._print(f"step {step + 1}/{self.max_steps}: loss {mean:.4f}, lr {lr:.3g}, {eta}")
                 window = []
         if bar is not None:
             bar.close()
