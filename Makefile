@@ -16,7 +16,7 @@ setup: $(STAMP)
 
 # One line per step; pip's own progress bars on a terminal, pip's quiet mode in a log (CI, a pipe).
 $(STAMP): pyproject.toml requirements/constraints.txt requirements/language-data.txt requirements/cloud.txt
-	@echo "== set-up: $(VENV) with pinned dependencies (first run only; about 4 minutes on 2 cores)"
+	@echo "== set-up: $(VENV) with pinned dependencies (first run only: 3 minutes on an idle 2-core machine, README.md)"
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "spanprep needs Python 3.11, found " + sys.version' 
 	@test -x $(PY) || { echo "== set-up 1/4: creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	@echo "== set-up 2/4: language data, by hash (requirements/language-data.txt: spaCy's English model, Punkt)"
