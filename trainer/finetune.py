@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 
 from schemas.ngram_dictionary import NgramDictionary
 from trainer.config import OptimConfig, add_dataclass_arguments, dataclass_from_args, given_fields
 from trainer.engine import accelerator_is_gpu, default_single_process_env, env_rank
+from trainer.engine.distributed import say_setup_error
 from trainer.engine.signals import exit_on_sigterm
 from trainer.engine.threads import CPU_THREADS_HELP, set_cpu_threads
 from trainer.finetuning import loop
@@ -84,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         encoder, tokenizer, source = load_pretrained(cfg.init)
         setup = loop.prepare(cfg, optim_flags, encoder, tokenizer, source)
     except (ValueError, OSError) as e:  # ConfigError, DataError, CheckpointError, unreadable files
-        if env_rank()[1] == 0:  # every rank of a node fails the same way: say it once per node
-            print(f"finetune: error: {e}", file=sys.stderr)
+        say_setup_error("finetune", e)
         return 2
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # start-up is over: SIGTERM ends the run as before
     loop.run(setup)

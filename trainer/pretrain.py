@@ -53,6 +53,7 @@ from trainer.config import (
     add_dataclass_arguments,
 )
 from trainer.data import DataConfig
+from trainer.engine.distributed import say_setup_error
 from trainer.engine.signals import exit_on_sigterm
 from trainer.engine.threads import CPU_THREADS_HELP, set_cpu_threads
 from trainer.masking import SCHEMES, MaskingConfig
@@ -138,8 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                 exit_on_sigterm("pretrain")
             setup = engine.prepare(args)
         except engine.SETUP_ERRORS as e:
-            if local_rank == 0:  # every rank of a node fails the same way: say it once per node
-                print(f"pretrain: error: {e}", file=sys.stderr)
+            say_setup_error("pretrain", e)
             return 2
         try:
             code = engine.train(setup)
