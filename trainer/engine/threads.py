@@ -4,7 +4,7 @@ torch starts with one intra-op thread per core. A run of ``trainer/pretrain.py``
 the ``deepspeed`` launcher also has its DataLoader worker processes (``--num-workers``, each busy masking) and its own
 Python work (the loop, collation, the tokenizer), so torch's threads and these compete for the same cores, and a
 thread that loses waits at every operation: on a busy 2-core machine 30 steps of the tiny preset took 7.8 times as
-long as with ``OMP_NUM_THREADS=1``. The rule (docs/TRAINING.md, "Threads"):
+long as with ``OMP_NUM_THREADS=1``. The rule (docs/TRAINING.md, "Threads in a one-process CPU run"):
 
     threads = max(1, cores - data workers - 1)
 
@@ -12,8 +12,8 @@ long as with ``OMP_NUM_THREADS=1``. The rule (docs/TRAINING.md, "Threads"):
 cores that is 1 thread whatever the workers; on 16 cores with 2 workers, 13. The tokenizers' Rust pool needs no
 core of its own: pre-training reads token ids, and fine-tuning encodes its texts one at a time (``encode``, not
 ``encode_batch``) before the first step. ``--cpu-threads N`` sets the number; without it ``OMP_NUM_THREADS``
-(which torch reads when it is imported) is kept. Runs on a GPU and runs under a launcher (which sets RANK; the
-documented CPU commands give ``OMP_NUM_THREADS=1``) keep torch's own choice unless ``--cpu-threads`` is given.
+(which torch reads when it is imported) is kept. Runs on a GPU and runs of several ranks (the documented CPU launches
+give them ``OMP_NUM_THREADS=1``) keep torch's own choice unless ``--cpu-threads`` is given.
 """
 
 from __future__ import annotations
