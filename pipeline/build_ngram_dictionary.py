@@ -1,12 +1,12 @@
 """Build an n-gram dictionary (Span Fine-tuning, Bao et al. 2021) from WikiText files with Apache Beam.
 
-    python -m pipeline.build_ngram_dictionary --input wiki.train.tokens --output dictionaries/wikitext103 \\
+    .venv/bin/python -m pipeline.build_ngram_dictionary --input wiki.train.tokens --output dictionaries/wikitext103 \\
         --max-n 5 --min-n 2 --min-count 11 [--lowercase] [--drop-punctuation]
 
     # two local worker processes:
-    python -m pipeline.build_ngram_dictionary ... --direct_running_mode multi_processing --direct_num_workers 2
+    .venv/bin/python -m pipeline.build_ngram_dictionary ... --direct_running_mode multi_processing --direct_num_workers 2
     # any Beam runner, inputs and output on gs:// or s3://:
-    python -m pipeline.build_ngram_dictionary --input 'gs://b/wikitext-103/wiki.*.tokens' --output gs://b/dict \\
+    .venv/bin/python -m pipeline.build_ngram_dictionary --input 'gs://b/wikitext-103/wiki.*.tokens' --output gs://b/dict \\
         --runner DataflowRunner --project P --region R --temp_location gs://b/tmp \\
         --extra_package dist/spanprep-0.1.0.tar.gz    # workers need this package: python -m build --sdist
     (remote runners are not exercised by the tests here, which run offline)
@@ -41,6 +41,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from pipeline import progress
 from pipeline.ngrams.corpus_summary import CorpusSummary
 from pipeline.ngrams.dictionary_files import WriteNgramDictionary
 from pipeline.ngrams.frequent_ngrams import FrequentNgrams
@@ -152,6 +153,7 @@ def _print_help() -> None:
         formatter_class=jobs.HelpFormatter,
     )
     NgramDictionaryOptions._add_argparse_args(parser)  # pylint: disable=protected-access
+    progress.ProgressOptions._add_argparse_args(parser.add_argument_group("progress and logging"))
     parser.print_help()
 
 

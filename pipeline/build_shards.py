@@ -1,11 +1,11 @@
 """Build a preprocessed-corpus artifact: raw corpus -> 512-token WordPiece rows in Arrow shards.
 
-    python -m pipeline.build_shards \\
+    .venv/bin/python -m pipeline.build_shards \\
         --input 'corpus/*.jsonl.zst' --input-format jsonl --output artifacts/wiki \\
         --tokenizer tokenizer.json --max-seq-len 512 --num-shards 64
 
     # WikiText, training a cased WordPiece vocabulary on the input, 2 local worker processes:
-    python -m pipeline.build_shards --input wiki.train.tokens --input-format wikitext \\
+    .venv/bin/python -m pipeline.build_shards --input wiki.train.tokens --input-format wikitext \\
         --output artifacts/wt103 --train-tokenizer --vocab-size 28996 \\
         --direct_running_mode multi_processing --direct_num_workers 2
 
@@ -61,7 +61,11 @@ _FAMILY_NAMES = {"wordpiece": "WordPiece", "bpe": "byte-level BPE", "unigram": "
 MIN_SPLIT_BYTES = 4096  # a smaller --split-bytes is almost surely a unit mistake (it is bytes)
 
 
-def _job_parser() -> argparse.ArgumentParser:
+# What "--input DIR: is a directory" suggests instead, per --input-format.
+INPUT_GLOBS = {"jsonl": "*.jsonl", "wikitext": "wiki.*.tokens", "text": "*.txt", "parquet": "*.parquet"}
+
+
+def _job_parser(with_progress: bool = False) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=commands.module("pipeline.build_shards"),
         description=__doc__,
@@ -70,6 +74,8 @@ def _job_parser() -> argparse.ArgumentParser:
         "Dataflow's --project/--region/--temp_location, ...); see docs/RUNNING.md.",
     )
     BuildShardsOptions._add_argparse_args(parser)
+    if with_progress:  # --help only: how the job reports is no option of the build (not in the manifest)
+        progress.ProgressOptions._add_argparse_args(parser.add_argument_group("progress and logging"))
     return parser
 
 
@@ -197,7 +203,7 @@ def _match_inputs(o) -> list[tuple[str, int]]:
             for pattern in o.input:
                 jobs.check_location("--input", pattern)
             o.input = [path for directory in o.input for path in columnar.hf_dataset_files(directory)]
-        files = jobs.match_inputs(o.input, "*.parquet" if o.input_format == "parquet" else "*.jsonl")
+        files = jobs.match_inputs(o.input, example=INPUT_GLOBS.get(o.input_format, "*"))
         if o.input_format in ("parquet", "hf_dataset"):
             columnar.check_files([path for path, _ in files], o.input_format)
     except columnar.ColumnarError as e:
@@ -265,12 +271,17 @@ def _load_tokenizer(
     tok = training.train(kind, texts(), vocab_size=o.vocab_size, lowercase=o.lowercase)
     if count[0] == 0:
         raise UsageError("no valid document in the input to train a tokenizer on (every record was rejected)")
+    size = tok.get_vocab_size()
     log.info(
-        "trained a %s vocabulary of %d on %d documents in %.1f s",
+        "trained a %s vocabulary of %d on %d documents in %.1f s%s",
         _FAMILY_NAMES[kind],
-        tok.get_vocab_size(),
+        size,
         count[0],
         time.time() - started,
+        f" (fewer than --vocab-size {o.vocab_size}: the input has no more pieces that occur at least twice, the "
+        "trainer's minimum; a larger input gives more)"
+        if size < o.vocab_size
+        else "",
     )
     return tokenizer.make_spec(tok, "trained", o.lowercase)
 
@@ -369,7 +380,7 @@ def run(argv: list[str] | None = None) -> dict:
     # Before the first FileSystems call: Beam's S3 filesystem takes its endpoint and credentials from the options.
     FileSystems.set_options(options)
     o.input = list(o.input)
-    jobs.check_location("--output", o.output)
+    jobs.check_output(o.output, o.overwrite)  # before any input is read or a tokenizer trained; claimed below
     files = _match_inputs(o)
     paths = [path for path, _ in files]
     log.info(
@@ -416,7 +427,7 @@ def run(argv: list[str] | None = None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
-        _job_parser().print_help()
+        _job_parser(with_progress=True).print_help()
         return 0
     jobs.configure_logging()
 

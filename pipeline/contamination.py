@@ -1,6 +1,6 @@
 """How much of each evaluation set an existing artifact holds: n-gram overlap of its documents with the examples.
 
-    python -m pipeline.contamination ARTIFACT --eval ../shared/data/finetune/squad_format_xquad_en/xquad.en.json \\
+    .venv/bin/python -m pipeline.contamination ARTIFACT --eval ../shared/data/finetune/squad_format_xquad_en/xquad.en.json \\
         --eval ../shared/data/finetune/glue_rte/dev.tsv [--ngram 13] [--json]
 
 Reads the artifact's own rows (local, gs://, s3://), a document at a time: the ids of a document's rows are joined

@@ -1,6 +1,6 @@
 """``make demo``: build an artifact from the embedded corpus, verify it, and pre-train a tiny SpanBERT on it.
 
-    python -m pipeline.demo [--workdir demo] [--steps 40] [--no-train]
+    .venv/bin/python -m pipeline.demo [--workdir demo] [--steps 40] [--no-train]
 
 Everything is offline and takes a few minutes on 2 CPU cores: the corpus is
 ``pipeline/data/demo_corpus.jsonl`` (40 original articles written for this project), the
@@ -63,8 +63,10 @@ def _launcher_command(artifact: Path, run_dir: Path, steps: int) -> tuple[list[s
         config, ranks = "trainer/configs/zero2_cpu.json", ["--num_gpus", "2"]  # two CPU ranks
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("DS_ACCELERATOR", "cpu")  # the launcher's own processes too (trainer/engine/runtime.py)
+    # the launcher's own log at WARNING: its INFO lines are its argv per rank, world info and, on CPU, "Setting
+    # CUDA_VISIBLE_DEVICES" (its name for the CPU ranks' numbering); the ranks log as --log-level says
     cmd = [
-        str(deepspeed), *ranks, "--master_port", str(_free_port()), "trainer/pretrain.py",
+        str(deepspeed), "--log_level", "warning", *ranks, "--master_port", str(_free_port()), "trainer/pretrain.py",
         "--deepspeed_config", config, "--data", str(artifact), "--preset", "tiny", "--max-seq-len", "128",
         "--max-steps", str(steps), "--warmup-steps", str(max(1, steps // 10)), "--lr", "1e-3",
         "--log-every", "5", "--eval-every", str(steps), "--save-every", str(steps), "--num-workers", "1",

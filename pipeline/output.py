@@ -138,6 +138,27 @@ def read_lock(output: str) -> dict | None:
             return {"build_id": None}
 
 
+def check_output(output: str, overwrite: bool) -> list[str]:
+    """Refuse ``output`` for a new build unless it is absent, empty or ``overwrite`` is given; return the files it
+    holds. Changes nothing: a job calls it before it reads any data, :func:`prepare_output` again to claim it."""
+    shown = redact_url(output)
+    if is_local(output) and os.path.exists(output) and not os.path.isdir(output):
+        raise OutputError(f"--output {shown}: exists and is not a directory")
+    files = existing_files(output) if FileSystems.exists(output) or not is_local(output) else []
+    if files and not overwrite:
+        lock = read_lock(output)
+        if lock is not None:
+            raise OutputError(
+                f"--output {shown} is not empty: it holds {fmt.LOCK_FILE}, the lock of {describe_lock(lock)}; "
+                "a build is writing there or was killed before it finished: if none runs, pass --overwrite "
+                "to replace the output (lock and partial files)"
+            )
+        raise OutputError(
+            f"--output {shown} exists and is not empty (it holds {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}); pass --overwrite to replace it"
+        )
+    return files
+
+
 def prepare_output(
     output: str, overwrite: bool, subdirs: tuple[str, ...] = (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR)
 ) -> str:
@@ -146,21 +167,7 @@ def prepare_output(
     Raises :class:`OutputError`. The default ``subdirs`` are the artifact's; the n-gram dictionary has none.
     """
     shown = redact_url(output)
-    if is_local(output) and os.path.exists(output) and not os.path.isdir(output):
-        raise OutputError(f"--output {shown}: exists and is not a directory")
-    files = existing_files(output) if FileSystems.exists(output) or not is_local(output) else []
-    if files:
-        if not overwrite:
-            lock = read_lock(output)
-            if lock is not None:
-                raise OutputError(
-                    f"--output {shown} is not empty: it holds {fmt.LOCK_FILE}, the lock of {describe_lock(lock)}; "
-                    "a build is writing there or was killed before it finished: if none runs, pass --overwrite "
-                    "to replace the output (lock and partial files)"
-                )
-            raise OutputError(
-                f"--output {shown} exists and is not empty (it holds {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}); pass --overwrite to replace it"
-            )
+    if check_output(output, overwrite):  # files there, and --overwrite given
         lock = read_lock(output)
         if lock:
             log.warning(

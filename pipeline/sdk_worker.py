@@ -1,4 +1,4 @@
-"""``python -m pipeline.sdk_worker``: the FnApiRunner's local worker processes (``pipeline/runners/sdk_worker.py``)."""
+"""``pipeline.sdk_worker``: the FnApiRunner's local worker processes (``pipeline/runners/sdk_worker.py``)."""
 
 from pipeline.runners.sdk_worker import main
 

@@ -1,4 +1,4 @@
-"""``python -m pipeline.worker_pool --service_port PORT``: the worker pool of ``--environment_type EXTERNAL``
+"""``.venv/bin/python -m pipeline.worker_pool --service_port PORT``: the worker pool of ``--environment_type EXTERNAL``
 (``pipeline/runners/worker_pool.py``)."""
 
 from pipeline.runners.worker_pool import main

@@ -1,7 +1,7 @@
 """Export a trainer checkpoint to Hugging Face format.
 
-    python -m trainer.export RUN_DIR/checkpoints --out DIR [--tag global_step5000]
-    python -m trainer.export RUN_DIR/checkpoints --out s3://bucket/models/x   (or gs://: written locally, then uploaded)
+    .venv/bin/python -m trainer.export RUN_DIR/checkpoints --out DIR [--tag global_step5000]
+    .venv/bin/python -m trainer.export RUN_DIR/checkpoints --out s3://bucket/models/x   (or gs://: written locally, then uploaded)
 
 CHECKPOINT_DIR is the DeepSpeed checkpoint directory (the one holding ``latest``); any ZeRO stage works
 because the weights are consolidated with DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint``.
@@ -227,6 +227,10 @@ def export(checkpoint_dir: str, out: str, tag: str | None = None) -> dict:
     hf_state = to_hf_state_dict(state, cfg)
     os.makedirs(out, exist_ok=True)
     save_file(hf_state, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    # safetensors writes through a private temporary file (mode 0600); the export's files share open()'s mode
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(os.path.join(out, "model.safetensors"), 0o666 & ~umask)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(hf_config(cfg), f, indent=2, sort_keys=True)
     with open(tokenizer_path, encoding="utf-8") as f:

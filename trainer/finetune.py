@@ -20,7 +20,7 @@ from a Hugging Face export:
 Extractive QA (SQuAD v1.1 JSON; v2.0 with ``--task squad2``), 512-token windows with stride 128; writes
 RUN_DIR/predictions.json:
 
-    deepspeed trainer/finetune.py --init runs/base --task squad1 --head span --train-file train-v1.1.json \\
+    .venv/bin/deepspeed trainer/finetune.py --init runs/base --task squad1 --head span --train-file train-v1.1.json \\
         --dev-file dev-v1.1.json --epochs 4 --lr 3e-5 --output-dir runs/squad
 
 Writes RUN_DIR/metrics.json, config.json, bad_rows.jsonl, predictions.json[l] and the monitor (monitor/*.csv).
@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 
 from schemas.ngram_dictionary import NgramDictionary
 from trainer.config import OptimConfig, add_dataclass_arguments, dataclass_from_args, given_fields
-from trainer.engine import default_single_process_env, env_rank
+from trainer.engine import accelerator_is_gpu, default_single_process_env, env_rank
+from trainer.engine.distributed import say_setup_error
 from trainer.engine.signals import exit_on_sigterm
+from trainer.engine.threads import CPU_THREADS_HELP, set_cpu_threads
 from trainer.finetuning import loop
 from trainer.finetuning.checkpoint import load_pretrained
 from trainer.finetuning.options import FinetuneConfig
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trainer/finetune.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1, help="set by the deepspeed launcher")
     add_dataclass_arguments(p.add_argument_group("fine-tuning"), FinetuneConfig, skip=("deepspeed_config",))
+    p.add_argument("--cpu-threads", type=int, default=None, metavar="N", help=CPU_THREADS_HELP)
     p.add_argument(
         "--deepspeed_config",
         "--deepspeed-config",
@@ -67,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     if env_rank()[0] == 0:  # rank 0 says it; the other ranks keep the default (a rank blocked in C stays killable)
         exit_on_sigterm("finetune")
     try:
+        # fine-tuning batches are made in this process: no data workers
+        said = set_cpu_threads(args.cpu_threads, 0, one_process=env_rank()[2] == 1, on_gpu=accelerator_is_gpu())
+        if said and env_rank()[1] == 0:
+            print(said, flush=True)
         cfg = dataclass_from_args(FinetuneConfig, args, deepspeed_config=args.deepspeed_config or "auto")
         optim_flags = given_fields(args, OptimConfig, dest_prefix="optim.")
         OptimConfig(**optim_flags)  # a bad optimizer option is reported before any work
@@ -78,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         encoder, tokenizer, source = load_pretrained(cfg.init)
         setup = loop.prepare(cfg, optim_flags, encoder, tokenizer, source)
     except (ValueError, OSError) as e:  # ConfigError, DataError, CheckpointError, unreadable files
-        if env_rank()[1] == 0:  # every rank of a node fails the same way: say it once per node
-            print(f"finetune: error: {e}", file=sys.stderr)
+        say_setup_error("finetune", e)
         return 2
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # start-up is over: SIGTERM ends the run as before
     loop.run(setup)

@@ -1,7 +1,7 @@
 """Hugging Face BERT checkpoints <-> our :class:`trainer.model.SpanBert`: the one table of parameter names.
 
 :func:`name_table` is the only place that knows which Hugging Face tensor is which of ours; the exporter
-(:func:`to_hf_state_dict`, ``python -m trainer.export``) and both ``--init`` options (pre-training and fine-tuning,
+(:func:`to_hf_state_dict`, ``.venv/bin/python -m trainer.export``) and both ``--init`` options (pre-training and fine-tuning,
 through ``trainer.pretrained``) read it, one way or the other. A Hugging Face checkpoint is read from a directory
 with ``config.json`` and ``model.safetensors`` or ``pytorch_model.bin`` (also sharded, with the ``*.index.json``);
 ``pytorch_model.bin`` only with ``torch.load(weights_only=True)``, so a pickle that wants to run code is refused.

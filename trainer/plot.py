@@ -1,7 +1,7 @@
 """Training curves of a run: loss (total, MLM, SBO), accuracy, learning rate and throughput, as PNG files.
 
-    python -m trainer.plot RUN_DIR                 # writes RUN_DIR/plots/*.png
-    python -m trainer.plot RUN_DIR --out figures/  # somewhere else
+    .venv/bin/python -m trainer.plot RUN_DIR                 # writes RUN_DIR/plots/*.png
+    .venv/bin/python -m trainer.plot RUN_DIR --out figures/  # somewhere else
 
 Reads the CSV files that DeepSpeed's CSV monitor writes for the trainer (``trainer/engine/``) in
 ``RUN_DIR/monitor/``: one file per metric, named after the event with ``/`` turned into ``_``, each a

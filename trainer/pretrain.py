@@ -2,12 +2,12 @@
 
 One GPU node, 8 GPUs, ZeRO-2, BERT-base sizes:
 
-    deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json \\
+    .venv/bin/deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json \\
         --data ARTIFACT --preset base --max-steps 100000 --output-dir runs/base
 
 Several nodes (a hostfile of ``hostname slots=8`` lines; RUN_DIR on a shared filesystem):
 
-    deepspeed --hostfile hostfile trainer/pretrain.py --deepspeed_config trainer/configs/zero3.json \\
+    .venv/bin/deepspeed --hostfile hostfile trainer/pretrain.py --deepspeed_config trainer/configs/zero3.json \\
         --data gs://bucket/artifact --preset large --max-steps 2400000 --output-dir /shared/runs/large
 
 CPU, two processes (gloo), the tiny preset (what the tests and ``make demo`` run):
@@ -22,7 +22,7 @@ One process without the launcher (RANK=0, WORLD_SIZE=1, MASTER_ADDR/PORT are fil
 Continued pre-training from a Hugging Face BERT directory (or a spanprep run); sizes and vocabulary are the
 checkpoint's, the artifact must be built with its vocab.txt (docs/TRAINING.md, "Continued pre-training"):
 
-    deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json \\
+    .venv/bin/deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json \\
         --data artifacts/domain-cased --init models/bert-base-cased --max-steps 100000 --output-dir runs/dapt
 
 A weighted mixture of artifacts (same tokenizer; proportions of samples; docs/TRAINING.md):
@@ -38,8 +38,11 @@ docs/TRAINING.md explains them.
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 
+from schemas import commands
 from schemas.format import FormatError
 from trainer import engine
 from trainer.config import (
@@ -50,7 +53,9 @@ from trainer.config import (
     add_dataclass_arguments,
 )
 from trainer.data import DataConfig
+from trainer.engine.distributed import say_setup_error
 from trainer.engine.signals import exit_on_sigterm
+from trainer.engine.threads import CPU_THREADS_HELP, set_cpu_threads
 from trainer.masking import SCHEMES, MaskingConfig
 
 # Filled in from other options, so they cannot disagree.
@@ -64,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1, help="set by the deepspeed launcher")
     g = p.add_argument_group("run")
+    g.add_argument("--cpu-threads", type=int, default=None, metavar="N", help=CPU_THREADS_HELP)
     add_dataclass_arguments(g, RunConfig, skip=("deepspeed_config",))
     g.add_argument(
         "--deepspeed_config",
@@ -114,24 +120,36 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     engine.default_single_process_env(args.local_rank)
-    rank, local_rank, _ = engine.env_rank()
+    rank, local_rank, world = engine.env_rank()
     lock = None
     try:  # the lock is released on every way out that Python sees (errors and tracebacks included)
         try:
+            workers = getattr(args, "data.num_workers", None)
+            said = set_cpu_threads(
+                args.cpu_threads,
+                DataConfig.num_workers if workers is None else workers,
+                one_process=world == 1,
+                on_gpu=engine.accelerator_is_gpu(),
+            )
+            if said and local_rank == 0:
+                print(said, flush=True)
             if rank == 0 and args.output_dir:  # one rank owns the run directory's lock, before anything is written
                 lock = engine.acquire_run_lock(args.output_dir)
                 # until training's own handler (save, then exit) takes over: the lock is released on the way out
                 exit_on_sigterm("pretrain")
             setup = engine.prepare(args)
         except engine.SETUP_ERRORS as e:
-            if local_rank == 0:  # every rank of a node fails the same way: say it once per node
-                print(f"pretrain: error: {e}", file=sys.stderr)
+            say_setup_error("pretrain", e)
             return 2
         try:
-            return engine.train(setup)
+            code = engine.train(setup)
         except FormatError as e:  # a shard found damaged or missing while training (e.g. by a --cache-dir fill)
             print(f"pretrain: error: {e}", file=sys.stderr)
             return 2
+        checkpoints = os.path.join(args.output_dir or "", "checkpoints")
+        if code == 0 and rank == 0 and args.output_dir and os.path.isdir(checkpoints):
+            print(f"export: {commands.module('trainer.export')} {shlex.quote(checkpoints)} --out hf_model", flush=True)
+        return code
     finally:
         if lock is not None:
             lock.release()

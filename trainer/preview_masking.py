@@ -1,6 +1,6 @@
 """Preview a masking scheme on an artifact: write masked examples and print their statistics.
 
-    python -m trainer.preview_masking --data ARTIFACT --scheme span --num 100 --seed 0 --out masked.arrow
+    .venv/bin/python -m trainer.preview_masking --data ARTIFACT --scheme span --num 100 --seed 0 --out masked.arrow
 
 Takes the artifact's first ``--num`` rows (sample ids 0..num-1: shards in manifest order), masks them as the
 trainer would at epoch ``--epoch`` with ``--seed`` as the masking seed, and writes an Arrow IPC file with one

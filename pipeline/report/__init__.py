@@ -1,9 +1,9 @@
 """Show an artifact: plots and ``report/index.html``, and a dataset card ``README.md``.
 
-    python -m pipeline.report ARTIFACT                      # local path, gs://, s3://, hdfs://
-    python -m pipeline.report ARTIFACT --license cc-by-sa-3.0 \\
+    .venv/bin/python -m pipeline.report ARTIFACT                      # local path, gs://, s3://, hdfs://
+    .venv/bin/python -m pipeline.report ARTIFACT --license cc-by-sa-3.0 \\
         --source-license "WikiText-103: CC BY-SA 3.0 (Merity et al., 2016)" --pretty-name "WikiText-103 for SpanBERT"
-    python -m pipeline.build_shards ... --report            # the same, at the end of the build
+    .venv/bin/python -m pipeline.build_shards ... --report            # the same, at the end of the build
 
 What flows in: an artifact (read only through ``schemas.artifact.Artifact``; the n-gram dictionary named in
 its manifest is read too, through ``schemas.ngram_dictionary``, when it is reachable). What flows out, through
@@ -13,7 +13,7 @@ the same filesystem:
     ARTIFACT/report/*.png           the plots it shows
     ARTIFACT/README.md              a dataset card in the style of Hugging Face's (numbers from the manifest)
 
-Neither is listed in the manifest, so ``python -m pipeline.verify`` is unaffected. The shards are read
+Neither is listed in the manifest, so ``.venv/bin/python -m pipeline.verify`` is unaffected. The shards are read
 record batch by record batch. Artifacts of more than ``--max-rows`` rows are sampled: a fixed-seed random
 choice of record batches (each row equally likely); a document is counted in "tokens per document" when its
 first row is in a sampled batch, and is then followed to its end, so long documents are not under-counted.

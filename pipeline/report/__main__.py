@@ -1,4 +1,4 @@
-"""``python -m pipeline.report``: see :mod:`pipeline.report.cli`."""
+"""``.venv/bin/python -m pipeline.report``: see :mod:`pipeline.report.cli`."""
 
 from pipeline.report.cli import main
 from schemas.quick_exit import quick_exit

@@ -89,7 +89,7 @@ def build_card(
         "",
         "## What it is",
         "",
-        f"A preprocessed corpus for SpanBERT-style pre-training, made by spanprep (`python -m pipeline.build_shards`): "
+        f"A preprocessed corpus for SpanBERT-style pre-training, made by spanprep (`.venv/bin/python -m pipeline.build_shards`): "
         f"{c['rows']:,} rows of at most {m['max_row_tokens']} WordPiece tokens ({c['tokens']:,} tokens in all) from "
         f"{plural(c['documents_written'], 'document')}, in {plural(len(m['shards']), 'Arrow IPC file')} (`{fmt.SHARDS_DIR}/*.arrow`, zstd). "
         f"One row is one training sequence without its special tokens: a trainer adds `[CLS]` before and `[SEP]` after "
@@ -174,7 +174,9 @@ def build_card(
         "",
         "### Licence of this dataset",
         "",
-        f"`{license}`." if license else "Unknown: set it with `python -m pipeline.report ARTIFACT --license <id>`.",
+        f"`{license}`."
+        if license
+        else "Unknown: set it with `.venv/bin/python -m pipeline.report ARTIFACT --license <id>`.",
         "",
         "## Counts",
         "",
@@ -230,12 +232,12 @@ def build_card(
         "Pre-training SpanBERT on it with spanprep's trainer:",
         "",
         _fence(
-            f"deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json --data {shlex.quote(uri)} \\\n"
+            f".venv/bin/deepspeed trainer/pretrain.py --deepspeed_config trainer/configs/zero2.json --data {shlex.quote(uri)} \\\n"
             f"    --preset base --max-steps 100000 --output-dir runs/base",
             "bash",
         ),
         "",
-        f"Check it first (checksums, counts, invariants): `python -m pipeline.verify {shlex.quote(uri)}`. The decoded text: "
+        f"Check it first (checksums, counts, invariants): `.venv/bin/python -m pipeline.verify {shlex.quote(uri)}`. The decoded text: "
         '`tokenizers.Tokenizer.from_file("tokenizer.json").decode(ids)`.',
         "",
         "## Limitations",

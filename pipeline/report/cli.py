@@ -1,6 +1,6 @@
 """Show an artifact: plots and ``report/index.html``, and a dataset card ``README.md``.
 
-This is the command line of ``python -m pipeline.report`` (see the package docstring for what it reads and
+This is the command line of ``.venv/bin/python -m pipeline.report`` (see the package docstring for what it reads and
 writes).
 """
 

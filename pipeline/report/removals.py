@@ -54,7 +54,7 @@ HEADERS = ["evaluation file", "examples", "contaminated", "too short", "n-grams 
 def contamination_line(m: dict) -> str:
     info = m.get("contamination")
     if not info:
-        return "Evaluation-set overlap: not checked at build time (`python -m pipeline.contamination` checks it now)."
+        return "Evaluation-set overlap: not checked at build time (`.venv/bin/python -m pipeline.contamination` checks it now)."
     what = (
         f"{m['counts'].get('documents_contaminated', 0):,} documents holding one were left out "
         "(`removed/contaminated.jsonl` names the examples)"

@@ -244,6 +244,17 @@ def match_inputs(patterns: list[str], example: str = "*.jsonl") -> list[tuple[st
     return sorted(found.items())
 
 
+def check_output(url: str, overwrite: bool) -> None:
+    """Before any data is read: refuse a non-empty ``url`` without --overwrite (``output.check_output``)."""
+    check_location("--output", url)
+    try:
+        output.check_output(url, overwrite)
+    except output.OutputError as e:
+        raise UsageError(str(e)) from None
+    except (BeamIOError, ValueError, OSError) as e:
+        raise UsageError(f"--output {output.redact_url(url)}: cannot use it ({_first_line(e)})") from None
+
+
 def prepare_output(url: str, overwrite: bool, subdirs: tuple[str, ...] = ()) -> str:
     """Claim ``url`` for this build (refusing any non-empty one without --overwrite); return the build id."""
     check_location("--output", url)

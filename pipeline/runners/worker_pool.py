@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+from schemas import commands
+
 try:
     from apache_beam.portability.api import beam_fn_api_pb2
     from apache_beam.runners.worker import worker_pool_main
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline.worker_pool",
+        prog=commands.module("pipeline.worker_pool"),
         description="Beam's worker pool for --environment_type EXTERNAL, its SDK workers on this interpreter.",
     )
     parser.add_argument("--service_port", type=int, required=True, help="port the pool listens on (0: any free one)")

@@ -1,7 +1,7 @@
 """Verify an artifact: checksums, counts, schema and version, and the format's invariants.
 
-    python -m pipeline.verify ARTIFACT            # local path, gs://, s3://, hdfs://
-    python -m pipeline.verify ARTIFACT --quick    # checksums and sizes only, no row-level checks
+    .venv/bin/python -m pipeline.verify ARTIFACT            # local path, gs://, s3://, hdfs://
+    .venv/bin/python -m pipeline.verify ARTIFACT --quick    # checksums and sizes only, no row-level checks
 
 Exit status 0 when everything holds, 1 with one line per problem otherwise (a truncated shard,
 a flipped byte, a missing file, counts that do not add up, an invariant violated, a symbolic link

@@ -184,8 +184,10 @@ def test_bad_rows_reported_and_user_errors_exit_2(pretrained, tmp_path):
     out = tmp_path / "bad"
     proc = run([sys.executable, *finetune_cmd(pretrained, "cls", out, "run", "--train-file", str(train))])
     assert "train: 40 rows read, 38 used, 2 bad" in proc.stdout
-    # not a terminal: no progress bar (a line of carriage returns in a log), the --log-every lines instead
-    assert "\r" not in proc.stderr and re.search(r"^step \d+/\d+: loss \d", proc.stdout, re.M), proc.stdout
+    # not a terminal: no progress bar (a line of carriage returns in a log), the --log-every lines instead, with the
+    # time so far and the time left
+    step_line = r"^step \d+/\d+: loss \d.*, elapsed \d+:\d\d, ETA \d+:\d\d$"
+    assert "\r" not in proc.stderr and re.search(step_line, proc.stdout, re.M), proc.stdout
     m = json.loads((out / "metrics.json").read_text())
     assert m["data"]["train"]["by_reason"] == {"unknown_label": 1, "wrong_column_count": 1}
     records = [json.loads(line) for line in (out / "bad_rows.jsonl").read_text().splitlines()]

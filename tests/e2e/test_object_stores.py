@@ -327,3 +327,20 @@ def test_two_concurrent_builds_into_one_s3_prefix_cannot_both_succeed(s3_store, 
         verify.stdout + verify.stderr
     )
     assert Artifact.open(output).manifest["shards"] == Artifact.open(str(demo_artifact)).manifest["shards"]
+
+
+def test_beam_finds_the_emulator_credentials_at_once(gcs_store, monkeypatch):
+    """Beam's GcsIO retries google.auth.default 4 times with backoff (~30 s per process) while it raises; with the
+    store's environment it returns usable credentials at the first call, and the client they make reaches the
+    emulator (it ignores the token)."""
+    import google.auth
+    from apache_beam.io.gcp import gcsio
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+
+    for key, value in gcs_store.env.items():
+        monkeypatch.setenv(key, value)
+    options = PipelineOptions(gcs_store.beam_args)
+    credentials, _ = google.auth.default(scopes=options.view_as(GoogleCloudOptions).gcp_oauth_scopes)
+    assert credentials.valid  # a token that needs no refresh: nothing asks a token server
+    client = gcsio.create_storage_client(options)
+    assert client.lookup_bucket(gcs_store.bucket) is not None

@@ -63,3 +63,23 @@ def test_build_shards_help_names_the_number_of_shards_default(capsys, monkeypatc
     assert BuildShardsOptions([]).view_as(BuildShardsOptions).num_shards is None
     assert f"(neither: shards of about {DEFAULT_SHARD_MB} MB" in blocks["--num-shards"]
     assert f"(default when neither is given: {DEFAULT_SHARD_MB})" in blocks["--shard-size-mb"]
+
+
+@pytest.mark.parametrize("job", ["build_shards", "build_ngram_dictionary"])
+def test_help_lists_the_progress_and_log_options(job, capsys, monkeypatch):
+    import importlib
+
+    from pipeline.progress import DEFAULT_SECONDS
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    module = importlib.import_module(f"pipeline.{job}")
+    try:
+        assert module.main(["--help"]) == 0
+    except SystemExit as e:  # build_ngram_dictionary's --help ends in SystemExit(0)
+        assert e.code == 0
+    blocks = _blocks(capsys.readouterr().out)
+    assert (
+        "progress line" in blocks["--progress-seconds"]
+        and f"(default: {DEFAULT_SECONDS})" in blocks["--progress-seconds"]
+    )
+    assert "log level" in blocks["--log-level"]

@@ -207,6 +207,24 @@ def start_s3(workdir: Path, bucket: str = "spanprep-test") -> Store:
     return store
 
 
+def write_emulator_credentials(path: Path) -> Path:
+    """An Application Default Credentials file for a GCS emulator: an ``authorized_user`` entry holding an access
+    token that never expires, so google.auth resolves it from the file at once and never asks a token server.
+    The emulator ignores the bearer token it is sent (a real bucket would refuse it: RUNNING.md says what users
+    give instead)."""
+    info = {
+        "type": "authorized_user",
+        "client_id": "spanprep-gcs-emulator",
+        "client_secret": "unused",
+        "refresh_token": "unused",
+        "token": "emulator",
+        "expiry": "2999-01-01T00:00:00Z",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(info))
+    return path
+
+
 def start_gcs(workdir: Path, bucket: str = "spanprep-test") -> Store:
     """``gcp-storage-emulator`` (GCS JSON API, in memory) on 127.0.0.1 with ``bucket`` created through the API."""
     port = _free_port()
@@ -229,6 +247,9 @@ def start_gcs(workdir: Path, bucket: str = "spanprep-test") -> Store:
         **NO_CLOUD_METADATA,
         "STORAGE_EMULATOR_HOST": endpoint,
         "GOOGLE_CLOUD_PROJECT": "test",
+        # Beam's GcsIO asks google.auth for Application Default Credentials first and, finding none, retries
+        # 4 times with backoff (~30 s per process) before it connects anonymously; these resolve at once.
+        "GOOGLE_APPLICATION_CREDENTIALS": str(write_emulator_credentials(Path(workdir) / "emulator-credentials.json")),
         # gcsfs >= 2026.10 asks the storage-control gRPC API (over TLS) for the bucket type, which the emulator
         # does not serve: a 60 s timeout per call; off, it uses the JSON API only.
         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,10 @@ def checkpoint(demo_artifact, tmp_path_factory) -> Path:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-5000:]
+    # it ends with the command that exports it, as the user can run it from the working directory
+    interpreter, *rest = shlex.split(proc.stdout.strip().splitlines()[-1].removeprefix("export: "))
+    assert rest == ["-m", "trainer.export", str(tmp / "run" / "checkpoints"), "--out", "hf_model"], proc.stdout
+    assert Path(REPO, interpreter).samefile(sys.executable), interpreter
     return tmp / "run" / "checkpoints"
 
 
@@ -117,6 +122,8 @@ def test_export_writes_the_hugging_face_files(exported, demo_artifact):
         "vocab.txt",
         "special_tokens_map.json",
     } <= names
+    modes = {p.name: p.stat().st_mode & 0o777 for p in exported.iterdir()}
+    assert len(set(modes.values())) == 1, modes  # model.safetensors was 0600, the rest 0644
     assert (exported / "tokenizer.json").read_bytes() == (demo_artifact / "tokenizer.json").read_bytes()
     manifest = json.loads((demo_artifact / "manifest.json").read_text())
     vocab = (exported / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]

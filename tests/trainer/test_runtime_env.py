@@ -83,3 +83,6 @@ def test_the_demos_launcher_is_told_the_cpu_path(tmp_path, monkeypatch):
     monkeypatch.delenv("DS_ACCELERATOR", raising=False)
     cmd, env = demo._launcher_command(tmp_path / "artifact", tmp_path / "run", 4)
     assert env["DS_ACCELERATOR"] == "cpu" and cmd[cmd.index("--num_gpus") + 1] == "2"
+    # the launcher's INFO lines (argv per rank, "Setting CUDA_VISIBLE_DEVICES" on CPU) are not shown
+    level = cmd.index("--log_level")
+    assert cmd[level + 1] == "warning" and level < cmd.index("trainer/pretrain.py")

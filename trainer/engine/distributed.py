@@ -10,6 +10,7 @@ import contextlib
 import os
 import socket
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -28,7 +29,7 @@ def _free_port() -> int:
 
 
 def default_single_process_env(local_rank: int | None = None) -> None:
-    """Make ``python trainer/pretrain.py`` one process of a world of one.
+    """Make ``.venv/bin/python trainer/pretrain.py`` one process of a world of one.
 
     The ``deepspeed`` launcher (and torchrun) set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT;
     without them DeepSpeed would try MPI discovery and fail. Under mpirun (OMPI_*/PMI_* set) DeepSpeed's own
@@ -44,6 +45,24 @@ def default_single_process_env(local_rank: int | None = None) -> None:
     env.setdefault("LOCAL_RANK", "0")
     env.setdefault("MASTER_ADDR", "127.0.0.1")
     env.setdefault("MASTER_PORT", str(_free_port()))
+
+
+# How long a node's other ranks wait for its first rank to say a start-up error before they say it themselves.
+SETUP_ERROR_GRACE_S = 10.0
+
+
+def say_setup_error(program: str, error: object) -> None:
+    """``PROGRAM: error: ...`` on stderr, once per node: every rank of a node fails the same way.
+
+    The node's first rank says it at once. Under a launcher (deepspeed, torchrun) the first rank to exit non-zero
+    makes the launcher end the others, so a rank that stayed silent and exited first could take the only message
+    with it (a 2-rank refusal printed nothing but the launcher's own lines); the other ranks wait up to
+    :data:`SETUP_ERROR_GRACE_S` for that, and say it themselves if they are still running.
+    """
+    _, local, world = env_rank()
+    if local != 0 and world > 1:
+        time.sleep(SETUP_ERROR_GRACE_S)
+    print(f"{program}: error: {error}", file=sys.stderr, flush=True)
 
 
 def env_rank() -> tuple[int, int, int]:

@@ -8,7 +8,7 @@ Hugging Face names in ``trainer.hf_bert``):
   ``trainer.export.load_model`` (any ZeRO stage), the tokenizer is the checkpoint's ``tokenizer.json``
   (the artifact's, byte for byte), the model configuration its ``spanprep_trainer.json``;
 - a Hugging Face BERT directory (``config.json`` + ``model.safetensors`` or ``pytorch_model.bin``), such as
-  ``python -m trainer.export`` writes: the tokenizer is its ``tokenizer.json``, or, for a model without one, a
+  ``.venv/bin/python -m trainer.export`` writes: the tokenizer is its ``tokenizer.json``, or, for a model without one, a
   WordPiece tokenizer from its ``vocab.txt`` (lower-casing as its ``tokenizer_config.json`` says).
 
 The special tokens are read by role (``CheckpointTokenizer.roles``): the checkpoint's artifact manifest names them,

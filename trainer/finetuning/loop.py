@@ -44,6 +44,7 @@ from trainer.engine import (
 )
 from trainer.finetuning import spex, squad, squad_metric
 from trainer.finetuning.encoding import ModelTokenizer
+from trainer.finetuning.eta import elapsed_and_eta
 from trainer.finetuning.features import collate, glue_feature
 from trainer.finetuning.glue import DataError, read_tsv, write_bad_rows
 from trainer.finetuning.heads import FineTuneModel
@@ -257,6 +258,7 @@ class FineTuner:
         G, world, rank = self.global_batch, self.dist.world_size, self.dist.rank
         log, window, bar = [], [], self._bar(self.max_steps, "train")
         self.engine.train()
+        started = time.monotonic()
         for step in range(self.max_steps):
             epoch, k = divmod(step, self.steps_per_epoch)
             order = _order(n, self.cfg.seed, epoch)
@@ -283,7 +285,8 @@ class FineTuner:
                 )
                 log.append({"step": step + 1, "loss": round(mean, 6)})
                 if bar is None:
-                    self._print(f"step {step + 1}/{self.max_steps}: loss {mean:.4f}, lr {lr:.3g}")
+                    eta = elapsed_and_eta(time.monotonic() - started, step + 1, self.max_steps)
+                    self._print(f"step {step + 1}/{self.max_steps}: loss {mean:.4f}, lr {lr:.3g}, {eta}")
                 window = []
         if bar is not None:
             bar.close()
