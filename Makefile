@@ -34,8 +34,11 @@ demo: $(STAMP)
 	$(PY) -m pipeline.demo --workdir $(DEMO)
 
 # The suite runs build_shards and build_ngram_dictionary on Beam's Prism runner too: `make prism` first (once).
+# Two test processes (pytest-xdist), each test file in one of them (module fixtures are built once): on 2 cores
+# the suite's subprocess start-ups and waits overlap. TEST_PROCESSES=1 runs it in one process.
+TEST_PROCESSES ?= 2
 test: lint prism
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_PROCESSES) --dist loadfile tests
 
 # Beam's Prism runner (--runner PrismRunner) built from its Go module at the Beam version pinned in
 # requirements/constraints.txt, checksums from Go's sum database, into .cache/prism/vVERSION/prism: once per version
