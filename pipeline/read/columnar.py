@@ -287,8 +287,8 @@ class _Rows:
         self.name = os.path.basename(path.rstrip("/"))
         self.text_path = _field_path(schema, opts.text_field)
         id_path = _field_path(schema, opts.id_field)
-        self.id_path = id_path if id_path is not None and id_path != self.text_path else None
-        self.columns = [".".join(p) for p in (self.text_path, self.id_path) if p is not None]
+        self.id_path = id_path  # may be the text's column, as a JSONL line's --id-field may name its text
+        self.columns = list(dict.fromkeys(".".join(p) for p in (self.text_path, self.id_path) if p is not None))
         self.schema_names = schema.names
 
     def where(self, g: Group, first_row: int) -> str:
