@@ -270,6 +270,15 @@ def _values(array: pa.Array) -> list:
         return out
 
 
+def _utf8_error(raw: bytes) -> str:
+    """Where ``raw``, a value :func:`_values` gave as bytes (only one that is not UTF-8 is), stops being UTF-8."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"invalid UTF-8 at byte {e.start}"
+    return "invalid UTF-8"
+
+
 class _Rows:
     """Turns the groups of one file into records."""
 
@@ -278,8 +287,8 @@ class _Rows:
         self.name = os.path.basename(path.rstrip("/"))
         self.text_path = _field_path(schema, opts.text_field)
         id_path = _field_path(schema, opts.id_field)
-        self.id_path = id_path if id_path is not None and id_path != self.text_path else None
-        self.columns = [".".join(p) for p in (self.text_path, self.id_path) if p is not None]
+        self.id_path = id_path  # may be the text's column, as a JSONL line's --id-field may name its text
+        self.columns = list(dict.fromkeys(".".join(p) for p in (self.text_path, self.id_path) if p is not None))
         self.schema_names = schema.names
 
     def where(self, g: Group, first_row: int) -> str:
@@ -314,7 +323,10 @@ class _Rows:
             row = first_row + k
             src = Source(self.path, row, g.offset)
             doc_id = str(value) if isinstance(value, (str, int)) and str(value) else f"{self.name}:{row}"
-            if text is None:
+            if isinstance(value, bytes):  # an id that is not UTF-8: JSONL's line would be an invalid_utf8 too
+                detail = f"{where}, row {row:,}: {_utf8_error(value)} of {self.opts.id_field!r}"
+                yield DeadLetter(INVALID_UTF8, detail, src, doc_id, preview(value))
+            elif text is None:
                 yield DeadLetter(NON_STRING_TEXT, f"{where}, row {row:,}: {field!r} is null", src, doc_id, "")
             elif isinstance(text, bytes):
                 try:

@@ -279,7 +279,7 @@ def verify(uri: str, quick: bool = False) -> Report:
     report.count("shards checksummed", len(good_shards))
     _check_dead_letters(art, listing, report)
     removed = _check_dead_letters(art, listing, report, "removed")
-    for line in verify_removed.named_problems(removed):
+    for line in verify_removed.named_problems(removed) + verify_removed.input_problems(removed, m.get("inputs")):
         report.fail(line)
     _check_counts(m, report)
 

@@ -13,8 +13,9 @@ reported, one line per kind of problem naming the file and the first line that h
   ``{file, examples, example_ids}`` naming an evaluation file of the manifest's ``contamination.files`` and
   1 to 100 example ids (at most ``examples``).
 
-Across the files and the rows (:func:`named_problems`, :func:`row_problems`): a ``duplicate_of`` never names a
-document that is itself removed (its source in no record); with ``doc-sentences`` packing, every ``duplicate_of``
+Across the files and the rows (:func:`named_problems`, :func:`input_problems`, :func:`row_problems`): a
+``duplicate_of`` never names a document that is itself removed (its source in no record); every source (a record's
+and its ``duplicate_of``'s) is in a file among the manifest's ``inputs``; with ``doc-sentences`` packing, every ``duplicate_of``
 names a doc_id that rows hold (with ``full-sentences`` a short kept document may start no row, so its id may be in
 none); a removed document's doc_id is in no row, unless it names a document of its own id (a copy under the same id:
 the corpus gave one id twice and one was kept). Rows carry no source, so a corpus that gave one id to different
@@ -150,6 +151,20 @@ def named_problems(records: list[tuple[str, int, dict]]) -> list[str]:
             at = removed.get(tuple(sort_key(of)[:3]))
             if at:
                 found.setdefault(f"{path}: duplicate_of names a removed document ({at})", []).append(f"line {n}")
+    return _first_lines(found)
+
+
+def input_problems(records: list[tuple[str, int, dict]], inputs: Any) -> list[str]:
+    """One line per kind of problem: a record's ``source``, or its ``duplicate_of``'s, in a file that is not among
+    the manifest's ``inputs`` (every removed document was read from one of them)."""
+    paths = {i.get("path") for i in inputs if isinstance(i, dict)} if isinstance(inputs, list) else set()
+    found: dict[str, list[str]] = {}
+    for path, n, r in records:
+        of = r.get("duplicate_of")
+        for what, source in (("source", r["source"]), ("duplicate_of's source", isinstance(of, dict) and of["source"])):
+            if isinstance(source, dict) and source["path"] not in paths:
+                problem = f"{path}: {what} names a file that is not among the manifest's inputs"
+                found.setdefault(problem, []).append(f"line {n}")
     return _first_lines(found)
 
 

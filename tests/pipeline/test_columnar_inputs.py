@@ -199,6 +199,32 @@ def test_text_that_is_not_utf8_is_a_dead_letter(tmp_path):
     assert [(d.reason, d.doc_id, d.source.line) for d in dead] == [(INVALID_UTF8, "latin1.parquet:2", 2)]
 
 
+def test_an_id_field_naming_the_text_column_gives_the_ids_jsonl_gives(tmp_path):
+    """``--id-field text --text-field text``: a JSONL line's id is its text; a Parquet row's was ``<file>:<row>``, so
+    the same documents gave other ids, and other shards, by input format."""
+    from pipeline.read.records import read_file as read_jsonl
+
+    rows = [{"text": "first text"}, {"text": "second text"}]
+    opts = {"text_field": "text", "id_field": "text"}
+    jsonl, _ = _records(read_jsonl(str(_jsonl(rows, tmp_path / "t.jsonl")), ReaderOptions(**opts)))
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "t.parquet")
+    docs, dead = _records(ranges.read_file(str(tmp_path / "t.parquet"), ReaderOptions(input_format="parquet", **opts)))
+    assert not dead and [d.doc_id for d in jsonl] == ["first text", "second text"]
+    assert _as_tuples(docs) == _as_tuples(jsonl)
+
+
+def test_an_id_that_is_not_utf8_is_a_dead_letter(tmp_path):
+    """As the JSONL line holding it would be; before, the document was kept under the id ``<file>:<row>``."""
+    path = tmp_path / "ids.parquet"
+    offsets = pa.py_buffer(np.array([0, 5, 10], dtype=np.int32).tobytes())
+    ids = pa.Array.from_buffers(pa.string(), 2, [None, offsets, pa.py_buffer(b"id-okid-\xff\xfe")])  # not validated
+    pq.write_table(pa.table({"id": ids, "text": ["first text", "second text"]}), path)
+    docs, dead, _ = _dead_in(path)
+    assert [(d.doc_id, d.text) for d in docs] == [("id-ok", "first text")]
+    assert [(d.reason, d.doc_id, d.source.line) for d in dead] == [(INVALID_UTF8, "ids.parquet:2", 2)]
+    assert "invalid UTF-8 at byte 3 of 'id'" in dead[0].detail and "row group 0" in dead[0].detail
+
+
 def test_damaged_row_group_is_a_dead_letter_and_the_others_are_read(pages, tmp_path):
     path = tmp_path / "damaged.parquet"
     pq.write_table(pa.Table.from_pylist(pages[:60]), path, row_group_size=20, write_page_checksum=True)

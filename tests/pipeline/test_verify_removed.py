@@ -150,7 +150,8 @@ def test_a_document_removed_twice_is_one_line(art: Path) -> None:
 
 def test_a_removed_file_of_an_unknown_reason_is_refused(art: Path) -> None:
     """Its records would be in no count: documents_read would not be what the files account for."""
-    rec = {**records(art, DUP)[0], "reason": "foo", "source": {"path": "elsewhere.jsonl", "line": 1, "byte_offset": 0}}
+    first = records(art, DUP)[0]
+    rec = {**first, "reason": "foo", "source": {"path": first["source"]["path"], "line": 10**6, "byte_offset": 10**9}}
     rewrite(art, "removed/foo.jsonl", [rec])
     code, output = run_verify(art)
     lines = [line for line in output.splitlines() if "removed/foo.jsonl" in line]
@@ -181,7 +182,32 @@ def _named_nowhere(rs: list[dict]) -> list[dict]:
     return rs
 
 
+def _last(change: Callable[[dict[str, Any]], Any]) -> Callable[[list[dict]], list[dict]]:
+    """``change`` on the record of the largest key (the file stays sorted when its path or offset grows)."""
+
+    def edit(rs: list[dict]) -> list[dict]:
+        change(rs[-1])
+        return rs
+
+    return edit
+
+
 NAMED_EDITS: dict[str, tuple[str, Callable[[list[dict]], list[dict]], str]] = {
+    "a source in no input file": (
+        DUP,
+        _last(lambda r: r["source"].update(path=r["source"]["path"] + ".elsewhere")),
+        "source names a file that is not among the manifest's inputs",
+    ),
+    "a contaminated source in no input file": (
+        CONT,
+        _last(lambda r: r["source"].update(path=r["source"]["path"] + ".elsewhere")),
+        "source names a file that is not among the manifest's inputs",
+    ),
+    "a duplicate_of in no input file": (
+        DUP,
+        _last(lambda r: r["duplicate_of"]["source"].update(path="/0-never-read.jsonl")),
+        "source names a file that is not among the manifest's inputs",
+    ),
     "duplicate_of a removed document": (DUP, _named_removed, "duplicate_of names a removed document (removed/"),
     "duplicate_of a document no row holds": (DUP, _named_nowhere, "duplicate_of names a doc_id no row holds"),
     "a removed id among the rows": (
@@ -196,7 +222,8 @@ records_of_kept: list[str] = []  # a doc id the rows hold, set by the test (the 
 @pytest.mark.parametrize("case", NAMED_EDITS)
 def test_a_removed_record_naming_what_the_artifact_does_not_hold_is_one_line(art: Path, case: str) -> None:
     """verify trusted what the records name: a duplicate_of naming a removed document or one that exists nowhere,
-    and a removed document's id that rows hold, all passed once the manifest was resealed."""
+    a removed document's id that rows hold, a source (or a duplicate_of's source) in a file the build never read, all
+    passed once the manifest was resealed."""
     relative, edit, message = NAMED_EDITS[case]
     dup_of = {r["duplicate_of"]["doc_id"] for r in records(art, DUP)}
     records_of_kept[:] = sorted(dup_of - {r["doc_id"] for r in records(art, DUP)})
