@@ -24,7 +24,8 @@ FORMAT_NAME = "spanprep-preprocessed-corpus"
 # optional metadata or files); a new MAJOR means a column changed meaning or type.
 # 2.0: a row may start inside a word longer than a row (a continuation row, word_start[0] false; FORMAT.md).
 # 2.1: removed/<reason>.jsonl (duplicates, contaminated documents), manifest removed, dedup and their counts.
-FORMAT_VERSION = "2.1"
+# 2.2: sentence_start (and counts.sentences, sentences_cut) are NLTK's PunktSentenceTokenizer's sentences.
+FORMAT_VERSION = "2.2"
 SUPPORTED_MAJOR_VERSIONS = (1, 2)
 # The first major version whose rows may be continuation rows; a 1.x artifact never holds one.
 CONTINUATION_ROWS_SINCE = 2

@@ -86,7 +86,7 @@ def test_wikitext2_at_max_seq_len_8_keeps_every_document_in_exact_rows(wikitext2
     out = wikitext2_at_8["split"]
     m = json.loads((out / fmt.MANIFEST_FILE).read_text())
     c = m["counts"]
-    assert m["format_version"] == fmt.FORMAT_VERSION == "2.1" and m["options"]["long_words"] == "split"
+    assert m["format_version"] == fmt.FORMAT_VERSION == "2.2" and m["options"]["long_words"] == "split"
     assert c["documents_read"] == c["documents_written"] == 60 and c["documents_dead_lettered"] == 0
     assert c["long_words"] > 0 and c["continuation_rows"] >= c["long_words"]
     report = verify.verify(str(out))
