@@ -28,6 +28,7 @@ runner hold every document in memory before tokenizing).
 
 from __future__ import annotations
 
+import heapq
 import json
 import typing
 
@@ -92,41 +93,25 @@ def _exact_copies(digest_members):
         yield key, kept
 
 
-class _SmallestMembers(beam.CombineFn):
-    """A bucket's members -> (how many, its ``cap`` smallest keys, sorted): held in at most ``2 * cap`` keys, so a
-    bucket that a template shares with a large part of the corpus costs no more than one of ``cap`` documents.
-    (A document is in a bucket once: its band keys differ by band index, and only one document per digest signs.)"""
+def _star_pairs(band_members, cap: int):
+    """Every member of a bucket with the bucket's smallest: m - 1 pairs, not m(m-1)/2; only the ``cap`` smallest
+    members, streamed through a heap (the step holds ``cap`` keys, whatever the bucket's size), and a bucket past
+    the cap is counted (tag ``capped``). A document is in a bucket once: its band keys differ by band index, and
+    only one document per digest signs."""
+    _, members = band_members
+    size = 0
 
-    def __init__(self, cap: int):
-        self._cap = cap
+    def counted():
+        nonlocal size
+        for key in members:
+            size += 1
+            yield key
 
-    def create_accumulator(self):
-        return 0, []
-
-    def _trimmed(self, keys: list) -> list:
-        return sorted(keys)[: self._cap] if len(keys) > 2 * self._cap else keys
-
-    def add_input(self, acc, key):
-        n, keys = acc
-        keys.append(key)
-        return n + 1, self._trimmed(keys)
-
-    def merge_accumulators(self, accs):
-        n, keys = 0, list[DocKey]()
-        for m, more in accs:
-            n, keys = n + m, self._trimmed(keys + more)
-        return n, keys
-
-    def extract_output(self, acc):
-        n, keys = acc
-        return n, sorted(keys)[: self._cap]
-
-
-def _star_pairs(band_members):
-    """Every member of a bucket (its ``cap`` smallest) with the bucket's smallest: m - 1 pairs, not m(m-1)/2."""
-    _, (_, keys) = band_members
+    keys = heapq.nsmallest(cap, counted())
     for b in keys[1:]:
         yield keys[0], b
+    if size > cap:
+        yield TaggedOutput("capped", size)
 
 
 def _route_copies(kept_groups):
@@ -307,9 +292,15 @@ class DropDuplicates(beam.PTransform):
         if params is None:
             routes.append(exact["copies"] | "ExactMarks" >> beam.Map(lambda c: _route(c[0], "exact", c[1], 1.0)))
         else:
-            buckets = exact["bands"] | "BandMembers" >> beam.CombinePerKey(_SmallestMembers(params.max_bucket))
-            pairs = buckets | "StarPairs" >> beam.FlatMap(_star_pairs) | "DistinctPairs" >> beam.Distinct()
-            cap = params.max_bucket
+            star = (
+                exact["bands"]
+                | "GroupByBand" >> beam.GroupByKey()
+                | "StarPairs"
+                >> beam.FlatMap(_star_pairs, params.max_bucket)
+                .with_output_types(typing.Any)
+                .with_outputs("capped", main="pairs")
+            )
+            pairs = star["pairs"] | "DistinctPairs" >> beam.Distinct()
             ends = pairs | "PairEnds" >> beam.FlatMap(lambda p: [(p[0], p), (p[1], p)])
             copies = (
                 {"copies": exact["copies"] | "ByKept" >> beam.Map(lambda c: (c[1], c[0])), "pairs": ends}
@@ -367,8 +358,7 @@ class DropDuplicates(beam.PTransform):
                 | "CountConfirmed" >> beam.combiners.Count.Globally()
                 | "NameConfirmed" >> beam.Map(lambda n: ("confirmed_pairs", n)),
                 unconverged | "NameUnconverged" >> beam.Map(lambda n: ("unconverged", n)),
-                buckets
-                | "Capped" >> beam.Filter(lambda bucket: bucket[1][0] > cap)
+                star["capped"]
                 | "CountCapped" >> beam.combiners.Count.Globally()
                 | "NameCapped" >> beam.Map(lambda n: ("buckets_capped", n)),
             ]

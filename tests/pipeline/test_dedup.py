@@ -23,7 +23,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from pipeline import build_shards
 from pipeline import verify as verify_mod
 from pipeline.dedup import minhash, text
-from pipeline.dedup.unique_documents import DropDuplicates, _SmallestMembers
+from pipeline.dedup.unique_documents import DropDuplicates, _star_pairs
 from pipeline.elements import Document, Source
 from tests.conftest import WIKIPEDIA_SAMPLE, build
 
@@ -248,20 +248,16 @@ def test_a_bucket_larger_than_the_cap_gives_pairs_among_its_smallest_members_and
         assert_that(result, equal_to([True]))
 
 
-def test_a_buckets_smallest_members_are_the_same_however_the_runner_splits_it():
+def test_a_capped_bucket_pairs_its_smallest_members_with_the_smallest_in_any_order():
     rng = random.Random(5)
     keys = [("f", rng.randrange(10**6), i, f"d{i}") for i in range(500)]
-    fn = _SmallestMembers(7)
-    for _ in range(20):
+    smallest = sorted(keys)[:7]
+    for _ in range(5):
         rng.shuffle(keys)
-        cuts = sorted(rng.sample(range(1, len(keys)), 6))
-        accs = []
-        for part in np.split(np.arange(len(keys)), cuts):
-            acc = fn.create_accumulator()
-            for i in part:
-                acc = fn.add_input(acc, keys[i])
-            accs.append(acc)
-        assert fn.extract_output(fn.merge_accumulators(accs)) == (500, sorted(keys)[:7])
+        out = list(_star_pairs(("band", iter(keys)), 7))
+        assert out[:-1] == [(smallest[0], b) for b in smallest[1:]] and out[-1].tag == "capped"
+        assert out[-1].value == 500
+    assert list(_star_pairs(("band", iter(smallest)), 7)) == [(smallest[0], b) for b in smallest[1:]]
 
 
 # -- the composite ------------------------------------------------------------------------------
