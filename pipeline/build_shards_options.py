@@ -272,6 +272,15 @@ class BuildShardsOptions(PipelineOptions):
             default=6,
             help="near: signature values per band (default 6; 20 x 6 misses 0.23%% of pairs at 0.8)",
         )
+        g.add_argument(
+            "--dedup-max-bucket",
+            "--dedup_max_bucket",
+            dest="dedup_max_bucket",
+            type=int,
+            default=10_000,
+            help="near: an LSH bucket (documents sharing a band) gives candidate pairs among its this many smallest "
+            "documents only; larger buckets are counted in the manifest's dedup.buckets_capped (default 10000)",
+        )
         g = parser.add_argument_group("evaluation-set overlap (docs/DEDUP.md)")
         g.add_argument(
             "--decontaminate",

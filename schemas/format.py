@@ -24,8 +24,9 @@ FORMAT_NAME = "spanprep-preprocessed-corpus"
 # optional metadata or files); a new MAJOR means a column changed meaning or type.
 # 2.0: a row may start inside a word longer than a row (a continuation row, word_start[0] false; FORMAT.md).
 # 2.1: removed/<reason>.jsonl (duplicates, contaminated documents), manifest removed, dedup and their counts.
-# 2.2: the manifest's dedup.normalisation and contamination.normalisation name a word rule that deletes the
-# characters tokenizers erase (docs/DEDUP.md); shards unchanged.
+# 2.2: sentence_start (and counts.sentences, sentences_cut) are NLTK's PunktSentenceTokenizer's sentences; the
+# manifest's dedup.normalisation and contamination.normalisation name a word rule that deletes the characters
+# tokenizers erase (docs/DEDUP.md); dedup.near.max_bucket and dedup.buckets_capped.
 FORMAT_VERSION = "2.2"
 SUPPORTED_MAJOR_VERSIONS = (1, 2)
 # The first major version whose rows may be continuation rows; a 1.x artifact never holds one.

@@ -32,6 +32,7 @@ class NearParams:
     shingle: int = 5
     bands: int = 20
     rows: int = 6
+    max_bucket: int = 10_000  # an LSH bucket's members that become candidates: its smallest keys (docs/DEDUP.md)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.threshold <= 1.0:
@@ -42,6 +43,8 @@ class NearParams:
             raise ValueError(f"--dedup-bands and --dedup-rows must be at least 1, got {self.bands} and {self.rows}")
         if self.bands * self.rows > 1024:
             raise ValueError(f"--dedup-bands * --dedup-rows must be at most 1024, got {self.bands * self.rows}")
+        if self.max_bucket < 2:
+            raise ValueError(f"--dedup-max-bucket must be at least 2, got {self.max_bucket}")
 
     @property
     def num_perm(self) -> int:
@@ -58,6 +61,7 @@ class NearParams:
             "shingle_words": self.shingle,
             "bands": self.bands,
             "rows": self.rows,
+            "max_bucket": self.max_bucket,
             "false_negative_rate_at_threshold": round(1.0 - self.candidate_probability(self.threshold), 6),
             "candidate_rate_at_half_threshold": round(self.candidate_probability(self.threshold / 2), 6),
         }

@@ -18,7 +18,13 @@ from pipeline.write.removed import WriteRemoved
 
 def near_params(o) -> NearParams:
     """``--dedup-*`` as parameters; ValueError (a user error) names the bad option."""
-    return NearParams(threshold=o.dedup_threshold, shingle=o.dedup_shingle, bands=o.dedup_bands, rows=o.dedup_rows)
+    return NearParams(
+        threshold=o.dedup_threshold,
+        shingle=o.dedup_shingle,
+        bands=o.dedup_bands,
+        rows=o.dedup_rows,
+        max_bucket=o.dedup_max_bucket,
+    )
 
 
 def eval_files(o) -> list[EvalFile]:

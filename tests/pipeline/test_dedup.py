@@ -23,7 +23,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from pipeline import build_shards
 from pipeline import verify as verify_mod
 from pipeline.dedup import minhash, text
-from pipeline.dedup.unique_documents import DropDuplicates
+from pipeline.dedup.unique_documents import DropDuplicates, _star_pairs
 from pipeline.elements import Document, Source
 from tests.conftest import WIKIPEDIA_SAMPLE, build
 
@@ -223,11 +223,42 @@ def test_a_template_bucket_gives_one_pair_per_member_and_one_cluster():
         out = _inputs(p, docs) | DropDuplicates("near")
         stats = out["stats"] | beam.combiners.ToDict()
         assert_that(
-            stats | beam.Map(lambda d: d["candidate_pairs"] <= 20 * 79 < 80 * 79 // 2), equal_to([True]), "pairs"
+            stats | beam.Map(lambda d: d["candidate_pairs"] <= 20 * 79 < 80 * 79 // 2 and d["buckets_capped"] == 0),
+            equal_to([True]),
+            "pairs",
         )
         assert_that(out["documents"] | beam.Map(lambda d: d.doc_id), equal_to(["t00"]), "kept")
         named = out["removed"] | beam.Map(lambda r: r.detail["duplicate_of"]["doc_id"]) | beam.Distinct()
         assert_that(named, equal_to(["t00"]), "named")
+
+
+def test_a_bucket_larger_than_the_cap_gives_pairs_among_its_smallest_members_and_is_counted():
+    """--dedup-max-bucket: the 80 template stubs above with a cap of 10: each bucket's 10 smallest documents are
+    candidates (at most bands x 9 pairs), the capped buckets are counted, and the stubs a capped bucket left out stay
+    unless another band made them candidates (with the default cap nothing is capped and one stays: the test above)."""
+    stub = "is a commune in the Aisne department in Hauts-de-France in northern France. " * 4
+    docs = [_doc(f"t{i:02d}", f"Town{i} {stub}", i + 1) for i in range(80)]
+    with TestPipeline(runner="FnApiRunner") as p:
+        out = _inputs(p, docs) | DropDuplicates("near", minhash.NearParams(max_bucket=10))
+        stats = out["stats"] | "Stats" >> beam.combiners.ToDict()
+        kept = out["documents"] | beam.combiners.Count.Globally()
+        result = stats | beam.Map(
+            lambda d, n: d["buckets_capped"] > 0 and d["candidate_pairs"] <= 20 * 9 and n > 1,
+            beam.pvalue.AsSingleton(kept),
+        )
+        assert_that(result, equal_to([True]))
+
+
+def test_a_capped_bucket_pairs_its_smallest_members_with_the_smallest_in_any_order():
+    rng = random.Random(5)
+    keys = [("f", rng.randrange(10**6), i, f"d{i}") for i in range(500)]
+    smallest = sorted(keys)[:7]
+    for _ in range(5):
+        rng.shuffle(keys)
+        out = list(_star_pairs(("band", iter(keys)), 7))
+        assert out[:-1] == [(smallest[0], b) for b in smallest[1:]] and out[-1].tag == "capped"
+        assert out[-1].value == 500
+    assert list(_star_pairs(("band", iter(smallest)), 7)) == [(smallest[0], b) for b in smallest[1:]]
 
 
 # -- the composite ------------------------------------------------------------------------------

@@ -34,8 +34,8 @@ spanprep.format_version: '{version}'""".replace("{version}", fmt.FORMAT_VERSION)
 
 
 def test_shard_schema_is_pinned():
-    # 2.0: continuation rows; 2.1: removed/ and the dedup counts in the manifest; 2.2: the word rule that deletes
-    # erased characters named in dedup/contamination.normalisation (FORMAT.md, "Changes in 2.x")
+    # 2.0: continuation rows; 2.1: removed/ and the dedup counts in the manifest; 2.2: NLTK's Punkt sentences and
+    # the word rule that deletes erased characters named in dedup/contamination.normalisation (FORMAT.md, "Changes in 2.x")
     assert fmt.FORMAT_VERSION == "2.2"
     assert str(fmt.shard_schema(28996)) == PINNED_UINT16
 
