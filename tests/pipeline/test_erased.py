@@ -138,13 +138,6 @@ _STROKED = "".join(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the accent rule removes combining marks only after a character of U+0000-U+052F and the Latin, Greek "
-    "and Cyrillic extensions; a mark after any other character (a stroked math symbol's U+0338, a mark after "
-    "'、' or '日') stays as a word of its own, glues onto the next word or stays in the ideograph's word, while uncased WordPiece strips every "
-    "non-spacing mark. The fix changes the rule (a new normalisation name and format) - see the review report",
-)
 def test_a_stroked_symbol_in_an_uncased_artifact_is_its_unstroked_symbol_to_the_rule_too():
     """Real paragraphs with ``x ∉ y``-style phrases inserted: under uncased WordPiece the copy with the stroked symbol
     has the pieces of the one with its base (``∉`` reads as ``∈``), so it must be the same words; and the build-time
