@@ -37,18 +37,21 @@ polynomial of its word hashes modulo 2**64 (all windows at once).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import threading
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from pipeline.dedup import erased
+from pipeline.dedup.word_rules import remove_strays
 from pipeline.dedup.word_rules import rules as _rules
 
-_LAZY = {"_MARKS": "marks", "_UNSPACED": "unspaced", "_WORD": "word", "_ACCENTS": "accents", "_STRAYS": "strays"}
+_LAZY = {"_MARKS": "marks", "_UNSPACED": "unspaced", "_WORD": "word", "_ACCENTS": "accents"}
 
 
 def __getattr__(name: str) -> Any:  # text._WORD and the like, for the tests: the rules' tables
@@ -95,12 +98,13 @@ _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # s
 
 
 def normalise_reference(text: str, erase: bool = True) -> str:
-    """The rule as written: the erased characters deleted (with ``erase``: the current rule), NFKD, the accents of
-    Latin, Greek and Cyrillic letters removed, case folded, connector punctuation made a space (with ``erase``)."""
+    """The rule as written: the erased characters deleted (with ``erase``: the current rule), NFKD, the marks no
+    letter owns removed (with ``erase``; without, the accents of Latin, Greek and Cyrillic letters), case folded,
+    connector punctuation made a space (with ``erase``)."""
     if not erase:
         return _rules().accents.sub("", unicodedata.normalize("NFKD", text)).casefold()
     text = "".join(c for c in text if ord(c) not in erased.deleted())
-    return _separate_connectors(_rules().strays.sub(r"\1", unicodedata.normalize("NFKD", text)).casefold())
+    return _separate_connectors(remove_strays(unicodedata.normalize("NFKD", text)).casefold())
 
 
 def normalise(text: str, erase: bool = True) -> str:
@@ -110,11 +114,11 @@ def normalise(text: str, erase: bool = True) -> str:
     deleted (:func:`pipeline.dedup.erased.erase`), so ``ca<U+00AD>t`` is ``cat``, and at the end connector
     punctuation (``_``, and what NFKD makes ``_``) is made a space, so ``pattern_sh`` is ``pattern sh``."""
     if erase:
-        return _separate_connectors(_normalise(erased.erase(text), _rules().strays, r"\1"))
-    return _normalise(text, _rules().accents, "")
+        return _separate_connectors(_normalise(erased.erase(text), remove_strays))
+    return _normalise(text, functools.partial(_rules().accents.sub, ""))
 
 
-def _normalise(text: str, marks: re.Pattern, keep: str) -> str:
+def _normalise(text: str, marks: Callable[[str], str]) -> str:
     if text.isascii():
         return text.lower()
     parts, at = [], 0
@@ -124,7 +128,7 @@ def _normalise(text: str, marks: re.Pattern, keep: str) -> str:
         # with the ASCII character before (an ASCII character stays one character), which the marks rule looks at;
         # the erased characters are gone already, connectors are separated at the end
         run = text[start - 1 if start else start : end]
-        parts.append(marks.sub(keep, unicodedata.normalize("NFKD", run)).casefold()[1 if start else 0 :])
+        parts.append(marks(unicodedata.normalize("NFKD", run)).casefold()[1 if start else 0 :])
         at = end
     parts.append(text[at:].lower())
     return "".join(parts)

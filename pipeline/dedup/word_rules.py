@@ -44,13 +44,15 @@ class _Rules:
     unspaced: list[int]  # the word characters of _UNSPACED_BLOCKS that are no marks
     word: re.Pattern  # a character of an unspaced script and its marks; or a run of other word characters and marks
     accents: re.Pattern  # the combining marks after a Latin, Greek or Cyrillic letter (the rule before format 2.2)
-    strays: re.Pattern  # the marks no letter of another script owns (the current rule; group 1: voicing kept)
+    stray_run: re.Pattern  # a run of the marks the current rule may remove (see _owners)
+    accented_run: re.Pattern  # such a run after a Latin, Greek or Cyrillic letter (all of it removed: the most)
+    owners: np.ndarray  # uint8 per code point: what a run of such marks after it keeps (_NONE, _ALL, _VOICING_ONLY)
     first_alone: int  # no code point below this is unspaced
 
 
 @functools.cache
 def rules() -> _Rules:
-    """The tables of the rule, built on first use (0.24 s of scanning every code point: every job and worker imports
+    """The tables of the rule, built on first use (~0.4 s of scanning every code point: every job and worker imports
     this module, most never compare a word)."""
     marks = [cp for cp in range(0x300, 0x110000) if unicodedata.category(chr(cp)).startswith("M")]
     unspaced = [
@@ -66,29 +68,58 @@ def rules() -> _Rules:
     accents = re.compile(
         "(?<=[" + _ACCENTED + "])[" + _ranges([cp for cp in marks if unicodedata.combining(chr(cp))]) + "]+"
     )
-    return _Rules(marks, unspaced, word, accents, _strays(marks, unspaced), min(unspaced))
+    return _Rules(marks, unspaced, word, accents, *_owners(marks, unspaced), min(unspaced))
 
 
-def _strays(marks: list[int], unspaced: list[int]) -> re.Pattern:
+_NONE, _ALL, _VOICING_ONLY = 0, 1, 2
+
+
+def _owners(marks: list[int], unspaced: list[int]) -> tuple[re.Pattern, re.Pattern, np.ndarray]:
     """The marks the current rule removes (docs/DEDUP.md, "Marks"): the combining marks (non-zero combining class)
-    and non-spacing marks (Mn) after anything but a letter or digit of a script other than Latin, Greek, Cyrillic
-    and Han, or a mark that such a letter keeps: after a Latin, Greek or Cyrillic letter (its accents), a symbol,
-    punctuation, a space, the start of the text, a Han ideograph; after a kana, all but its voicing marks. A mark
-    after a letter of another script is a letter of that word (``दिल`` is not ``दल``)."""
-    # a word character whose marks are letters of its word, or a mark (U+0000, no word character, marks the others)
-    everything = re.sub(r"\W", "\0", "".join(map(chr, range(0x110000))))
-    owners = np.frombuffer(everything.encode("utf-32-le", "surrogatepass"), dtype=np.uint32) != 0
+    and non-spacing marks (Mn), in a run after anything but a letter or digit of a script other than Latin, Greek,
+    Cyrillic and Han, or a mark that such a letter keeps: after a Latin, Greek or Cyrillic letter (its accents), a
+    symbol, punctuation, a space, the start of the text, a Han ideograph; after a kana, all but the voicing marks
+    that begin the run. A mark after a letter of another script is a letter of that word (``दिल`` is not ``दल``).
+    The patterns of a run of such marks and of one after a Latin, Greek or Cyrillic letter, and per code point what
+    such a run after it keeps."""
+    everything = re.sub(r"\W", "\0", "".join(map(chr, range(0x110000))))  # U+0000 is no word character
+    owners = (np.frombuffer(everything.encode("utf-32-le", "surrogatepass"), dtype=np.uint32) != 0).astype(np.uint8)
     for a, b in _ACCENTED_RANGES:
-        owners[a : b + 1] = False
-    kana = np.zeros(0x110000, dtype=bool)
+        owners[a : b + 1] = _NONE
+    alone = np.array(unspaced)
+    owners[alone] = _NONE
     for a, b in _KANA_BLOCKS:
-        kana[a : b + 1] = True
-    owners[unspaced] = kana[unspaced]
-    owners[marks] = True
+        owners[alone[(alone >= a) & (alone <= b)]] = _VOICING_ONLY
+    owners[marks] = _ALL
     stray = [cp for cp in marks if unicodedata.combining(chr(cp)) or unicodedata.category(chr(cp)) == "Mn"]
-    owned, any_stray = _ranges(np.flatnonzero(owners).tolist()), _ranges(stray)
-    kana_letters, other = (
-        _ranges([cp for cp in unspaced if kana[cp]]),
-        _ranges([cp for cp in stray if not 0x3099 <= cp <= 0x309A]),
-    )
-    return re.compile(f"(?<![{owned}])[{any_stray}]+|(?<=[{kana_letters}])([{_VOICING}]*)[{other}][{any_stray}]*")
+    letters = _ranges([cp for a, b in _ACCENTED_RANGES for cp in range(a, b + 1) if owners[cp] == _NONE])
+    # the astral marks apart, behind a test of one range: a class of all of them is a list of ~800 ranges that the
+    # regex engine tries one by one on every character (it made the rule ~10% slower); the others are a table lookup
+    bmp, astral = _ranges([cp for cp in stray if cp < 0x10000]), _ranges([cp for cp in stray if cp >= 0x10000])
+    run = f"(?:[{bmp}]|(?=[\U00010000-\U0010ffff])[{astral}])+"
+    return re.compile(run), re.compile(f"(?<=[{letters}]){run}"), owners
+
+
+def remove_strays(text: str) -> str:
+    """``text`` (NFKD) without the marks no letter owns (:func:`_owners`): the runs after a Latin, Greek or Cyrillic
+    letter (most of them) in one substitution, then the others by the character before each."""
+    r = rules()
+    text = r.accented_run.sub("", text)
+    if r.stray_run.search(text) is None:
+        return text
+    parts, at = [], 0
+    for m in r.stray_run.finditer(text):
+        start, end = m.span()
+        keep = r.owners[ord(text[start - 1])] if start else _NONE
+        if keep == _VOICING_ONLY:
+            while start < end and text[start] in _VOICING:
+                start += 1
+        elif keep == _ALL:
+            continue
+        if start < end:
+            parts.append(text[at:start])
+            at = end
+    if not parts:
+        return text
+    parts.append(text[at:])
+    return "".join(parts)
