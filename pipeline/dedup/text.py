@@ -1,8 +1,10 @@
 """The one home of "the same words": how duplicate detection and evaluation-set overlap see a text.
 
 Normalisation (docs/DEDUP.md): the characters tokenizers erase deleted (``pipeline.dedup.erased``: ``ca<U+00AD>t``
-is ``cat``); Unicode NFKD; the combining marks (characters of a non-zero canonical combining class) that follow a
-Latin, Greek or Cyrillic letter removed (its accents); case folded (``str.casefold``); connector punctuation (``_``)
+is ``cat``); Unicode NFKD; the marks no letter owns removed (``pipeline.dedup.word_rules``): the combining marks
+(characters of a non-zero canonical combining class) and non-spacing marks (Mn) that follow a Latin, Greek or
+Cyrillic letter (its accents), a symbol, punctuation, a space, a Han ideograph or nothing (``∉``, NFKD ``∈`` +
+U+0338, is ``∈``, as an uncased WordPiece reads it), and those after a kana but its voicing marks; case folded (``str.casefold``); connector punctuation (``_``)
 made a space, as BERT's pre-tokenizer splits words there; the words are then the maximal runs of Unicode word
 characters and marks (``\\w``: letters, digits, and the underscore, which is gone by then; and every
 character of category M, so an Indic vowel sign or a kana's voicing mark stays inside its word), except that each
@@ -15,8 +17,8 @@ be a letter of its own written before its consonant), so a character rule would 
 need a dictionary segmenter, and their words stay the runs between spaces. Hangul is written with spaces.
 Punctuation, symbols and whitespace only separate words. So ``Café, 3.5!`` is the words ``cafe``, ``3``, ``5``, and
 a text decoded from a cased or uncased WordPiece artifact (whose decoder spaces punctuation differently and an
-uncased one strips accents) has the same words as the text it was built from. Marks of other scripts are kept: they
-are letters of their words (``दिल`` and ``दाल``, ``がっこう`` and ``かっこう`` are different words; removing all marks,
+uncased one strips accents) has the same words as the text it was built from. Marks after a letter of another
+script are kept: they are letters of their words (``दिल`` and ``दाल``, ``がっこう`` and ``かっこう`` are different words; removing all marks,
 or splitting words at them, made them one and dropped different documents as copies).
 
 Two ways to the same words. :func:`words` gives them as strings (the reference rule, :func:`normalise_reference`
@@ -24,7 +26,7 @@ then a regex). :func:`analyse` gives what the job needs, their 64-bit hashes and
 sequence, without making a string per word: the text's code points as a numpy array, a table saying which code
 points are word characters (and, in a text with any Han or kana, where a run is cut before and after each), and the
 hashes of the runs computed for all words at once. Normalisation touches only the non-ASCII runs of a text (NFKD,
-casefold and the accent rule act on a character and the marks after it, and an ASCII character is never a mark, so
+casefold and the marks rule act on a character and the marks after it, and an ASCII character is never a mark, so
 the rest is only lower-cased). tests/pipeline/test_dedup.py checks both ways
 give the same words on real pages, ASCII and not.
 
@@ -40,65 +42,14 @@ import hashlib
 import re
 import threading
 import unicodedata
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from pipeline.dedup import erased
-
-
-def _ranges(codepoints: list[int]) -> str:
-    """A regex character class body for ``codepoints`` (sorted), as ranges."""
-    out: list[list[int]] = []
-    for cp in codepoints:
-        if out and cp == out[-1][1] + 1:
-            out[-1][1] = cp
-        else:
-            out.append([cp, cp])
-    return "".join(re.escape(chr(a)) + ("-" + re.escape(chr(b)) if b > a else "") for a, b in out)
-
-
-# Scripts written without spaces between words, whose every character is a word (with the marks after it): Han
-# (the CJK unified ideographs, their extensions and the compatibility ideographs), the ideographic letters and
-# numbers among the CJK symbols (々 〆 〇 〡 ...), Hiragana and Katakana (with their extensions; halfwidth katakana is
-# full width after NFKD). Only their word characters: their punctuation still separates words, their marks (the
-# kana voicing marks U+3099/U+309A) stay with the character before them.
-_UNSPACED_BLOCKS = [(0x3000, 0x303F), (0x3040, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
-                    (0xF900, 0xFAFF), (0xFF66, 0xFF9F), (0x1AFF0, 0x1B16F), (0x20000, 0x3FFFF)]  # fmt: skip
-# Latin, IPA, Greek, Cyrillic (and their extensions): the letters whose combining marks are accents
-_ACCENTED = "\u0000-\u052f\u1d00-\u1dbf\u1e00-\u1fff\u2c60-\u2c7f\ua640-\ua69f\ua720-\ua7ff\uab30-\uab6f"
-
-
-@dataclass(frozen=True)
-class _Rules:
-    marks: list[int]  # every code point of category M
-    unspaced: list[int]  # the word characters of _UNSPACED_BLOCKS that are no marks
-    word: re.Pattern  # a character of an unspaced script and its marks; or a run of other word characters and marks
-    accents: re.Pattern  # the combining marks after a Latin, Greek or Cyrillic letter
-    first_alone: int  # no code point below this is unspaced
-
-
-@functools.cache
-def _rules() -> _Rules:
-    """The tables of the rule, built on first use (0.24 s of scanning every code point: every job and worker imports
-    this module, most never compare a word)."""
-    marks = [cp for cp in range(0x300, 0x110000) if unicodedata.category(chr(cp)).startswith("M")]
-    unspaced = [
-        cp
-        for a, b in _UNSPACED_BLOCKS
-        for cp in range(a, b + 1)
-        if re.match(r"\w", chr(cp)) and not unicodedata.category(chr(cp)).startswith("M")
-    ]
-    mark_class = "[" + _ranges(marks) + "]"
-    word = re.compile(
-        "[" + _ranges(unspaced) + "]" + mark_class + r"*|(?:[^\W" + _ranges(unspaced) + "]|" + mark_class + ")+"
-    )
-    accents = re.compile(
-        "(?<=[" + _ACCENTED + "])[" + _ranges([cp for cp in marks if unicodedata.combining(chr(cp))]) + "]+"
-    )
-    return _Rules(marks, unspaced, word, accents, min(unspaced))
-
+from pipeline.dedup.word_rules import remove_strays
+from pipeline.dedup.word_rules import rules as _rules
 
 _LAZY = {"_MARKS": "marks", "_UNSPACED": "unspaced", "_WORD": "word", "_ACCENTS": "accents"}
 
@@ -118,7 +69,8 @@ NORMALISATION_KEEPING_ERASED = (
 )
 NORMALISATION = (
     "characters tokenizers erase deleted (control, Default_Ignorable_Code_Point, pipeline.dedup.erased), then NFKD, "
-    "accents of Latin/Greek/Cyrillic letters removed, casefold; words are runs of letters, digits and marks (\\w "
+    "combining and non-spacing marks removed unless after a letter or digit of a script other than Latin/Greek/"
+    "Cyrillic/Han (a kana keeps its voicing marks), casefold; words are runs of letters, digits and marks (\\w "
     "but the underscore and other connector punctuation, which separate words), each Han ideograph and kana (with "
     "its marks) a word of its own (pipeline.dedup.text)"
 )
@@ -146,12 +98,13 @@ _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # s
 
 
 def normalise_reference(text: str, erase: bool = True) -> str:
-    """The rule as written: the erased characters deleted (with ``erase``: the current rule), NFKD, the accents of
-    Latin, Greek and Cyrillic letters removed, case folded, connector punctuation made a space (with ``erase``)."""
+    """The rule as written: the erased characters deleted (with ``erase``: the current rule), NFKD, the marks no
+    letter owns removed (with ``erase``; without, the accents of Latin, Greek and Cyrillic letters), case folded,
+    connector punctuation made a space (with ``erase``)."""
     if not erase:
         return _rules().accents.sub("", unicodedata.normalize("NFKD", text)).casefold()
     text = "".join(c for c in text if ord(c) not in erased.deleted())
-    return _separate_connectors(_rules().accents.sub("", unicodedata.normalize("NFKD", text)).casefold())
+    return _separate_connectors(remove_strays(unicodedata.normalize("NFKD", text)).casefold())
 
 
 def normalise(text: str, erase: bool = True) -> str:
@@ -161,22 +114,21 @@ def normalise(text: str, erase: bool = True) -> str:
     deleted (:func:`pipeline.dedup.erased.erase`), so ``ca<U+00AD>t`` is ``cat``, and at the end connector
     punctuation (``_``, and what NFKD makes ``_``) is made a space, so ``pattern_sh`` is ``pattern sh``."""
     if erase:
-        return _separate_connectors(_normalise(erased.erase(text)))
-    return _normalise(text)
+        return _separate_connectors(_normalise(erased.erase(text), remove_strays))
+    return _normalise(text, functools.partial(_rules().accents.sub, ""))
 
 
-def _normalise(text: str) -> str:
+def _normalise(text: str, marks: Callable[[str], str]) -> str:
     if text.isascii():
         return text.lower()
     parts, at = [], 0
     for m in _NON_ASCII.finditer(text):
         start, end = m.span()
         parts.append(text[at:start].lower())
-        if start:
-            # an ASCII character stays one character; the erased characters are gone already
-            parts.append(normalise_reference(text[start - 1 : end], False)[1:])
-        else:
-            parts.append(normalise_reference(text[start:end], False))
+        # with the ASCII character before (an ASCII character stays one character), which the marks rule looks at;
+        # the erased characters are gone already, connectors are separated at the end
+        run = text[start - 1 if start else start : end]
+        parts.append(marks(unicodedata.normalize("NFKD", run)).casefold()[1 if start else 0 :])
         at = end
     parts.append(text[at:].lower())
     return "".join(parts)

@@ -22,7 +22,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline import build_shards
 from pipeline import verify as verify_mod
-from pipeline.dedup import minhash, text
+from pipeline.dedup import minhash, text, word_rules
 from pipeline.dedup.unique_documents import DropDuplicates, _star_pairs
 from pipeline.elements import Document, Source
 from tests.conftest import WIKIPEDIA_SAMPLE, build
@@ -176,11 +176,14 @@ def test_fast_analysis_gives_the_words_of_the_reference_rule_on_real_text():
         "\u4eba\u3005\u3007 \U00020bb7\u91ce\u5bb6 \uf900\u2f00 \u3231 \u3300 \u30fc\u30fb\u30a2",
         "Caf\u00e9\u6771\u4eac\uff21\uff11\u3001\ud55c\uad6d\uc5b4 \u0e20\u0e32\u0e29\u0e32\u0e44\u0e17\u0e22\u6f22",
         "\u3042",
+        # marks no letter owns (removed) next to marks that are letters (kept): a stroked symbol, a mark first, after
+        # CJK punctuation, a Han ideograph, a kana (its voicing kept), a Devanagari letter, an ASCII letter
+        "\u0301x \u2209 y\u3001\u0300z \u65e5\u0300\u304b\u3099\u0301 \u0915\u093f\u0301 a\u0338\u0941 \u2192\u20d7",
         "\u4e2d\u56fd\u4eba\u6c11\u89e3\u653e\u519b\uff0c\u957f\u6c5f\u662f\u4e9a\u6d32\u7b2c\u4e00\u957f\u6cb3",
     ]
     pages = [p["text"] for p in wikipedia_pages(300)]
     assert sum(not t.isascii() for t in pages) > 100
-    unspaced = re.compile("[" + text._ranges(text._UNSPACED) + "]")
+    unspaced = re.compile("[" + word_rules._ranges(text._UNSPACED) + "]")
     assert sum(bool(unspaced.search(t)) for t in pages) >= 5  # pages citing Chinese titles
     for body in tricky + pages:
         reference = text._WORD.findall(text.normalise_reference(body))
