@@ -51,6 +51,7 @@ with without_pandas():
 
 from pipeline import output, progress  # noqa: E402
 from pipeline.runners import lost_workers, sdk_worker  # noqa: E402
+from pipeline.runners.state_cache import in_process_state_cache  # noqa: E402
 from schemas import format as fmt  # noqa: E402
 
 sdk_worker.shorten_state_sampling()  # for the bundles the in-process runner runs here
@@ -418,7 +419,7 @@ def run_pipeline(
         logging.getLogger(name).addFilter(quiet)
     try:
         with progress.reporting(options, total_bytes, local, unit), lost_workers.stop_the_job(runner is not None):
-            with beam.Pipeline(runner=runner, options=options) as p:
+            with in_process_state_cache(options), beam.Pipeline(runner=runner, options=options) as p:
                 build(p)
     except Exception as e:
         message = one_line_error(e)  # a bad input a step refused: the output location, an evaluation file

@@ -195,6 +195,26 @@ def test_fast_analysis_gives_the_words_of_the_reference_rule_on_real_text():
         assert digest == (hashlib.blake2b(joined, digest_size=16).digest() if reference else None)
 
 
+def test_the_word_tables_are_filled_for_the_planes_a_text_uses_and_say_what_the_rule_says(monkeypatch):
+    """The tables are filled a plane at a time, when a text has a code point there (an English corpus never pays
+    for scanning the other 16 planes); what is filled says, character by character, what ``_WORD`` says."""
+    monkeypatch.setattr(text, "_TABLES", [])
+    monkeypatch.setattr(text, "_PLANES", set())
+    assert text.analyse("Plain English, and a café.")[1] is not None
+    assert text._PLANES == {0}
+    hashes, _ = text.analyse("Linear B \U00010000\U00010001 and Han \U00020000\U0002a6d6 ideographs")
+    assert len(hashes) == 8 and text._PLANES == {0, 1, 2}
+    kinds, words = text._TABLES
+    marks, unspaced = set(text._MARKS), set(text._UNSPACED)
+    checked = 0
+    for cp in range(0, 3 << 16):
+        is_word = text._WORD.fullmatch(chr(cp)) is not None
+        expected = 0 if not is_word else 3 if cp in unspaced else 2 if cp in marks else 1
+        assert (kinds[cp], words[cp]) == (expected, is_word), hex(cp)
+        checked += is_word
+    assert checked > 100_000 and not kinds[3 << 16 :].any()  # plane 3 holds Han too, but no text asked for it
+
+
 def test_word_hashes_of_long_texts_and_of_texts_in_one_batch_equal_each_text_alone():
     """analyse hashes words from prefix sums, in blocks past text._PREFIX_LIMIT code points (a word longer than a
     block by the run rule); analyse_texts joins texts by U+FFFF. Both must give what the word strings give."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from apache_beam.portability.api import beam_fn_api_pb2
 
@@ -136,3 +137,27 @@ def test_both_jobs_report_a_user_error_as_one_line_and_exit_2(tmp_path):
             job
         )  # Beam's import warning hidden
         assert not (tmp_path / "out").exists(), job
+
+
+def _record_cache_size(path: str) -> None:
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    Path(path).write_text(str(worker_handlers.STATE_CACHE_SIZE_MB))
+
+
+def test_the_in_process_runners_state_cache_follows_max_cache_memory_usage_mb(tmp_path):
+    """0 (Beam's default for its worker processes) unless the option is given; Beam's own 100 MB is put back after
+    the job. The cache weighed each per-document side-input lookup of --dedup (pipeline/runners/state_cache.py)."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    from pipeline.runners import jobs
+
+    before = worker_handlers.STATE_CACHE_SIZE_MB
+    for argv, expected in (([], 0), (["--max_cache_memory_usage_mb", "7"], 7)):
+        seen = tmp_path / f"seen-{expected}"
+        options = PipelineOptions(["--runner", "FnApiRunner", *argv])
+        jobs.run_pipeline(options, lambda p, seen=seen: p | beam.Create([str(seen)]) | beam.Map(_record_cache_size))
+        assert seen.read_text() == str(expected)
+        assert worker_handlers.STATE_CACHE_SIZE_MB == before
