@@ -13,11 +13,13 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from trainer.engine import runtime
-
+# torch and DeepSpeed are imported where they are used: the start-up checks of trainer/pretrain.py and
+# trainer/finetune.py use this module's environment functions before either is imported (a refusal in seconds).
 # DeepSpeed's ZeRO calls a torch.distributed function that torch marks deprecated, once per step and rank.
 warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*is deprecated", category=FutureWarning)
 
@@ -148,8 +150,13 @@ def release_shared_memory_names(rank: int) -> None:
 
 
 def init_distributed() -> Dist:
-    import deepspeed
+    import torch
     import torch.distributed as torch_dist
+
+    from trainer.engine import runtime  # before DeepSpeed: the environment it reads at import
+
+    # isort: split
+    import deepspeed
 
     accelerator = deepspeed.get_accelerator()
     notice = runtime.extensions_notice()
@@ -185,6 +192,9 @@ def finish_distributed() -> None:
 
 
 def accelerator_is_gpu() -> bool:
+    from trainer.engine import runtime  # noqa: F401  (before DeepSpeed: the environment it reads at import)
+
+    # isort: split
     import deepspeed
 
     return deepspeed.get_accelerator().device_name() != "cpu"

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-
-import torch
+from typing import TYPE_CHECKING
 
 from trainer.config import ConfigError, OptimConfig
+
+if TYPE_CHECKING:  # torch is not imported here: trainer/pretrain.py reads --deepspeed_config before it is
+    import torch
 
 log = logging.getLogger("trainer")
 

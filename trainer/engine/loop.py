@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import torch
 
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, WarmupLinearDecay, dumps, to_jsonable
+from trainer.engine import runtime  # noqa: F401  (before DeepSpeed is imported: the environment it reads)
 from trainer.engine.checkpoints import (
     TAG_PREFIX,
     checkpoint_dir,
