@@ -55,6 +55,9 @@ def test_pretrain_without_the_launcher_follows_the_rule(one_process, demo_artifa
 
 
 def test_finetune_without_the_launcher_follows_the_rule_and_keeps_omp_num_threads(one_process, tmp_path, capsys):
+    # --init is an empty directory: refused when the checkpoint is opened, after choosing the threads (a missing
+    # --init is refused before, without torch)
+    (tmp_path / "no-checkpoint").mkdir()
     args = ["--init", str(tmp_path / "no-checkpoint"), "--task", "rte", "--head", "cls", "--data-dir", str(tmp_path),
             "--output-dir", str(tmp_path / "out")]  # fmt: skip
     assert finetune.main(args) == 2
