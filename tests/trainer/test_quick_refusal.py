@@ -66,3 +66,25 @@ def test_a_refusal_under_the_launcher_with_two_cpu_ranks_is_one_line_and_exit_2(
     dumps = [line for line in lines if "--local_rank" in line]  # a rank's command line
     assert len(dumps) == 1 and "[ERROR]" in dumps[0] and "exits with return code = 2" in dumps[0], lines
     assert not (tmp_path / "run").exists()
+
+
+def test_deepspeeds_build_notice_is_dropped_and_every_other_line_kept(capsys):
+    """deepspeed/comm/torch.py prints ``DeepSpeed <op> built successfully`` in every rank of a CPU run."""
+    from trainer.engine import runtime  # noqa: F401  (DS_ACCELERATOR before DeepSpeed is imported)
+
+    # isort: split
+    from deepspeed.accelerator import get_accelerator
+
+    from trainer.engine.distributed import without_build_notice
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    notice = f"DeepSpeed {builder.absolute_name()} built successfully"  # the line as DeepSpeed makes it
+    with without_build_notice():
+        print("before")
+        print(notice)
+        print("after")
+    assert capsys.readouterr().out == "before\nafter\n"
+    with pytest.raises(RuntimeError), without_build_notice():
+        print("said before a failure")
+        raise RuntimeError("the op did not build")
+    assert capsys.readouterr().out == "said before a failure\n"

@@ -7,7 +7,9 @@ GPUs, gloo on CPU), the device comes from ``deepspeed.get_accelerator()`` and th
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import re
 import socket
 import sys
 import time
@@ -126,6 +128,30 @@ def environment_ninja():
                 os.environ["PATH"] = saved
 
 
+# What deepspeed/comm/torch.py build_shm_op prints (print(), not its logger, so no --log_level hides it) in every
+# rank of every CPU run, once the op is loaded: no news for the user. A failed build raises; the compiler's output
+# goes to the file descriptor, not through sys.stdout, and is not touched.
+BUILD_NOTICE = re.compile(r"DeepSpeed \S+ built successfully")
+
+
+@contextlib.contextmanager
+def without_build_notice():
+    """Drop :data:`BUILD_NOTICE` lines printed to ``sys.stdout`` in the block; pass every other line on, also when
+    the block raises."""
+    saved, buffer = sys.stdout, io.StringIO()
+    sys.stdout = buffer
+    try:
+        yield
+    finally:
+        sys.stdout = saved
+        kept = [
+            line for line in buffer.getvalue().splitlines(keepends=True) if not BUILD_NOTICE.fullmatch(line.strip())
+        ]
+        if kept:
+            saved.write("".join(kept))
+            saved.flush()
+
+
 def release_shared_memory_names(rank: int) -> None:
     """Unlink the name of this rank's DeepSpeed CPU all-reduce buffer once every rank has mapped the others'.
 
@@ -162,7 +188,7 @@ def init_distributed() -> Dist:
     notice = runtime.extensions_notice()
     if notice and env_rank()[0] == 0:
         print(f"trainer: {notice}", file=sys.stderr, flush=True)
-    with environment_ninja():  # the CPU backend JIT-builds its shared-memory op here
+    with environment_ninja(), without_build_notice():  # the CPU backend JIT-builds its shared-memory op here
         deepspeed.init_distributed()  # backend: the accelerator's (nccl on GPUs, gloo on CPU)
     rank, world = torch_dist.get_rank(), torch_dist.get_world_size()
     if accelerator.device_name() == "cpu":
