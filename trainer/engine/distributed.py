@@ -128,8 +128,8 @@ def environment_ninja():
                 os.environ["PATH"] = saved
 
 
-# What deepspeed/comm/torch.py build_shm_op prints (print(), not its logger, so no --log_level hides it) in every
-# rank of every CPU run, once the op is loaded: no news for the user. A failed build raises; the compiler's output
+# What deepspeed/comm/torch.py build_shm_op prints (print(), not its logger, so no logger level hides it) in every
+# rank of every CPU run once the op is loaded: DeepSpeed's INFO, shown with --log-level info or debug. A failed build raises; the compiler's output
 # goes to the file descriptor, not through sys.stdout, and is not touched.
 BUILD_NOTICE = re.compile(r"DeepSpeed \S+ built successfully")
 
@@ -175,7 +175,8 @@ def release_shared_memory_names(rank: int) -> None:
         pass
 
 
-def init_distributed() -> Dist:
+def init_distributed(build_notice: bool = False) -> Dist:
+    """The process group and this rank's device; ``build_notice``: keep DeepSpeed's :data:`BUILD_NOTICE` line."""
     import torch
     import torch.distributed as torch_dist
 
@@ -188,7 +189,8 @@ def init_distributed() -> Dist:
     notice = runtime.extensions_notice()
     if notice and env_rank()[0] == 0:
         print(f"trainer: {notice}", file=sys.stderr, flush=True)
-    with environment_ninja(), without_build_notice():  # the CPU backend JIT-builds its shared-memory op here
+    quiet = contextlib.nullcontext() if build_notice else without_build_notice()
+    with environment_ninja(), quiet:  # the CPU backend JIT-builds its shared-memory op here
         deepspeed.init_distributed()  # backend: the accelerator's (nccl on GPUs, gloo on CPU)
     rank, world = torch_dist.get_rank(), torch_dist.get_world_size()
     if accelerator.device_name() == "cpu":

@@ -403,7 +403,7 @@ class _Window:
 
 def train(setup: TrainSetup) -> int:
     """Run (or resume) training as configured; every rank calls this after :func:`init_distributed`."""
-    dist = init_distributed()
+    dist = init_distributed(build_notice=setup.run.log_level in ("debug", "info"))
     trainer = Trainer(setup, dist)
     checks = getattr(setup.train_loader.dataset, "shard_checks", None)
     if checks and dist.local_rank == 0:  # one line per node: each node checks its shards into its own caches
