@@ -30,17 +30,18 @@ User errors (missing files, bad options, a wrong header) are one line on stderr 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 
 from schemas.ngram_dictionary import NgramDictionary
 from trainer.config import OptimConfig, add_dataclass_arguments, dataclass_from_args, given_fields
-from trainer.engine import accelerator_is_gpu, default_single_process_env, env_rank
-from trainer.engine.distributed import say_setup_error
+from trainer.engine.distributed import default_single_process_env, env_rank, say_setup_error
 from trainer.engine.signals import exit_on_sigterm
-from trainer.engine.threads import CPU_THREADS_HELP, set_cpu_threads
-from trainer.finetuning import loop
-from trainer.finetuning.checkpoint import load_pretrained
+from trainer.engine.threads import CPU_THREADS_HELP, check_cpu_threads, set_cpu_threads
 from trainer.finetuning.options import FinetuneConfig
+
+# The imports above need neither torch nor DeepSpeed (tests/trainer/test_quick_refusal.py): a refusal of the command
+# line, the n-gram dictionary or a missing --init comes before the 10-60 s of importing them.
 
 OPTIM_FIELDS_SET_BY_FINETUNE = ("lr", "warmup_steps")  # --lr and --warmup-ratio
 
@@ -69,10 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if env_rank()[0] == 0:  # rank 0 says it; the other ranks keep the default (a rank blocked in C stays killable)
         exit_on_sigterm("finetune")
     try:
-        # fine-tuning batches are made in this process: no data workers
-        said = set_cpu_threads(args.cpu_threads, 0, one_process=env_rank()[2] == 1, on_gpu=accelerator_is_gpu())
-        if said and env_rank()[1] == 0:
-            print(said, flush=True)
+        check_cpu_threads(args.cpu_threads)
         cfg = dataclass_from_args(FinetuneConfig, args, deepspeed_config=args.deepspeed_config or "auto")
         optim_flags = given_fields(args, OptimConfig, dest_prefix="optim.")
         OptimConfig(**optim_flags)  # a bad optimizer option is reported before any work
@@ -81,6 +79,17 @@ def main(argv: list[str] | None = None) -> int:
                 NgramDictionary.open(cfg.ngram_dictionary)
             except ValueError as e:
                 raise ValueError(f"--ngram-dictionary {e}") from None
+        if not os.path.isdir(cfg.init):  # what load_pretrained says first, said before torch is imported
+            raise ValueError(f"--init {cfg.init}: no such directory")
+        # torch and DeepSpeed: only once the quick checks passed
+        from trainer.engine import accelerator_is_gpu
+        from trainer.finetuning import loop
+        from trainer.finetuning.checkpoint import load_pretrained
+
+        # fine-tuning batches are made in this process: no data workers
+        said = set_cpu_threads(args.cpu_threads, 0, one_process=env_rank()[2] == 1, on_gpu=accelerator_is_gpu())
+        if said and env_rank()[1] == 0:
+            print(said, flush=True)
         encoder, tokenizer, source = load_pretrained(cfg.init)
         setup = loop.prepare(cfg, optim_flags, encoder, tokenizer, source)
     except (ValueError, OSError) as e:  # ConfigError, DataError, CheckpointError, unreadable files

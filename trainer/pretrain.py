@@ -43,20 +43,29 @@ import shlex
 import sys
 
 from schemas import commands
+from schemas.artifact import Artifact
 from schemas.format import FormatError
-from trainer import engine
 from trainer.config import (
     PRESETS,
     ModelConfig,
     OptimConfig,
     RunConfig,
     add_dataclass_arguments,
+    dataclass_from_args,
+    given_fields,
+    resolve_schedule,
 )
-from trainer.data import DataConfig
-from trainer.engine.distributed import say_setup_error
+from trainer.data.config import DATA_FIELDS_SET_BY_TRAINER, DataConfig
+from trainer.data.sources import parse_sources
+from trainer.engine.distributed import default_single_process_env, env_rank, say_setup_error
+from trainer.engine.ds_config import load_deepspeed_json
+from trainer.engine.run_lock import acquire as acquire_run_lock
 from trainer.engine.signals import exit_on_sigterm
-from trainer.engine.threads import CPU_THREADS_HELP, set_cpu_threads
-from trainer.masking import SCHEMES, MaskingConfig
+from trainer.engine.threads import CPU_THREADS_HELP, check_cpu_threads, set_cpu_threads
+from trainer.masking.config import SCHEMES, MaskingConfig
+
+# The imports above need neither torch nor DeepSpeed (tests/trainer/test_quick_refusal.py): a refusal of the command
+# line, the DeepSpeed JSON or the artifact comes in seconds, before the 10-60 s of importing them (trainer.engine).
 
 # Filled in from other options, so they cannot disagree.
 MASKING_FIELDS_SET_BY_TRAINER = ("seed", "max_span_positions")
@@ -100,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataclass_arguments(g, ModelConfig)
     add_dataclass_arguments(p.add_argument_group("optimizer"), OptimConfig)
     add_dataclass_arguments(
-        p.add_argument_group("data"), DataConfig, skip=engine.DATA_FIELDS_SET_BY_TRAINER, dest_prefix="data."
+        p.add_argument_group("data"), DataConfig, skip=DATA_FIELDS_SET_BY_TRAINER, dest_prefix="data."
     )
     add_dataclass_arguments(
         p.add_argument_group("masking"), MaskingConfig, skip=MASKING_FIELDS_SET_BY_TRAINER, dest_prefix="masking."
@@ -117,13 +126,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_before_torch(args: argparse.Namespace) -> None:
+    """What ``engine.prepare`` checks that needs neither torch nor DeepSpeed, checked first: the options, the model
+    sizes (without --init), the DeepSpeed JSON when one is named, and each artifact's manifest. Raises ValueError
+    (ConfigError, FormatError) or OSError, as ``prepare`` does; ``prepare`` checks all of it again with the rest."""
+    check_cpu_threads(args.cpu_threads)
+    run = dataclass_from_args(RunConfig, args, deepspeed_config=args.deepspeed_config or "auto")
+    resolve_schedule(dataclass_from_args(OptimConfig, args), run)
+    if not getattr(args, "init", None):
+        ModelConfig.preset(getattr(args, "preset", None) or "base", **given_fields(args, ModelConfig))
+    if run.deepspeed_config != "auto":  # "auto" depends on the accelerator, which DeepSpeed detects
+        load_deepspeed_json(run.deepspeed_config, on_gpu=False)
+    sources = parse_sources(run.data)
+    for uri in [src.uri for src in sources] if sources else [str(run.data)]:
+        Artifact.open(uri)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    engine.default_single_process_env(args.local_rank)
-    rank, local_rank, world = engine.env_rank()
+    default_single_process_env(args.local_rank)
+    rank, local_rank, world = env_rank()
     lock = None
     try:  # the lock is released on every way out that Python sees (errors and tracebacks included)
         try:
+            if rank == 0 and args.output_dir:  # one rank owns the run directory's lock, before anything is written
+                lock = acquire_run_lock(args.output_dir)
+                # until training's own handler (save, then exit) takes over: the lock is released on the way out
+                exit_on_sigterm("pretrain")
+            check_before_torch(args)
+            from trainer import engine  # torch and DeepSpeed: only once the quick checks passed
+
             workers = getattr(args, "data.num_workers", None)
             said = set_cpu_threads(
                 args.cpu_threads,
@@ -133,12 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             if said and local_rank == 0:
                 print(said, flush=True)
-            if rank == 0 and args.output_dir:  # one rank owns the run directory's lock, before anything is written
-                lock = engine.acquire_run_lock(args.output_dir)
-                # until training's own handler (save, then exit) takes over: the lock is released on the way out
-                exit_on_sigterm("pretrain")
             setup = engine.prepare(args)
-        except engine.SETUP_ERRORS as e:
+        except (ValueError, OSError) as e:  # engine.SETUP_ERRORS
             say_setup_error("pretrain", e)
             return 2
         try:

@@ -38,9 +38,11 @@ def _threads_line(out: str) -> str:
     return lines[0]
 
 
-def test_pretrain_without_the_launcher_follows_the_rule(one_process, tmp_path, capsys):
-    # the artifact does not exist: main stops at its first refusal, after choosing the threads
-    args = ["--data", str(tmp_path / "none"), "--preset", "tiny", "--max-steps", "1", "--output-dir", str(tmp_path)]  # fmt: skip
+def test_pretrain_without_the_launcher_follows_the_rule(one_process, demo_artifact, tmp_path, capsys):
+    # more held-out shards than the artifact has: main stops at this refusal of engine.prepare, after choosing the
+    # threads (a missing artifact is refused before, without torch)
+    args = ["--data", str(demo_artifact), "--eval-shards", "9", "--preset", "tiny", "--max-steps", "1",
+            "--output-dir", str(tmp_path)]  # fmt: skip
     assert pretrain.main([*args, "--num-workers", "2"]) == 2
     expected = choose_cpu_threads(available_cores(), 2)
     assert torch.get_num_threads() == expected
@@ -53,6 +55,9 @@ def test_pretrain_without_the_launcher_follows_the_rule(one_process, tmp_path, c
 
 
 def test_finetune_without_the_launcher_follows_the_rule_and_keeps_omp_num_threads(one_process, tmp_path, capsys):
+    # --init is an empty directory: refused when the checkpoint is opened, after choosing the threads (a missing
+    # --init is refused before, without torch)
+    (tmp_path / "no-checkpoint").mkdir()
     args = ["--init", str(tmp_path / "no-checkpoint"), "--task", "rte", "--head", "cls", "--data-dir", str(tmp_path),
             "--output-dir", str(tmp_path / "out")]  # fmt: skip
     assert finetune.main(args) == 2

@@ -17,7 +17,8 @@ from tests.support.pretrain_runs import PRETRAIN, ds_config, run_env
 
 DS_WARNING = "Setting accelerator to CPU"
 PROBE = (
-    "import json, os, trainer.engine; "
+    # the first name looked up in trainer.engine sets them (its __getattr__ imports runtime), as DeepSpeed's users do
+    "import json, os, trainer.engine; trainer.engine.env_rank; "
     "print(json.dumps({k: os.environ.get(k) for k in ('DS_ACCELERATOR', 'TORCH_EXTENSIONS_DIR')}))"
 )
 

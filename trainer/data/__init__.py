@@ -9,16 +9,52 @@ DataLoader over a stream, ``loader`` its builders for one artifact, ``checks`` t
 ``sources`` parses and checks ``--data NAME=PATH[:WEIGHT]``, ``mixture_order`` is its order, ``mixture`` its stream.
 """
 
-from trainer.data.blocks import BlockReader, Blocks, index_blocks, open_artifact, split_shards
-from trainer.data.checks import TokenizerMismatchError, check_tokenizer
-from trainer.data.config import DataConfig
-from trainer.data.loader import build_eval_loader, build_train_loader
-from trainer.data.mixture import MixtureStream, build_mixture_loaders
-from trainer.data.mixture_order import MixtureOrder, source_seed
-from trainer.data.order import EpochOrder
-from trainer.data.sources import Source, check_sources, parse_sources
-from trainer.data.stream import MAX_CHUNK_ROWS, STATE_FORMAT, STATE_VERSION, ArtifactStream
-from trainer.data.stream_loader import StreamLoader
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trainer.lazy import exports
+
+if TYPE_CHECKING:
+    from trainer.data.blocks import BlockReader, Blocks, index_blocks, open_artifact, split_shards
+    from trainer.data.checks import TokenizerMismatchError, check_tokenizer
+    from trainer.data.config import DataConfig
+    from trainer.data.loader import build_eval_loader, build_train_loader
+    from trainer.data.mixture import MixtureStream, build_mixture_loaders
+    from trainer.data.mixture_order import MixtureOrder, source_seed
+    from trainer.data.order import EpochOrder
+    from trainer.data.sources import Source, check_sources, parse_sources
+    from trainer.data.stream import MAX_CHUNK_ROWS, STATE_FORMAT, STATE_VERSION, ArtifactStream
+    from trainer.data.stream_loader import StreamLoader
+
+__getattr__ = exports(
+    __name__,
+    {
+        "BlockReader": "blocks",
+        "Blocks": "blocks",
+        "index_blocks": "blocks",
+        "open_artifact": "blocks",
+        "split_shards": "blocks",
+        "TokenizerMismatchError": "checks",
+        "check_tokenizer": "checks",
+        "DataConfig": "config",
+        "build_eval_loader": "loader",
+        "build_train_loader": "loader",
+        "MixtureStream": "mixture",
+        "build_mixture_loaders": "mixture",
+        "MixtureOrder": "mixture_order",
+        "source_seed": "mixture_order",
+        "EpochOrder": "order",
+        "Source": "sources",
+        "check_sources": "sources",
+        "parse_sources": "sources",
+        "MAX_CHUNK_ROWS": "stream",
+        "STATE_FORMAT": "stream",
+        "STATE_VERSION": "stream",
+        "ArtifactStream": "stream",
+        "StreamLoader": "stream_loader",
+    },
+)
 
 __all__ = [
     "MAX_CHUNK_ROWS",

@@ -9,6 +9,9 @@ from typing import Any, Literal
 from trainer.config import config_from_dict
 from trainer.masking.config import SEED_LIMIT
 
+# DataConfig fields the trainer fills in from its own options and the artifact (trainer/engine/setup.py).
+DATA_FIELDS_SET_BY_TRAINER = ("artifact", "seed", "micro_batch_size")
+
 
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:

@@ -23,14 +23,17 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from schemas import format as fmt
 from schemas.artifact import Artifact
 from trainer.data.checks import missing_candidates
 from trainer.data.config import DataConfig
 from trainer.data.mixture_order import source_seed
-from trainer.data.stream import ArtifactStream
 from trainer.masking import MaskingConfig
+
+if TYPE_CHECKING:  # imported in source_stream: parse_sources runs in trainer/pretrain.py's checks before torch
+    from trainer.data.stream import ArtifactStream
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 
@@ -166,4 +169,6 @@ def source_stream(
     """The source's single-artifact stream (its shards checked against its manifest, its shard cache, its masker):
     the mixture reads its training split through it, and evaluates on its held-out split."""
     data, mask = source_configs(source, data_cfg, mask_cfg)
+    from trainer.data.stream import ArtifactStream
+
     return ArtifactStream(artifact, data, mask, rank=rank, world_size=world_size, split=split)

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from trainer.engine import runtime  # noqa: F401  (before DeepSpeed is imported: the environment it reads)
+
 
 class UntrustedCheckpointError(ValueError):
     """A checkpoint file holds something other than tensors and the allowed plain DeepSpeed objects."""

@@ -7,17 +7,21 @@ GPUs, gloo on CPU), the device comes from ``deepspeed.get_accelerator()`` and th
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import re
 import socket
 import sys
 import time
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from trainer.engine import runtime
-
+# torch and DeepSpeed are imported where they are used: the start-up checks of trainer/pretrain.py and
+# trainer/finetune.py use this module's environment functions before either is imported (a refusal in seconds).
 # DeepSpeed's ZeRO calls a torch.distributed function that torch marks deprecated, once per step and rank.
 warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*is deprecated", category=FutureWarning)
 
@@ -124,6 +128,30 @@ def environment_ninja():
                 os.environ["PATH"] = saved
 
 
+# What deepspeed/comm/torch.py build_shm_op prints (print(), not its logger, so no logger level hides it) in every
+# rank of every CPU run once the op is loaded: DeepSpeed's INFO, shown with --log-level info or debug. A failed build raises; the compiler's output
+# goes to the file descriptor, not through sys.stdout, and is not touched.
+BUILD_NOTICE = re.compile(r"DeepSpeed \S+ built successfully")
+
+
+@contextlib.contextmanager
+def without_build_notice():
+    """Drop :data:`BUILD_NOTICE` lines printed to ``sys.stdout`` in the block; pass every other line on, also when
+    the block raises."""
+    saved, buffer = sys.stdout, io.StringIO()
+    sys.stdout = buffer
+    try:
+        yield
+    finally:
+        sys.stdout = saved
+        kept = [
+            line for line in buffer.getvalue().splitlines(keepends=True) if not BUILD_NOTICE.fullmatch(line.strip())
+        ]
+        if kept:
+            saved.write("".join(kept))
+            saved.flush()
+
+
 def release_shared_memory_names(rank: int) -> None:
     """Unlink the name of this rank's DeepSpeed CPU all-reduce buffer once every rank has mapped the others'.
 
@@ -147,15 +175,22 @@ def release_shared_memory_names(rank: int) -> None:
         pass
 
 
-def init_distributed() -> Dist:
-    import deepspeed
+def init_distributed(build_notice: bool = False) -> Dist:
+    """The process group and this rank's device; ``build_notice``: keep DeepSpeed's :data:`BUILD_NOTICE` line."""
+    import torch
     import torch.distributed as torch_dist
+
+    from trainer.engine import runtime  # before DeepSpeed: the environment it reads at import
+
+    # isort: split
+    import deepspeed
 
     accelerator = deepspeed.get_accelerator()
     notice = runtime.extensions_notice()
     if notice and env_rank()[0] == 0:
         print(f"trainer: {notice}", file=sys.stderr, flush=True)
-    with environment_ninja():  # the CPU backend JIT-builds its shared-memory op here
+    quiet = contextlib.nullcontext() if build_notice else without_build_notice()
+    with environment_ninja(), quiet:  # the CPU backend JIT-builds its shared-memory op here
         deepspeed.init_distributed()  # backend: the accelerator's (nccl on GPUs, gloo on CPU)
     rank, world = torch_dist.get_rank(), torch_dist.get_world_size()
     if accelerator.device_name() == "cpu":
@@ -185,6 +220,9 @@ def finish_distributed() -> None:
 
 
 def accelerator_is_gpu() -> bool:
+    from trainer.engine import runtime  # noqa: F401  (before DeepSpeed: the environment it reads at import)
+
+    # isort: split
     import deepspeed
 
     return deepspeed.get_accelerator().device_name() != "cpu"

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-
-import torch
+from typing import TYPE_CHECKING
 
 from trainer.config import ConfigError, OptimConfig
+
+if TYPE_CHECKING:  # torch is not imported here: trainer/pretrain.py reads --deepspeed_config before it is
+    import torch
 
 log = logging.getLogger("trainer")
 
@@ -111,6 +113,9 @@ def resolve_deepspeed_config(path: str, ds: dict, optim: OptimConfig, run_dir: s
 
 def _check_with_deepspeed(ds: dict, where: str) -> None:
     """Let DeepSpeed's own config parser judge the rest now (unknown keys, wrong types), not after start-up."""
+    from trainer.engine import runtime  # noqa: F401  (before DeepSpeed: the environment it reads at import)
+
+    # isort: split
     from deepspeed.runtime.config import DeepSpeedConfig
 
     try:

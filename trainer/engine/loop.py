@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import torch
 
 from trainer.config import CHECKPOINT_META_FILE, CHECKPOINT_TOKENIZER_FILE, WarmupLinearDecay, dumps, to_jsonable
+from trainer.engine import runtime  # noqa: F401  (before DeepSpeed is imported: the environment it reads)
 from trainer.engine.checkpoints import (
     TAG_PREFIX,
     checkpoint_dir,
@@ -402,7 +403,7 @@ class _Window:
 
 def train(setup: TrainSetup) -> int:
     """Run (or resume) training as configured; every rank calls this after :func:`init_distributed`."""
-    dist = init_distributed()
+    dist = init_distributed(build_notice=setup.run.log_level in ("debug", "info"))
     trainer = Trainer(setup, dist)
     checks = getattr(setup.train_loader.dataset, "shard_checks", None)
     if checks and dist.local_rank == 0:  # one line per node: each node checks its shards into its own caches

@@ -1,7 +1,8 @@
 """What DeepSpeed reads from the environment when it is imported, decided here once, before it is imported.
 
-``trainer.engine`` imports this module first, and every module of the trainer that imports DeepSpeed goes through
-``trainer.engine``; so does each rank that the ``deepspeed`` launcher starts. Two defaults, each only when the user
+Every module of the trainer that imports DeepSpeed imports this module before (at its top, or in the function
+that imports DeepSpeed), and so does the first name looked up in ``trainer.engine`` (its ``__getattr__``); the
+entry points' start-up checks import neither (``trainer/lazy.py``). Two defaults, each only when the user
 has not set the variable:
 
 - ``DS_ACCELERATOR=cpu`` when this machine has no accelerator. DeepSpeed's own detection ends on the CPU after

@@ -37,6 +37,8 @@ from trainer.data import (
     build_train_loader,
     parse_sources,
 )
+from trainer.data.config import DATA_FIELDS_SET_BY_TRAINER as DATA_FIELDS_SET_BY_TRAINER  # re-exported
+from trainer.engine import runtime  # noqa: F401  (before DeepSpeed is imported: the environment it reads)
 from trainer.engine.checkpoints import (
     ElasticResume,
     checkpoint_dir,
@@ -54,8 +56,6 @@ from trainer.masking import MaskingConfig
 # Errors `prepare` reports as one line (FormatError and ConfigError are ValueErrors; the data side's
 # config classes raise ValueError; unreadable files are OSErrors).
 SETUP_ERRORS = (ValueError, OSError)
-# DataConfig fields the trainer fills in from its own options and the artifact.
-DATA_FIELDS_SET_BY_TRAINER = ("artifact", "seed", "micro_batch_size")
 
 
 @dataclass

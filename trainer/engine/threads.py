@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import os
 
-import torch
-
 CPU_THREADS_HELP = (
     "torch's threads in a one-process CPU run (default: the cores this process may use, less one per data worker, "
     "less one; OMP_NUM_THREADS if set; docs/TRAINING.md, threads)"
@@ -41,11 +39,18 @@ def choose_cpu_threads(cores: int, data_workers: int) -> int:
     return max(1, cores - max(0, data_workers) - 1)
 
 
+def check_cpu_threads(flag: int | None) -> None:
+    """Refuse a ``--cpu-threads`` below 1 (ValueError); needs no torch, so the entry points check it first."""
+    if flag is not None and flag < 1:
+        raise ValueError(f"--cpu-threads {flag}: must be at least 1")
+
+
 def set_cpu_threads(flag: int | None, data_workers: int, *, one_process: bool, on_gpu: bool) -> str | None:
     """Apply ``--cpu-threads`` or the rule; return the line that says what was chosen and why (None: left alone)."""
+    check_cpu_threads(flag)
+    import torch  # here: the entry points take CPU_THREADS_HELP for their parser before torch is imported
+
     if flag is not None:
-        if flag < 1:
-            raise ValueError(f"--cpu-threads {flag}: must be at least 1")
         threads, why = flag, "--cpu-threads"
     elif not one_process or on_gpu:
         return None

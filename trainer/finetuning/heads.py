@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainer.finetuning.options import HEADS as HEADS  # re-exported
 from trainer.finetuning.span_ft import HierarchicalCNN
 from trainer.model import SpanBert
 
-HEADS = ("cls", "span", "spex", "span-ft")
 NEG = -1e4  # masked logits: exp() underflows to 0 in fp32 and bf16
 
 

@@ -14,9 +14,11 @@ from typing import Literal
 
 from schemas import commands
 from trainer.config import FLOAT32_MAX, opt, require
-from trainer.finetuning.heads import HEADS
-from trainer.finetuning.span_ft import SEGMENTATIONS
 from trainer.finetuning.tasks import TASKS, check_head, get_task
+
+# Here, not beside the heads (torch): trainer/finetune.py parses and checks its options before torch is imported.
+HEADS = ("cls", "span", "spex", "span-ft")
+SEGMENTATIONS = ("ngram", "random", "none")  # span-ft's segmentation (trainer/finetuning/span_ft.py)
 
 
 @dataclass(kw_only=True)

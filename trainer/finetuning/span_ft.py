@@ -32,8 +32,8 @@ import torch
 from torch import nn
 
 from trainer.finetuning.encoding import Piece
+from trainer.finetuning.options import SEGMENTATIONS as SEGMENTATIONS  # re-exported
 
-SEGMENTATIONS = ("ngram", "random", "none")
 RANDOM_MAX_WORDS = 5  # the dictionary's n <= 5
 
 

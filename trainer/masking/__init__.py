@@ -8,16 +8,44 @@ fit-or-skip selection, ``replacement`` the 80/10/10 per unit, ``sbo_targets`` th
 runs, ``collate`` the batch layout, ``rows`` the chunk types.
 """
 
-from trainer.masking.collate import PAD_TO_MULTIPLE, Collator
-from trainer.masking.config import (
-    CANDIDATE_COLUMNS,
-    NUMERIC_ENTITY_LABELS,
-    SCHEMES,
-    SPECIAL_TOKEN_NAMES,
-    MaskingConfig,
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trainer.lazy import exports
+
+if TYPE_CHECKING:
+    from trainer.masking.collate import PAD_TO_MULTIPLE, Collator
+    from trainer.masking.config import (
+        CANDIDATE_COLUMNS,
+        NUMERIC_ENTITY_LABELS,
+        SCHEMES,
+        SPECIAL_TOKEN_NAMES,
+        MaskingConfig,
+    )
+    from trainer.masking.masker import Masker
+    from trainer.masking.rows import ACTION_KEEP, ACTION_MASK, ACTION_RANDOM, IGNORE_INDEX, Masked, Rows, masking_stats
+
+__getattr__ = exports(
+    __name__,
+    {
+        "PAD_TO_MULTIPLE": "collate",
+        "Collator": "collate",
+        "CANDIDATE_COLUMNS": "config",
+        "NUMERIC_ENTITY_LABELS": "config",
+        "SCHEMES": "config",
+        "SPECIAL_TOKEN_NAMES": "config",
+        "MaskingConfig": "config",
+        "Masker": "masker",
+        "ACTION_KEEP": "rows",
+        "ACTION_MASK": "rows",
+        "ACTION_RANDOM": "rows",
+        "IGNORE_INDEX": "rows",
+        "Masked": "rows",
+        "Rows": "rows",
+        "masking_stats": "rows",
+    },
 )
-from trainer.masking.masker import Masker
-from trainer.masking.rows import ACTION_KEEP, ACTION_MASK, ACTION_RANDOM, IGNORE_INDEX, Masked, Rows, masking_stats
 
 __all__ = [
     "ACTION_KEEP",
