@@ -102,3 +102,20 @@ def main_in_process(monkeypatch, capsys):
         return code, err
 
     return call
+
+
+# What trainer.engine.distributed fills in for a one-process run that reaches the process group in this process;
+# with the suite split over processes (pytest-xdist) a later test in the same process saw them (the Slurm script's
+# test read a MASTER_PORT left by another test as the user's own).
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture(autouse=True)
+def launcher_variables_stay_as_they_were():
+    before = {key: os.environ.get(key) for key in LAUNCHER_VARIABLES}
+    yield
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
