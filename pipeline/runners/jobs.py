@@ -394,6 +394,12 @@ def one_line_error(e: BaseException) -> str | None:
     return found.group(1).split(" [while running")[0].strip() if found else None
 
 
+def _after_the_failure(record: logging.LogRecord) -> bool:
+    """Drops the lines a runner's own server process still prints once the job has failed (Prism's "Bundle Failed",
+    "job failed", read off its output by Beam's ``log_stdout`` thread): the job's one line is the last one."""
+    return "(log_stdout)" not in (record.threadName or "")
+
+
 def run_pipeline(
     options,
     build: Callable[[beam.Pipeline], None],
@@ -427,6 +433,8 @@ def run_pipeline(
             raise UsageError(message) from None
         if not _LOST_WORKER.search(str(e)):
             raise
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_after_the_failure)
         raise WorkerLost(
             f"the runner lost a worker process and the job failed ({_first_line(e)}); it wrote no manifest, so "
             "the output is an incomplete build that pipeline.verify rejects: rerun with --overwrite"

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pipeline import output
 
 _WORKER_EXITED = "Worker subprocess exited with return code"
+# How often the main thread is signalled until it has raised the lost worker's error (see stop_the_job).
+_RESIGNAL_S = 1.0
 
 
 def _descendants(pid: int) -> list[int]:
@@ -70,6 +72,11 @@ def stop_the_job(active: bool) -> Iterator[None]:
     return code N" and ends); when the worker held a bundle, the runner's main thread then waits for that bundle for
     ever. So that thread's error is caught here (``threading.excepthook``) and handed to the main thread as a signal
     (SIGUSR1, which interrupts its wait) whose handler raises it there: the job fails with ``pipeline.runners.jobs.WorkerLost``.
+    The signal is sent to the main thread itself (``pthread_kill``), and again every second until its handler has run:
+    sent to the process (``os.kill``), Linux may hand it to another thread, whose C handler only flags it, and the
+    main thread, asleep in a lock's wait that nothing else ends, never runs the Python handler (a kill as the workers
+    started hung 2 runs in 11 under load, the main thread waiting for its bundle's futures, the workers' threads gone;
+    none in 10 since).
 
     The main thread then closes the runner's other workers (``WorkerHandlerManager.close_all``), and each close joins
     that worker's ``run_worker`` thread, which waits for the worker process to exit. A surviving worker in the middle
@@ -85,6 +92,7 @@ def stop_the_job(active: bool) -> Iterator[None]:
         yield
         return
     previous_hook = threading.excepthook
+    main = threading.main_thread().ident or 0
     lost: list[str] = []
 
     def hook(args) -> None:
@@ -93,7 +101,7 @@ def stop_the_job(active: bool) -> Iterator[None]:
         if args.thread is not None and args.thread.name == "run_worker" and _WORKER_EXITED in str(args.exc_value):
             lost.append(output.redact_url(str(args.exc_value)).splitlines()[0][:300])
             end_local_workers()
-            os.kill(os.getpid(), signal.SIGUSR1)
+            threading.Thread(target=tell_the_main_thread, name="lost_worker_signal", daemon=True).start()
             return
         previous_hook(args)
 
@@ -102,7 +110,19 @@ def stop_the_job(active: bool) -> Iterator[None]:
             return not _broken_stream("read_grpc_client_inputs", record.exc_info[1])
         return not (lost and record.name.startswith("apache_beam"))
 
+    told = threading.Event()  # the main thread has raised the lost worker's error
+    done = threading.Event()  # the job has left this context
+
+    def tell_the_main_thread() -> None:
+        while not (told.is_set() or done.is_set()):
+            signal.pthread_kill(main, signal.SIGUSR1)
+            told.wait(_RESIGNAL_S)
+
     def stop(signum, frame) -> None:
+        if told.is_set() or done.is_set():
+            return
+        told.set()
+        end_local_workers()  # any started since the first was lost
         raise RuntimeError(
             lost[0] if lost else _WORKER_EXITED
         )  # pipeline.runners.jobs.run_pipeline reports it as WorkerLost
@@ -115,6 +135,11 @@ def stop_the_job(active: bool) -> Iterator[None]:
     try:
         yield
     finally:
+        done.set()  # no more signals after this: the handler is restored below
+        told.set()
+        for thread in threading.enumerate():
+            if thread.name == "lost_worker_signal":
+                thread.join()
         for handler in handlers:
             handler.removeFilter(quiet_after_loss)
         threading.excepthook = previous_hook
