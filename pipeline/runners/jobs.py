@@ -424,7 +424,12 @@ def run_pipeline(
     for name in _BEAM_LOGGERS:
         logging.getLogger(name).addFilter(quiet)
     try:
-        with progress.reporting(options, total_bytes, local, unit), lost_workers.stop_the_job(runner is not None):
+        on_prism = runner_name(options.view_as(StandardOptions).runner) == "PrismRunner"
+        with (
+            progress.reporting(options, total_bytes, local, unit),
+            lost_workers.stop_the_job(runner is not None),
+            lost_workers.prism_gives_up(on_prism),
+        ):
             with in_process_state_cache(options), beam.Pipeline(runner=runner, options=options) as p:
                 build(p)
     except Exception as e:

@@ -144,3 +144,63 @@ def stop_the_job(active: bool) -> Iterator[None]:
             handler.removeFilter(quiet_after_loss)
         threading.excepthook = previous_hook
         signal.signal(signal.SIGUSR1, previous_handler)
+
+
+# How long Prism may take to fail a job once it has logged a lost SDK worker before the launcher fails it.
+PRISM_GRACE_S = 20.0
+
+
+@contextlib.contextmanager
+def prism_gives_up(active: bool) -> Iterator[None]:
+    """Inside, on Prism: once Prism has logged that an SDK worker disconnected (a line of its output, read by Beam's
+    ``log_stdout`` thread), the job fails within :data:`PRISM_GRACE_S` seconds whatever Prism does next. Prism
+    usually fails the job itself within a second; once in two runs under load it logged "additional bundle
+    response (... SDK worker disconnected ...)" and then only "pipeline is running" every minute, for ever. Then
+    the launcher's main thread, waiting for the job's state, is interrupted as :func:`stop_the_job` does it and
+    raises the lost worker's line (``pipeline.runners.jobs.run_pipeline`` reports it as ``WorkerLost``)."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    main = threading.main_thread().ident or 0
+    seen: list[str] = []
+    told = threading.Event()
+    done = threading.Event()
+
+    def watch(record: logging.LogRecord) -> bool:
+        if (
+            not seen
+            and "(log_stdout)" in (record.threadName or "")
+            and "SDK worker disconnected" in record.getMessage()
+        ):
+            seen.append("SDK worker disconnected")
+            threading.Thread(target=give_up, name="prism_gives_up", daemon=True).start()
+        return True
+
+    def give_up() -> None:
+        if done.wait(PRISM_GRACE_S):
+            return
+        while not (told.is_set() or done.is_set()):
+            signal.pthread_kill(main, signal.SIGUSR1)
+            told.wait(_RESIGNAL_S)
+
+    def stop(signum, frame) -> None:
+        if told.is_set() or done.is_set():
+            return
+        told.set()
+        raise RuntimeError(f"SDK worker disconnected and Prism did not fail the job within {PRISM_GRACE_S:.0f} s")
+
+    previous_handler = signal.signal(signal.SIGUSR1, stop)
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(watch)
+    try:
+        yield
+    finally:
+        done.set()
+        told.set()
+        for thread in threading.enumerate():
+            if thread.name == "prism_gives_up":
+                thread.join()
+        for handler in handlers:
+            handler.removeFilter(watch)
+        signal.signal(signal.SIGUSR1, previous_handler)
