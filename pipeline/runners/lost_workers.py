@@ -65,6 +65,36 @@ def _broken_stream(thread_name: str, error: BaseException | None) -> bool:
     return thread_name in _STREAM_READERS and type(error).__module__.split(".")[0] == "grpc"
 
 
+class _Interrupt:
+    """Interrupts the main thread's wait: SIGUSR1 sent to the main thread itself, again every second until its
+    handler has run (:func:`stop_the_job` says why), never after the job has left the context."""
+
+    def __init__(self) -> None:
+        self.main = threading.main_thread().ident or 0
+        self.told = threading.Event()  # the main thread's handler has run
+        self.done = threading.Event()  # the job has left the context
+
+    def send(self) -> None:
+        while not (self.told.is_set() or self.done.is_set()):
+            signal.pthread_kill(self.main, signal.SIGUSR1)
+            self.told.wait(_RESIGNAL_S)
+
+    def first(self) -> bool:
+        """In the handler: is this the signal to raise on (the first, while the job runs)?"""
+        if self.told.is_set() or self.done.is_set():
+            return False
+        self.told.set()
+        return True
+
+    def end(self, thread_name: str) -> None:
+        """No more signals: stop and join the sending thread (before the handler is restored)."""
+        self.done.set()
+        self.told.set()
+        for thread in threading.enumerate():
+            if thread.name == thread_name:
+                thread.join()
+
+
 @contextlib.contextmanager
 def stop_the_job(active: bool) -> Iterator[None]:
     """Inside, on the local runner's worker processes: a worker process that dies stops the job. Beam's local runner
@@ -92,7 +122,6 @@ def stop_the_job(active: bool) -> Iterator[None]:
         yield
         return
     previous_hook = threading.excepthook
-    main = threading.main_thread().ident or 0
     lost: list[str] = []
 
     def hook(args) -> None:
@@ -101,7 +130,7 @@ def stop_the_job(active: bool) -> Iterator[None]:
         if args.thread is not None and args.thread.name == "run_worker" and _WORKER_EXITED in str(args.exc_value):
             lost.append(output.redact_url(str(args.exc_value)).splitlines()[0][:300])
             end_local_workers()
-            threading.Thread(target=tell_the_main_thread, name="lost_worker_signal", daemon=True).start()
+            threading.Thread(target=interrupt.send, name="lost_worker_signal", daemon=True).start()
             return
         previous_hook(args)
 
@@ -110,18 +139,11 @@ def stop_the_job(active: bool) -> Iterator[None]:
             return not _broken_stream("read_grpc_client_inputs", record.exc_info[1])
         return not (lost and record.name.startswith("apache_beam"))
 
-    told = threading.Event()  # the main thread has raised the lost worker's error
-    done = threading.Event()  # the job has left this context
-
-    def tell_the_main_thread() -> None:
-        while not (told.is_set() or done.is_set()):
-            signal.pthread_kill(main, signal.SIGUSR1)
-            told.wait(_RESIGNAL_S)
+    interrupt = _Interrupt()
 
     def stop(signum, frame) -> None:
-        if told.is_set() or done.is_set():
+        if not interrupt.first():
             return
-        told.set()
         end_local_workers()  # any started since the first was lost
         raise RuntimeError(
             lost[0] if lost else _WORKER_EXITED
@@ -135,11 +157,7 @@ def stop_the_job(active: bool) -> Iterator[None]:
     try:
         yield
     finally:
-        done.set()  # no more signals after this: the handler is restored below
-        told.set()
-        for thread in threading.enumerate():
-            if thread.name == "lost_worker_signal":
-                thread.join()
+        interrupt.end("lost_worker_signal")  # no more signals after this: the handler is restored below
         for handler in handlers:
             handler.removeFilter(quiet_after_loss)
         threading.excepthook = previous_hook
@@ -161,10 +179,8 @@ def prism_gives_up(active: bool) -> Iterator[None]:
     if not active or threading.current_thread() is not threading.main_thread():
         yield
         return
-    main = threading.main_thread().ident or 0
     seen: list[str] = []
-    told = threading.Event()
-    done = threading.Event()
+    interrupt = _Interrupt()
 
     def watch(record: logging.LogRecord) -> bool:
         if (
@@ -177,16 +193,12 @@ def prism_gives_up(active: bool) -> Iterator[None]:
         return True
 
     def give_up() -> None:
-        if done.wait(PRISM_GRACE_S):
-            return
-        while not (told.is_set() or done.is_set()):
-            signal.pthread_kill(main, signal.SIGUSR1)
-            told.wait(_RESIGNAL_S)
+        if not interrupt.done.wait(PRISM_GRACE_S):
+            interrupt.send()
 
     def stop(signum, frame) -> None:
-        if told.is_set() or done.is_set():
+        if not interrupt.first():
             return
-        told.set()
         raise RuntimeError(f"SDK worker disconnected and Prism did not fail the job within {PRISM_GRACE_S:.0f} s")
 
     previous_handler = signal.signal(signal.SIGUSR1, stop)
@@ -196,11 +208,7 @@ def prism_gives_up(active: bool) -> Iterator[None]:
     try:
         yield
     finally:
-        done.set()
-        told.set()
-        for thread in threading.enumerate():
-            if thread.name == "prism_gives_up":
-                thread.join()
+        interrupt.end("prism_gives_up")
         for handler in handlers:
             handler.removeFilter(watch)
         signal.signal(signal.SIGUSR1, previous_handler)
