@@ -26,6 +26,8 @@ from pathlib import Path
 import regex
 from tokenizers import Regex, normalizers, pre_tokenizers
 
+from pipeline.dedup import word_rules
+
 TABLE = Path(__file__).resolve().parents[1] / "pipeline" / "dedup" / "erased_table.py"
 SURROGATES = range(0xD800, 0xE000)
 
@@ -66,13 +68,7 @@ def default_ignorable() -> list[int]:
 
 def ranges(codepoints: list[int]) -> str:
     """``"0000-0008 000B ..."``: sorted code points as hex ranges."""
-    out: list[list[int]] = []
-    for cp in codepoints:
-        if out and cp == out[-1][1] + 1:
-            out[-1][1] = cp
-        else:
-            out.append([cp, cp])
-    return " ".join(f"{a:04X}" if a == b else f"{a:04X}-{b:04X}" for a, b in out)
+    return " ".join(f"{a:04X}" if a == b else f"{a:04X}-{b:04X}" for a, b in word_rules.runs(codepoints))
 
 
 def render() -> str:

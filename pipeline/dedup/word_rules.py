@@ -12,15 +12,20 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def _ranges(codepoints: list[int]) -> str:
-    """A regex character class body for ``codepoints`` (sorted), as ranges."""
+def runs(codepoints: list[int]) -> list[list[int]]:
+    """``[first, last]`` of each run of consecutive code points in ``codepoints`` (sorted)."""
     out: list[list[int]] = []
     for cp in codepoints:
         if out and cp == out[-1][1] + 1:
             out[-1][1] = cp
         else:
             out.append([cp, cp])
-    return "".join(re.escape(chr(a)) + ("-" + re.escape(chr(b)) if b > a else "") for a, b in out)
+    return out
+
+
+def _ranges(codepoints: list[int]) -> str:
+    """A regex character class body for ``codepoints`` (sorted), as ranges."""
+    return "".join(re.escape(chr(a)) + ("-" + re.escape(chr(b)) if b > a else "") for a, b in runs(codepoints))
 
 
 # Scripts written without spaces between words, whose every character is a word (with the marks after it): Han

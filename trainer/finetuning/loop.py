@@ -280,9 +280,8 @@ class FineTuner:
             if (step + 1) % self.cfg.log_every == 0 or step + 1 == self.max_steps:
                 mean = sum(window) / len(window)
                 lr = self.scheduler.get_last_lr()[0]
-                self.engine.monitor.write_events(
-                    [("finetune/train_loss", mean, step + 1), ("finetune/lr", lr, step + 1)]
-                )
+                events = [("finetune/train_loss", mean, step + 1), ("finetune/lr", lr, step + 1)]
+                self.engine.monitor.write_events(events)
                 log.append({"step": step + 1, "loss": round(mean, 6)})
                 if bar is None:
                     eta = elapsed_and_eta(time.monotonic() - started, step + 1, self.max_steps)
