@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import REPO
 
 SBATCH = REPO / "docs" / "cluster" / "pretrain.sbatch"
@@ -39,12 +41,18 @@ if kill -0 $pid 2>/dev/null; then wait $pid; s=$?; fi
 exit $s
 """
 SRUN = """#!/bin/bash
-while [[ $# -gt 0 && $1 == -* ]]; do case $1 in --nodes|-N) shift 2;; *) shift;; esac; done
+overlap=0
+while [[ $# -gt 0 && $1 == -* ]]; do case $1 in --overlap) overlap=1; shift;; --nodes|-N) shift 2;; *) shift;; esac; done
+if (( overlap )) && [[ -n $SLOW_STOP ]]; then SLURM_NODEID=1 "$@"; s=$?; sleep "$SLOW_STOP"; exit $s; fi
 SLURM_NODEID=1 exec "$@"
 """
 
 
-def test_the_batch_shells_sigterm_reaches_the_ranks_and_not_the_launcher(tmp_path):
+@pytest.mark.parametrize("slow_stop", ["", "1"], ids=["stop-step-ends-first", "ranks-end-before-the-stop-step"])
+def test_the_batch_shells_sigterm_reaches_the_ranks_and_not_the_launcher(tmp_path, slow_stop):
+    """With ``slow_stop`` the trap's own srun ends a second after its pkill, so the ranks have saved and the step has
+    ended before the trap returns (seen in CI under load: the script then took the ended step for a running one's
+    interrupted wait and exited 143)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, body in {
@@ -58,7 +66,7 @@ def test_the_batch_shells_sigterm_reaches_the_ranks_and_not_the_launcher(tmp_pat
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_NODELIST": "gpu-[a-b]",
            "SLURM_JOB_ID": "77", "SLURM_JOB_NUM_NODES": "2", "RUN_DIR": str(tmp_path / "run"),
            "NODE_LOCAL": str(tmp_path / "local"), "GPUS_PER_NODE": "1", "PYTHON": sys.executable, "RANK": RANK,
-           "SIGNALLED": str(signalled), "STARTED": str(started)}  # fmt: skip
+           "SIGNALLED": str(signalled), "STARTED": str(started), "SLOW_STOP": slow_stop}  # fmt: skip
     shell = subprocess.Popen(
         ["bash", str(SBATCH)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
