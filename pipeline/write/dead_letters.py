@@ -1,7 +1,8 @@
 """WriteDeadLetters: rejected records -> ``dead_letter/<reason>.jsonl``, sorted by source position.
 
 Scale: a reason's records all reach one call (a GroupByKey on the reason), and on a web or book corpus the removed
-duplicates (``removed/duplicate.jsonl``, written by :func:`write_reason_file` too) can be a third of the documents.
+duplicates (``removed/duplicate.jsonl``, whose parts :func:`write_reason_file` writes too: ``removed.py``) can be a
+third of the documents.
 So a file is written by an external merge sort: its lines are held up to the job's spill buffer
 (``--spill-buffer-mb``, as ``WriteShards`` holds documents), each full buffer is sorted and spilled to a run file in a
 local temporary directory, and the runs are merged (k-way, streaming, at most ``MAX_FAN_IN`` at once) into the file.

@@ -180,7 +180,7 @@ class _WriteManifestFn(beam.DoFn):
             list(removal_stats),
             list(contamination),
         )
-        delete_tree(f"{out}/{TMP_DIR}")  # sorted runs of the shard writer, all merged by now
+        delete_tree(f"{out}/{TMP_DIR}")  # the shard writer's runs and the removed/ parts, all merged
         for directory in (out, f"{out}/{fmt.SHARDS_DIR}", f"{out}/{fmt.DEAD_LETTER_DIR}"):
             for name in remove_abandoned_temporaries(directory):  # left by writers killed mid-file, then retried
                 log.warning("removed %s/%s, left by a writer that was killed and retried", directory, name)
