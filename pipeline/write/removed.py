@@ -27,7 +27,7 @@ copy of each file (23 MB for 18,318 duplicates of a 200 MB input) and the parts 
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 import apache_beam as beam
@@ -113,6 +113,29 @@ def concatenate_parts(output: str, reason: str, parts: Iterable[dict]) -> dict:
     return {"path": relative, "reason": reason, "records": sum(p["records"] for p in ordered), **sink.record()}
 
 
+class _PlanParts(beam.CombineFn):
+    """(reason, cell) keys -> :func:`plan_parts` of their counts (counted where they are, then merged: one step)."""
+
+    def __init__(self, part_records: int):
+        self._part_records = part_records
+
+    def create_accumulator(self) -> Counter:
+        return Counter()
+
+    def add_input(self, counts: Counter, key) -> Counter:
+        counts[key] += 1
+        return counts
+
+    def merge_accumulators(self, accumulators) -> Counter:
+        merged: Counter = Counter()
+        for counts in accumulators:
+            merged.update(counts)
+        return merged
+
+    def extract_output(self, counts: Counter) -> dict:
+        return plan_parts(counts.items(), self._part_records)
+
+
 class WriteRemoved(beam.PTransform):
     """Write one sorted JSONL file per reason, its records serialised and sorted in parts by several workers
     (bounded memory per part: ``buffer_bytes``, the job's ``--spill-buffer-mb``) and the parts concatenated in
@@ -134,13 +157,7 @@ class WriteRemoved(beam.PTransform):
     def expand(self, removed):
         output, buffer_bytes, cell_bytes = self._output, self._buffer_bytes, self._cell_bytes
         keyed = removed | "KeyByCell" >> beam.Map(lambda r: ((r.reason, cell_of(r, cell_bytes)), r))
-        plan = (
-            keyed
-            | "Cells" >> beam.Keys()
-            | "CountCells" >> beam.combiners.Count.PerElement()
-            | "AllCells" >> beam.combiners.ToList()
-            | "PlanParts" >> beam.Map(plan_parts, self._part_records)
-        )
+        plan = keyed | "Cells" >> beam.Keys() | "PlanParts" >> beam.CombineGlobally(_PlanParts(self._part_records))
         return (
             keyed
             | "KeyByPart"
