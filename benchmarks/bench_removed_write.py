@@ -11,7 +11,8 @@ with ``--direct_running_mode multi_processing --direct_num_workers 2`` (worker s
 - ``read``: the records read and counted, nothing written: the floor both writers share;
 - ``one writer``: grouped by reason and written by one call (``pipeline.write.removed._write_reason``, what
   ``WriteRemoved`` did before);
-- ``parts``: ``WriteRemoved`` as it is (parts of ``PART_RECORDS`` records sorted on the workers, then concatenated).
+- ``parts``: ``WriteRemoved`` as it is (parts, ``CELL_BYTES`` of an input file each, sorted on the workers, then
+  concatenated).
 
 Printed per run: wall seconds, CPU seconds of each worker process (psutil samples, as ``bench_split_file.py``),
 the load average before it; then the medians, the write's cost (median minus the ``read`` median) of each writer
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     expected = Path(a.removed).read_bytes()
     lines = expected.count(b"\n") * a.scale
     print(f"{a.removed} x {a.scale}: {lines:,} records, {len(expected) * a.scale / 1e6:.1f} MB; parts of "
-          f"{removed.PART_RECORDS:,} records, cells of {removed.CELL_BYTES >> 20} MiB", flush=True)  # fmt: skip
+          f"{removed.CELL_BYTES >> 20} MiB of an input file", flush=True)  # fmt: skip
     variants = ("read", "one writer", "parts")
     walls: dict[str, list[float]] = {v: [] for v in variants}
     identical, first = True, b""
