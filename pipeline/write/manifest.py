@@ -181,7 +181,7 @@ class _WriteManifestFn(beam.DoFn):
             list(contamination),
         )
         delete_tree(f"{out}/{TMP_DIR}")  # the shard writer's runs and the removed/ parts, all merged
-        for directory in (out, f"{out}/{fmt.SHARDS_DIR}", f"{out}/{fmt.DEAD_LETTER_DIR}"):
+        for directory in (out, *(f"{out}/{d}" for d in (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR, fmt.REMOVED_DIR))):
             for name in remove_abandoned_temporaries(directory):  # left by writers killed mid-file, then retried
                 log.warning("removed %s/%s, left by a writer that was killed and retried", directory, name)
         if build_id:

@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from pipeline.elements import DeadLetter, InputSummary, Source, TokenizedDocument
+from pipeline.elements import DeadLetter, InputSummary, RemovedDocument, Source, TokenizedDocument
 from pipeline.tokenize import tokenizer
 from pipeline.write.dead_letters import WriteDeadLetters
 from pipeline.write.manifest import WriteManifest
+from pipeline.write.removed import WriteRemoved
 from pipeline.write.shards import ShardSpec, WriteShards
 from schemas import format as fmt
 from tests.conftest import REPO
@@ -98,6 +99,8 @@ def _write_artifact(out: Path, spec, build_id: str | None = None) -> None:
         for i in range(6)
     ]
     letters = [DeadLetter("empty_text", "blank", Source("in.jsonl", 7, 600))]
+    copy = {"method": "exact", "duplicate_of": {"doc_id": "d0", "source": Source("in.jsonl", 1, 0).as_dict()}}
+    removed = [RemovedDocument("duplicate", "d9", Source("in.jsonl", 8, 700), {**copy, "similarity": 1.0})]
     shard_spec = ShardSpec(
         str(out),
         num_shards=2,
@@ -110,9 +113,10 @@ def _write_artifact(out: Path, spec, build_id: str | None = None) -> None:
               "candidates": {"kinds": []}, "build_id": build_id}  # fmt: skip
     with TestPipeline(runner="FnApiRunner") as p:
         results = {
-            "input_summaries": p | _create([InputSummary("in.jsonl", 700, "abc", 7)], "Inputs"),
+            "input_summaries": p | _create([InputSummary("in.jsonl", 800, "abc", 8)], "Inputs"),
             "shards": p | _create(docs, "Docs") | WriteShards(shard_spec),
             "dead_letters": p | _create(letters, "Letters") | WriteDeadLetters(str(out)),
+            "removed": p | _create(removed, "Removed") | WriteRemoved(str(out)),
         }
         results | WriteManifest(str(out), spec, static)
 
@@ -133,24 +137,30 @@ def _files(root: Path) -> dict[str, bytes]:
 
 def test_writers_killed_mid_file_then_retried_leave_the_artifact_of_an_uninterrupted_run(tmp_path, spec):
     clean = tmp_path / "clean"
-    for sub in ("", fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR):
+    for sub in ("", fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR, fmt.REMOVED_DIR):
         (clean / sub).mkdir(exist_ok=True)
     _write_artifact(clean, spec)
 
     retried = tmp_path / "retried"
-    for sub in ("", fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR):
+    for sub in ("", fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR, fmt.REMOVED_DIR):
         (retried / sub).mkdir(exist_ok=True)
-    # The first attempts of a shard writer and of the dead-letter writer die mid-file ...
-    _killed_writer("arrow", retried / fmt.shard_filename(0, 2))
-    _killed_writer("arrow", retried / fmt.DEAD_LETTER_DIR / "empty_text.jsonl")
-    assert len(_leftovers(retried / fmt.SHARDS_DIR)) == 1 and len(_leftovers(retried / fmt.DEAD_LETTER_DIR)) == 1
+    # The first attempts of a shard writer, the dead-letter writer and the removed/ file's (the copy of its sorted
+    # parts, which are in _tmp/ and go with it) die mid-file ...
+    for path in (
+        fmt.shard_filename(0, 2),
+        f"{fmt.DEAD_LETTER_DIR}/empty_text.jsonl",
+        f"{fmt.REMOVED_DIR}/duplicate.jsonl",
+    ):
+        _killed_writer("arrow", retried / path)
+    for directory in (fmt.SHARDS_DIR, fmt.DEAD_LETTER_DIR, fmt.REMOVED_DIR):
+        assert len(_leftovers(retried / directory)) == 1
     assert not (retried / fmt.shard_filename(0, 2)).exists()
     # ... and the runner retries their bundles: the whole write runs again.
     _write_artifact(retried, spec)
 
     files = _files(retried)
     assert [f for f in files if ".tmp-" in f] == [], "the killed writers' files are still in the artifact"
-    assert files == _files(clean) and len(files) >= 5
+    assert files == _files(clean) and len(files) >= 6 and f"{fmt.REMOVED_DIR}/duplicate.jsonl" in files
 
 
 _DUPLICATE_WRITER = textwrap.dedent(
