@@ -332,7 +332,7 @@ def build_pipeline(
     reread = lambda label, phase: (  # noqa: E731  (another read of the input, apart in the progress line)
         p | label >> ReadDocuments(o.input, _reader_options(o, unk), o.split_bytes, files=files, progress_phase=phase)
     )["documents"]
-    documents, removed = removal.remove_documents(read["documents"], o, reread, eval_files)
+    documents, removed = removal.remove_documents(read["documents"], o, reread, eval_files, files)
     kinds = static["candidates"]["kinds"]
     spacy_kinds = [k for k in kinds if k in ("entities", "noun_phrases")]
     if spacy_kinds:

@@ -76,7 +76,11 @@ CONFIRMATION = "dedup confirmation"
 
 
 def remove_documents(
-    documents, o, reread: Callable[[str, str], Any], checked: list[EvalFile] | None = None
+    documents,
+    o,
+    reread: Callable[[str, str], Any],
+    checked: list[EvalFile] | None = None,
+    files: list[tuple[str, int]] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """(the documents kept, the manifest's extra inputs: ``removed`` files, ``removal_stats``, ``contamination``).
     ``reread(label, phase)``: the input's documents read again (``--dedup``'s pre-pass, and near's confirmation
@@ -112,6 +116,8 @@ def remove_documents(
         extra["removal_stats"] = unique["stats"]
     if removed:
         extra["removed"] = (
-            removed | "AllRemoved" >> beam.Flatten() | "WriteRemoved" >> WriteRemoved(o.output, o.spill_buffer_mb << 20)
+            removed
+            | "AllRemoved" >> beam.Flatten()
+            | "WriteRemoved" >> WriteRemoved(o.output, o.spill_buffer_mb << 20, files=files)
         )
     return documents, extra

@@ -4,8 +4,10 @@ position, one file per reason and one result per file for the manifest (as ``dea
 The records of one reason are serialised and sorted by several workers (issue 42), the file staying the bytes of
 one sort:
 
-1. Each record falls in a *part*: its source file and the ``cell_bytes`` (32 MiB) range of that file its byte
-   offset is in. Parts in (path, range) order are ranges of the sort key (source path, byte offset, line, doc_id):
+1. Each record falls in a *part*: the input files (as ``--input`` matched them, with their sizes, known before the
+   job starts) are taken in path order in packs of about ``cell_bytes`` (32 MiB): a file that large is a pack
+   alone and its part is the ``cell_bytes`` range of the file its byte offset is in; smaller files share one part
+   per pack (:class:`Packs`). Parts in order are ranges of the sort key (source path, byte offset, line, doc_id):
    every record of one part sorts before every record of the next, and records of equal keys share a part.
 2. Each part is grouped on its own (one GroupByKey key per part, so the runner hands parts to different workers),
    serialised and sorted through the bounded external sort (``write_reason_file``: memory held to ``buffer_bytes``,
@@ -18,8 +20,9 @@ So the file's bytes are those of ``sorted(records)`` whatever the parts: they de
 number of workers or the order records arrive in, nor on ``cell_bytes``. The parts are fixed ranges of the input,
 not planned from counts of the records: planning needs the counts before any record can be keyed, so the records
 wait, materialised, for a side input (measured: a third more CPU for the write than one writer;
-benchmarks/RESULTS.md, "removed/ in parts"). The price: a corpus of many small files with removed documents in
-each has about one small part per such file, each one object written and read once more. Why parts and not part
+benchmarks/RESULTS.md, "removed/ in parts"). Small files are packed because every part is an object written,
+renamed, read and deleted on a bucket: with a part per file, a build of 240 files of 2 documents made about 2,300
+requests to a local S3 server (moto) where one writer per reason made 120. Why parts and not part
 files in the artifact: the format, its manifest entry (one ``{path, records, bytes, sha256}`` per reason) and
 every reader (verify, report, ``pipeline.contamination``, other tools reading JSON lines) stay as they were; the
 price is one sequential copy of each file (23 MB for 18,304 duplicates of a 200 MB input) and the parts on disk
@@ -29,6 +32,7 @@ worth building.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Iterable
 
@@ -42,25 +46,61 @@ from pipeline.write.dead_letters import DEFAULT_BUFFER_BYTES, WRITE_BLOCK, write
 from pipeline.write.shards import TMP_DIR
 from schemas import format as fmt
 
-CELL_BYTES = 32 << 20  # a part: the records whose source starts in one such range of one input file
+CELL_BYTES = 32 << 20  # a part: the records whose source starts in one such range of the input
 
-Cell = tuple[str, int]  # (source path, byte offset // cell_bytes)
+Cell = tuple[str, str, int]  # (first path of its pack of files, source path or "", byte offset // cell_bytes or 0)
 
 
 def _sort_key(r: RemovedDocument):
     return (r.source.path, r.source.byte_offset, r.source.line, r.doc_id)
 
 
+class Packs:
+    """The input files (``(path, size)``, as ``--input`` matched them) in packs of about ``cell_bytes``: a file of
+    at least ``cell_bytes`` is a pack alone, smaller files in path order share one until it holds that many bytes.
+    Only the packs' first paths are kept (about input bytes / ``cell_bytes`` of them), so a job of a million small
+    files does not carry their names. ``files`` None (not listed): every file is a pack alone."""
+
+    def __init__(self, files: list[tuple[str, int]] | None, cell_bytes: int = CELL_BYTES):
+        self.cell_bytes = cell_bytes
+        self.starts: list[str] | None = None
+        self.alone: list[bool] = []
+        if files is None:
+            return
+        starts: list[str] = []
+        held = cell_bytes  # bytes in the open pack: none is open
+        for path, size in sorted(files):
+            if size >= cell_bytes or held >= cell_bytes:
+                starts.append(path)
+                self.alone.append(True)
+                held = size
+            else:
+                self.alone[-1] = False
+                held += size
+        self.starts = starts
+
+    def cell_of(self, r: RemovedDocument) -> Cell:
+        """The cell (part) of a record: non-decreasing in its sort key (the pack's first path is, in the path; alone,
+        the path and offset range; in a pack of several files one cell), so cells in order are ranges of the key."""
+        path, offset = r.source.path, r.source.byte_offset
+        if self.starts is None:
+            return (path, path, offset // self.cell_bytes)
+        i = bisect.bisect_right(self.starts, path) - 1
+        if i < 0 or not self.alone[i]:  # a path before the first file's (not listed) shares the first cell
+            return (self.starts[i] if i >= 0 else "", "", 0)
+        return (self.starts[i], path, offset // self.cell_bytes)
+
+
 def cell_of(r: RemovedDocument, cell_bytes: int = CELL_BYTES) -> Cell:
-    """The cell (part) of a record: a function of a prefix of its sort key, so cells in order are ranges of it."""
-    return (r.source.path, r.source.byte_offset // cell_bytes)
+    """The cell of a record when the input files are not known: its file's ``cell_bytes`` range."""
+    return Packs(None, cell_bytes).cell_of(r)
 
 
 def part_path(reason: str, cell: Cell) -> str:
     """Where the part of ``cell`` is written, relative to the artifact (under ``_tmp/``, which the manifest step
-    deletes): named by its source path's sha256 and its range, so a retried writer writes the same file."""
-    path, index = cell
-    name = hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    deletes): named by the sha256 of its paths and its range, so a retried writer writes the same file."""
+    start, path, index = cell
+    name = hashlib.sha256(f"{start}\0{path}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"{TMP_DIR}/{fmt.REMOVED_DIR}/{reason}/part-{name}-{index:010d}.jsonl"
 
 
@@ -98,17 +138,23 @@ class WriteRemoved(beam.PTransform):
     (bounded memory per part: ``buffer_bytes``, the job's ``--spill-buffer-mb``) and the parts concatenated in
     order (the module's docstring); one result per file."""
 
-    def __init__(self, output: str, buffer_bytes: int = DEFAULT_BUFFER_BYTES, cell_bytes: int = CELL_BYTES):
+    def __init__(
+        self,
+        output: str,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        cell_bytes: int = CELL_BYTES,
+        files: list[tuple[str, int]] | None = None,
+    ):
         super().__init__()
         self._output = output
         self._buffer_bytes = buffer_bytes
-        self._cell_bytes = cell_bytes
+        self._packs = Packs(files, cell_bytes)
 
     def expand(self, removed):
-        output, buffer_bytes, cell_bytes = self._output, self._buffer_bytes, self._cell_bytes
+        output, buffer_bytes, packs = self._output, self._buffer_bytes, self._packs
         return (
             removed
-            | "KeyByPart" >> beam.Map(lambda r: ((r.reason, cell_of(r, cell_bytes)), r))
+            | "KeyByPart" >> beam.Map(lambda r: ((r.reason, packs.cell_of(r)), r))
             | "GroupByPart" >> beam.GroupByKey()
             | "WritePart" >> beam.Map(lambda group: _write_part(output, group, buffer_bytes))
             | "KeyByReason" >> beam.Map(lambda part: (part["reason"], part))

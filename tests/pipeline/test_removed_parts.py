@@ -61,3 +61,30 @@ def test_the_files_are_the_bytes_of_one_sort_for_one_and_two_workers_any_order_a
         ranges = sorted(zip(keys, parts))
         assert all(a[-1] <= b[0] for (a, _), (b, _) in zip(ranges, ranges[1:]))  # ranges of the key: no overlap
         assert b"".join(p for _, p in ranges) == one[f"{reason}.jsonl"]
+
+
+def test_small_input_files_share_a_part_and_the_file_stays_the_bytes_of_one_sort(tmp_path):
+    """Many small files (names in an order unlike their hashes') with copies in each: the parts are packs of
+    about ``cell_bytes`` of input, not one per file (each part is an object written, renamed, read and deleted on a
+    bucket), a large file still in ranges; a path the launcher did not list still lands in order."""
+    names = [f"{p}-{(i * 37) % 200:03d}.jsonl" for i, p in enumerate(["a", "Z", "ü", "日本", "é"] * 40)]
+    files = [(f"corpus/{n}", 3000) for n in names] + [("corpus/big.jsonl", 10 << 14)]
+    rng = random.Random(3)
+    copy = {"method": "exact", "duplicate_of": {"doc_id": "k"}, "similarity": 1.0}
+    records = [
+        RemovedDocument("duplicate", f"d{i}", Source(path, o // 100 + 1, o), copy)
+        for i, (path, size) in enumerate(rng.choice(files) for _ in range(900))
+        for o in [rng.randrange(size)]
+    ]
+    records += [RemovedDocument("duplicate", "u", Source(p, 1, 0), copy) for p in ("a-unlisted", "corpus/b-unlisted")]
+    one = _write(tmp_path / "one", records, [])  # no files: a part per input file, as before
+    cell = 1 << 14  # 16 KiB: the 200 small files (600 kB) in packs of 6, the big file (160 KiB) in 10 ranges
+    options = ["--direct_running_mode", "multi_threading", "--direct_num_workers", "2"]
+    assert _write(tmp_path / "packed", records, options, cell_bytes=cell, files=files) == one
+    parts = sorted((tmp_path / "packed" / "_tmp" / "removed" / "duplicate").iterdir())
+    packs = removed.Packs(files, cell)
+    # full packs hold >= cell bytes; at most two are not full (before the big file's pack, and the last)
+    assert packs.starts is not None and len(packs.starts) <= 200 * 3000 // cell + 2 + 1, packs.starts
+    assert len(parts) == len({packs.cell_of(r) for r in records})
+    assert 10 < len(parts) <= len(packs.starts) + 9 + 1, len(parts)  # + the big file's other ranges, "a-unlisted"
+    assert len(list((tmp_path / "one" / "_tmp" / "removed" / "duplicate").iterdir())) > 150  # a part per file
