@@ -22,8 +22,8 @@ not planned from counts of the records: planning needs the counts before any rec
 wait, materialised, for a side input (measured: a third more CPU for the write than one writer;
 benchmarks/RESULTS.md, "removed/ in parts"). Small files are packed because every part is an object written,
 renamed, read and deleted on a bucket: with a part per file, a build of 240 files of 2 documents made about 2,300
-requests to a local S3 server (moto) where one writer per reason made 120. Why parts and not part
-files in the artifact: the format, its manifest entry (one ``{path, records, bytes, sha256}`` per reason) and
+requests to a local S3 server (moto) where one writer per reason made 120 and packed parts make 136. Why parts and
+not part files in the artifact: the format, its manifest entry (one ``{path, records, bytes, sha256}`` per reason) and
 every reader (verify, report, ``pipeline.contamination``, other tools reading JSON lines) stay as they were; the
 price is one sequential copy of each file (23 MB for 18,304 duplicates of a 200 MB input) and the parts on disk
 until the manifest. ``dead_letter/`` files keep one writer per reason: dead letters are bad input, few on any corpus
