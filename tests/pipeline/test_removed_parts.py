@@ -68,7 +68,7 @@ def test_small_input_files_share_a_part_and_the_file_stays_the_bytes_of_one_sort
     about ``cell_bytes`` of input, not one per file (each part is an object written, renamed, read and deleted on a
     bucket), a large file still in ranges; a path the launcher did not list still lands in order."""
     names = [f"{p}-{(i * 37) % 200:03d}.jsonl" for i, p in enumerate(["a", "Z", "ü", "日本", "é"] * 40)]
-    files = [(f"corpus/{n}", 3000) for n in names] + [("corpus/big.jsonl", 10 << 14)]
+    files = [(f"corpus/{n}", 3000) for n in names] + [("corpus/龍-big.jsonl", 10 << 14)]
     rng = random.Random(3)
     copy = {"method": "exact", "duplicate_of": {"doc_id": "k"}, "similarity": 1.0}
     records = [
