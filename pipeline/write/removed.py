@@ -91,11 +91,6 @@ class Packs:
         return (self.starts[i], path, offset // self.cell_bytes)
 
 
-def cell_of(r: RemovedDocument, cell_bytes: int = CELL_BYTES) -> Cell:
-    """The cell of a record when the input files are not known: its file's ``cell_bytes`` range."""
-    return Packs(None, cell_bytes).cell_of(r)
-
-
 def part_path(reason: str, cell: Cell) -> str:
     """Where the part of ``cell`` is written, relative to the artifact (under ``_tmp/``, which the manifest step
     deletes): named by the sha256 of its paths and its range, so a retried writer writes the same file."""
