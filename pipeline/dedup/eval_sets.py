@@ -68,6 +68,8 @@ class Example:
 
 
 def _read_bytes(path: str) -> bytes:
+    if re.search("[\udc80-\udcff]", path):  # bytes not UTF-8, escaped (os.fsdecode): no record can name it
+        raise EvalFileError(f"{path}: the file name is not UTF-8: rename the file")
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             return f.read()

@@ -116,7 +116,7 @@ def exit_code(job: str, run: Callable[[], object]) -> int:
         with without_pandas():
             run()
     except (UsageError, JobFailed, fmt.FormatError, WorkerLost) as e:
-        print(f"{job}: error: {e}", file=sys.stderr)
+        print(f"{job}: error: {e}".encode(errors="backslashreplace").decode(), file=sys.stderr)  # a name not UTF-8
         return 2 if isinstance(e, UsageError) else 1
     return 0
 
@@ -238,6 +238,8 @@ def match_inputs(patterns: list[str], example: str = "*.jsonl") -> list[tuple[st
                         f"--input {pattern}: is a directory; give its files, e.g. --input '{pattern.rstrip('/')}/{example}'"
                     )
                 continue  # a glob such as dir/* also matches sub-directories: they hold no records themselves
+            if re.search("[\udc80-\udcff]", m.path):  # bytes not UTF-8, escaped (os.fsdecode): no JSON can name it
+                raise UsageError(f"--input {pattern}: the file name {m.path!r} is not UTF-8: rename the file")
             files[m.path] = m.size_in_bytes
         if not files:
             raise UsageError(f"--input {pattern}: no file matches")

@@ -55,3 +55,19 @@ def test_an_evaluation_file_that_cannot_be_decompressed_or_decoded_is_one_line_a
     lines = [line for line in err.splitlines() if "error" in line.lower()]
     assert (code, len(lines)) == (2, 1) and "Traceback" not in err and not (tmp_path / "out").exists(), err
     assert lines[0].startswith(f"build_shards: error: --decontaminate {path}: ") and message in lines[0]
+
+
+def test_an_evaluation_file_whose_name_is_not_utf8_is_one_line_and_exit_2(tmp_path, capsys, demo_artifact):
+    """Its name travels in the job's records: build_shards --decontaminate ended in Beam's coder with a
+    UnicodeEncodeError traceback (exit 1); both commands now refuse it before any work."""
+    path = (tmp_path / "bad\udcff.jsonl").as_posix()  # the name b"bad\xff.jsonl" as os.fsdecode gives it
+    with open(path.encode("utf-8", "surrogateescape"), "wb") as f:
+        f.write(LINES)
+    shown = path.replace("\udcff", "\\udcff")  # as Python's stderr shows it (errors="backslashreplace")
+    assert contamination.main([str(demo_artifact), "--eval", path]) == 2
+    err = capsys.readouterr().err
+    assert err == f"contamination: error: {shown}: the file name is not UTF-8: rename the file\n", err
+    code = build_shards.main(["--input", str(DEMO_CORPUS), "--output", str(tmp_path / "out"), "--decontaminate", path])
+    err = capsys.readouterr().err
+    assert code == 2 and not (tmp_path / "out").exists(), err
+    assert err.endswith(f"build_shards: error: --decontaminate {shown}: the file name is not UTF-8: rename the file\n")

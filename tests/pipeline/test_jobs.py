@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from apache_beam.portability.api import beam_fn_api_pb2
 
+from pipeline.runners import jobs
 from pipeline.runners.sdk_worker import STATE_SAMPLING_MS
 from pipeline.runners.worker_pool import sdk_worker_command
 from tests.conftest import REPO
@@ -137,6 +140,19 @@ def test_both_jobs_report_a_user_error_as_one_line_and_exit_2(tmp_path):
             job
         )  # Beam's import warning hidden
         assert not (tmp_path / "out").exists(), job
+
+
+def test_an_input_file_whose_name_is_not_utf8_is_refused_in_one_line(tmp_path):
+    """Records and dead letters name their file in UTF-8 JSON: such a file ended the job in Beam's coder, a
+    UnicodeEncodeError traceback (exit 1) after the job had started; now it is refused before any work."""
+    (tmp_path / "good.jsonl").write_text('{"id": "a", "text": "b"}\n', encoding="utf-8")
+    bad = os.fsencode(tmp_path) + b"/bad\xff.jsonl"
+    Path(bad.decode("utf-8", "surrogateescape")).write_bytes(b'{"id": "a", "text": "b"}\n')
+    with pytest.raises(jobs.UsageError) as refused:
+        jobs.match_inputs([str(tmp_path / "*.jsonl")])
+    name = os.fsdecode(bad)
+    assert str(refused.value) == f"--input {tmp_path / '*.jsonl'}: the file name {name!r} is not UTF-8: rename the file"
+    assert jobs.match_inputs([str(tmp_path / "g*.jsonl")]) == [(str(tmp_path / "good.jsonl"), 25)]
 
 
 def _record_cache_size(path: str) -> None:
