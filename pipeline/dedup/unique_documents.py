@@ -44,6 +44,7 @@ MODES = ("off", "exact", "near")
 ROUNDS = 6  # label propagation rounds: clusters up to this many confirmed pairs across are exact
 DEFER = "d"  # the confirmation pass sets the document's shingles aside
 DROP = ""  # left out and recorded elsewhere (contaminated)
+STATS = ("candidate_pairs", "confirmed_pairs", "unconverged", "buckets_capped")  # near's counts in the manifest
 
 
 def doc_key(d: Document) -> DocKey:
@@ -185,54 +186,78 @@ def _both_ways(edge):
     yield b, (a, similarity)
 
 
-def _spread(key_groups):
-    """One round: a document's label to itself and to each neighbour (the smallest arriving wins)."""
-    key, groups = key_groups
-    label = min(groups["label"])
-    yield key, label
-    for other, _ in groups["edges"]:
-        yield other, label
+def _send(key: DocKey, label: DocKey, neighbours: tuple, last: bool):
+    """One round's messages from a document: its own state, and its label to each neighbour; in the last round also
+    its label's document hears that it is a member (to settle the label: ``_check``)."""
+    yield key, ("state", (label, neighbours))
+    for other in neighbours:
+        yield other, ("label", label)
+    if last:
+        yield label, ("member", key)
 
 
-def clusters(edges, name: str):
-    """(b, (a, similarity)) edges -> (key, the smallest key within ROUNDS edges) for every key in an edge, and the
-    number of keys whose label would still change (0 when every cluster is within ROUNDS)."""
-    both = edges | f"{name}BothWays" >> beam.FlatMap(_both_ways)
-    labels = (
-        both
-        | f"{name}Start" >> beam.Map(lambda kv: (kv[0], min(kv[0], kv[1][0])))
-        | f"{name}Min0" >> beam.CombinePerKey(min)
-    )
-    for i in range(1, ROUNDS + 1):
-        labels = (
-            {"label": labels, "edges": both}
-            | f"{name}Join{i}" >> beam.CoGroupByKey()
-            | f"{name}Spread{i}" >> beam.FlatMap(_spread)
-            | f"{name}Min{i}" >> beam.CombinePerKey(min)
-        )
-    again = (
-        {"label": labels, "edges": both}
-        | f"{name}JoinCheck" >> beam.CoGroupByKey()
-        | f"{name}SpreadCheck" >> beam.FlatMap(_spread)
-        | f"{name}MinCheck" >> beam.CombinePerKey(min)
-    )
-    unconverged = (
-        {"before": labels, "after": again}
-        | f"{name}Compare" >> beam.CoGroupByKey()
-        | f"{name}Changed" >> beam.Filter(lambda kv: list(kv[1]["before"]) != list(kv[1]["after"]))
-        | f"{name}CountChanged" >> beam.combiners.Count.Globally()
-    )
-    return labels, unconverged
+def _start(key_neighbours):
+    """(key, its neighbours) -> round 1's messages: the label is the smallest of the key and its neighbours."""
+    key, neighbours = key_neighbours
+    neighbours = tuple(sorted(set(neighbours)))
+    yield from _send(key, min(key, neighbours[0]), neighbours, False)
 
 
-def _settled(label_groups):
-    """(label, {members, own}) -> (member, label) when the label's document is labelled itself (it stays), else
+def _labelled(messages) -> tuple[DocKey, tuple, DocKey, list]:
+    """A round's messages to a document -> (its label, its neighbours, the smallest label arriving, its members)."""
+    own: tuple = ()
+    arriving, members = [], []
+    for kind, value in messages:
+        if kind == "state":
+            own = value
+        elif kind == "label":
+            arriving.append(value)
+        else:
+            members.append(value)
+    label, neighbours = own
+    return label, neighbours, min(arriving, default=label), members
+
+
+def _round(key_messages, last: bool):
+    """One round of smallest-label propagation: the smallest of a document's label and its neighbours' labels."""
+    key, messages = key_messages
+    label, neighbours, arriving, _ = _labelled(messages)
+    yield from _send(key, min(label, arriving), neighbours, last)
+
+
+def _check(key_messages):
+    """After the last round: a document whose label would still change (tag ``unconverged``), and the label of each
+    member of the document's label -> (member, label) when this document is labelled itself (it stays), else
     (member, member): in a cluster wider than ROUNDS a far document's label may be one that is removed in turn;
     that document then stays rather than name a removed one."""
-    label, groups = label_groups
-    stays = min(groups["own"], default=label) == label
-    for member in groups["members"]:
-        yield member, label if stays else member
+    key, messages = key_messages
+    label, _, arriving, members = _labelled(messages)
+    if arriving < label:
+        yield TaggedOutput("unconverged", key)
+    stays = label == key
+    for member in members:
+        yield member, key if stays else member
+
+
+def clusters(both, name: str):
+    """Edges both ways, (a, (b, similarity)) -> (key, the smallest key within ROUNDS edges, or the key itself where
+    that one is not its own label) for every key in an edge, and (tag ``unconverged``) each key whose label would
+    still change (none when every cluster is within ROUNDS). Each round is one shuffle of the documents' states
+    (label and neighbours) and labels sent, as a CoGroupByKey of labels and edges and a minimum per key were two."""
+    state = (
+        both
+        | f"{name}Neighbours" >> beam.Map(lambda kv: (kv[0], kv[1][0]))
+        | f"{name}Group0" >> beam.GroupByKey()
+        | f"{name}Start" >> beam.FlatMap(_start)
+    )
+    for i in range(1, ROUNDS + 1):
+        state = state | f"{name}Group{i}" >> beam.GroupByKey() | f"{name}Round{i}" >> beam.FlatMap(_round, i == ROUNDS)
+    return (
+        state
+        | f"{name}GroupCheck" >> beam.GroupByKey()
+        | f"{name}Check"
+        >> beam.FlatMap(_check).with_output_types(typing.Any).with_outputs("unconverged", main="labels")
+    )
 
 
 def _route(key: DocKey, method: str, kept: DocKey, similarity: float) -> tuple[str, str]:
@@ -332,17 +357,13 @@ class DropDuplicates(beam.PTransform):
                 | "Confirm" >> beam.ParDo(_ConfirmFn(params.threshold))
             )
             edges = (confirmed, copies["edges"]) | "AllEdges" >> beam.Flatten()
-            labels, unconverged = clusters(edges, "Cluster")
-            labels = (
-                {"members": labels | "ByLabel" >> beam.Map(lambda kv: (kv[1], kv[0])), "own": labels}
-                | "LabelsAndOwn" >> beam.CoGroupByKey()
-                | "Settled" >> beam.FlatMap(_settled)
-            )
+            both = edges | "EdgesBothWays" >> beam.FlatMap(_both_ways)
+            clustered = clusters(both, "Cluster")
             decided = (
                 {
                     "shingles": shingled["docs"],
-                    "label": labels,
-                    "edges": edges | "EdgesBothWays" >> beam.FlatMap(_both_ways),
+                    "label": clustered["labels"],
+                    "edges": both,
                     "exact": copies["edges"],
                 }
                 | "DocClusters" >> beam.CoGroupByKey()
@@ -350,18 +371,14 @@ class DropDuplicates(beam.PTransform):
             )
             far = {"far": decided["far"], "root": shingled["docs"]} | "FarAndRoots" >> beam.CoGroupByKey()
             routes += [decided["routes"], far | "FarRoutes" >> beam.FlatMap(_far_routes)]
-            stats = [
-                pairs
-                | "CountCandidates" >> beam.combiners.Count.Globally()
-                | "NameCandidates" >> beam.Map(lambda n: ("candidate_pairs", n)),
-                confirmed
-                | "CountConfirmed" >> beam.combiners.Count.Globally()
-                | "NameConfirmed" >> beam.Map(lambda n: ("confirmed_pairs", n)),
-                unconverged | "NameUnconverged" >> beam.Map(lambda n: ("unconverged", n)),
-                star["capped"]
-                | "CountCapped" >> beam.combiners.Count.Globally()
-                | "NameCapped" >> beam.Map(lambda n: ("buckets_capped", n)),
+            counted = [
+                pipeline | "NoneCounted" >> beam.Create([(name, 0) for name in STATS]),
+                pairs | "CountCandidates" >> beam.Map(lambda _: ("candidate_pairs", 1)),
+                confirmed | "CountConfirmed" >> beam.Map(lambda _: ("confirmed_pairs", 1)),
+                clustered["unconverged"] | "CountUnconverged" >> beam.Map(lambda _: ("unconverged", 1)),
+                star["capped"] | "CountCapped" >> beam.Map(lambda _: ("buckets_capped", 1)),
             ]
+            stats = [counted | "AllCounted" >> beam.Flatten() | "Counts" >> beam.CombinePerKey(sum)]
         route_pc = (
             routes
             | "AllRoutes" >> beam.Flatten()
