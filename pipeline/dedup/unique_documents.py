@@ -134,7 +134,8 @@ class _SplitFn(beam.DoFn):
     """The main pass: each document as it is read -> kept, removed (its record), or left out silently."""
 
     def process(self, doc: Document, routes):
-        found = next(iter(routes[side_key(doc_key(doc))]), None)  # at most one route per document
+        # At most a route and DROP per document: contaminated wins (its record is written by DropContaminated).
+        found = min(routes[side_key(doc_key(doc))], default=None)
         if found is None:
             yield doc
         elif found != DROP:
@@ -167,7 +168,8 @@ class _PairShinglesFn(beam.DoFn):
 
 
 class _ConfirmFn(beam.DoFn):
-    """(pair, the two (key, shingles)) -> (b, (a, similarity)) when the exact Jaccard reaches the threshold."""
+    """(pair, the two (key, shingles)) -> (b, (a, similarity)) when the exact Jaccard reaches the threshold; each
+    pair compared (once: each end sends a pair once, however many bands it shares) -> tag ``compared``."""
 
     def __init__(self, threshold: float):
         self._threshold = threshold
@@ -176,6 +178,7 @@ class _ConfirmFn(beam.DoFn):
         _, ends = pair_shingles
         (a, shingles_a), (b, shingles_b) = sorted(ends, key=lambda end: end[0])
         similarity = text.jaccard(shingles_a, shingles_b)
+        yield TaggedOutput("compared", None)
         if similarity >= self._threshold:
             yield b, (a, round(similarity, 6))
 
@@ -310,8 +313,8 @@ class DropDuplicates(beam.PTransform):
             | "ExactCopies"
             >> beam.FlatMap(_exact_copies).with_output_types(typing.Any).with_outputs("bands", main="copies")
         )
-        dropped = inputs.get("dropped") or (pipeline | "NoneDropped" >> beam.Create([]))
-        routes = [dropped | "DropRoutes" >> beam.Map(lambda k: (side_key(k), DROP))]
+        dropped = inputs.get("dropped")
+        routes = [] if dropped is None else [dropped | "DropRoutes" >> beam.Map(lambda k: (side_key(k), DROP))]
         stats: list = []
         params = self._params
         if params is None:
@@ -325,8 +328,9 @@ class DropDuplicates(beam.PTransform):
                 .with_output_types(typing.Any)
                 .with_outputs("capped", main="pairs")
             )
-            pairs = star["pairs"] | "DistinctPairs" >> beam.Distinct()
-            ends = pairs | "PairEnds" >> beam.FlatMap(lambda p: [(p[0], p), (p[1], p)])
+            # A pair sharing several bands comes once per band: the ends' steps need only know a pair exists
+            # (_route_copies, the deferred keys) or take each once (_PairShinglesFn).
+            ends = star["pairs"] | "PairEnds" >> beam.FlatMap(lambda p: [(p[0], p), (p[1], p)])
             copies = (
                 {"copies": exact["copies"] | "ByKept" >> beam.Map(lambda c: (c[1], c[0])), "pairs": ends}
                 | "CopiesAndPairs" >> beam.CoGroupByKey()
@@ -354,9 +358,12 @@ class DropDuplicates(beam.PTransform):
             confirmed = (
                 shingled["pairs"]
                 | "GroupByPair" >> beam.GroupByKey()
-                | "Confirm" >> beam.ParDo(_ConfirmFn(params.threshold))
+                | "Confirm"
+                >> beam.ParDo(_ConfirmFn(params.threshold))
+                .with_output_types(typing.Any)
+                .with_outputs("compared", main="confirmed")
             )
-            edges = (confirmed, copies["edges"]) | "AllEdges" >> beam.Flatten()
+            edges = (confirmed["confirmed"], copies["edges"]) | "AllEdges" >> beam.Flatten()
             both = edges | "EdgesBothWays" >> beam.FlatMap(_both_ways)
             clustered = clusters(both, "Cluster")
             decided = (
@@ -373,8 +380,8 @@ class DropDuplicates(beam.PTransform):
             routes += [decided["routes"], far | "FarRoutes" >> beam.FlatMap(_far_routes)]
             counted = [
                 pipeline | "NoneCounted" >> beam.Create([(name, 0) for name in STATS]),
-                pairs | "CountCandidates" >> beam.Map(lambda _: ("candidate_pairs", 1)),
-                confirmed | "CountConfirmed" >> beam.Map(lambda _: ("confirmed_pairs", 1)),
+                confirmed["compared"] | "CountCandidates" >> beam.Map(lambda _: ("candidate_pairs", 1)),
+                confirmed["confirmed"] | "CountConfirmed" >> beam.Map(lambda _: ("confirmed_pairs", 1)),
                 clustered["unconverged"] | "CountUnconverged" >> beam.Map(lambda _: ("unconverged", 1)),
                 star["capped"] | "CountCapped" >> beam.Map(lambda _: ("buckets_capped", 1)),
             ]
@@ -383,7 +390,6 @@ class DropDuplicates(beam.PTransform):
             routes
             | "AllRoutes" >> beam.Flatten()
             | "Routes" >> beam.Map(lambda kv: kv).with_output_types(tuple[str, str])
-            | "OneRoute" >> beam.CombinePerKey(min).with_output_types(tuple[str, str])  # contaminated wins: recorded
         )
         split = documents | "Split" >> beam.ParDo(_SplitFn(), beam.pvalue.AsMultiMap(route_pc)).with_output_types(
             typing.Any
