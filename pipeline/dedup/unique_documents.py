@@ -184,112 +184,116 @@ class _ConfirmFn(beam.DoFn):
 
 
 def _both_ways(edge):
-    b, (a, similarity) = edge
-    yield a, (b, similarity)
-    yield b, (a, similarity)
+    """(b, (a, similarity, exact)) -> the edge from each end."""
+    b, (a, similarity, exact) = edge
+    yield a, (b, similarity, exact)
+    yield b, (a, similarity, exact)
 
 
-def _send(key: DocKey, label: DocKey, neighbours: tuple, last: bool):
-    """One round's messages from a document: its own state, and its label to each neighbour; in the last round also
-    its label's document hears that it is a member (to settle the label: ``_check``)."""
+Neighbour = tuple[DocKey, float, bool]  # another document, their similarity, whether they are exact copies
+
+
+def _send(key: DocKey, label: DocKey, neighbours: tuple[Neighbour, ...], shingles=None):
+    """One round's messages from a document: its own state, and its label to each neighbour; after the last round
+    (``shingles`` given) also a member's message to its label's document: the key, its shingles, and its edge to
+    that document when it has one (``_check``)."""
     yield key, ("state", (label, neighbours))
-    for other in neighbours:
+    for other, _, _ in neighbours:
         yield other, ("label", label)
-    if last:
-        yield label, ("member", key)
+    if shingles is not None:
+        edge = next((n for n in neighbours if n[0] == label), None)
+        yield label, ("member", (key, shingles, edge))
 
 
 def _start(key_neighbours):
-    """(key, its neighbours) -> round 1's messages: the label is the smallest of the key and its neighbours."""
+    """(key, its edges) -> round 1's messages: the label is the smallest of the key and its neighbours."""
     key, neighbours = key_neighbours
     neighbours = tuple(sorted(set(neighbours)))
-    yield from _send(key, min(key, neighbours[0]), neighbours, False)
+    yield from _send(key, min(key, neighbours[0][0]), neighbours)
 
 
-def _labelled(messages) -> tuple[DocKey, tuple, DocKey, list]:
-    """A round's messages to a document -> (its label, its neighbours, the smallest label arriving, its members)."""
-    own: tuple = ()
-    arriving, members = [], []
+def _labelled(messages) -> tuple[tuple | None, DocKey | None, list, list]:
+    """A round's messages to a document -> (its state or None, the smallest label arriving, its members, its
+    shingles)."""
+    own = None
+    arriving, members, shingles = [], [], []
     for kind, value in messages:
         if kind == "state":
             own = value
         elif kind == "label":
             arriving.append(value)
-        else:
+        elif kind == "member":
             members.append(value)
-    label, neighbours = own
-    return label, neighbours, min(arriving, default=label), members
+        else:
+            shingles.append(value)
+    return own, min(arriving, default=None), members, shingles
 
 
 def _round(key_messages, last: bool):
-    """One round of smallest-label propagation: the smallest of a document's label and its neighbours' labels."""
+    """One round of smallest-label propagation: the smallest of a document's label and its neighbours' labels. The
+    last round also gets the shingles of every document set aside (those in no edge have no state: nothing)."""
     key, messages = key_messages
-    label, neighbours, arriving, _ = _labelled(messages)
-    yield from _send(key, min(label, arriving), neighbours, last)
+    own, arriving, _, shingles = _labelled(messages)
+    if own is None:
+        return
+    label, neighbours = own
+    label = label if arriving is None else min(label, arriving)
+    if last:
+        (one,) = shingles
+        yield from _send(key, label, neighbours, one)
+    else:
+        yield from _send(key, label, neighbours)
 
 
 def _check(key_messages):
-    """After the last round: a document whose label would still change (tag ``unconverged``), and the label of each
-    member of the document's label -> (member, label) when this document is labelled itself (it stays), else
-    (member, member): in a cluster wider than ROUNDS a far document's label may be one that is removed in turn;
-    that document then stays rather than name a removed one."""
+    """After the last round, at each document: whether its label would still change (tag ``unconverged``), and, when
+    it is its own label (it stays: its cluster's smallest), the route of every other member of its label: named
+    with their edge's similarity (``exact`` when they are exact copies), or for a member further away with the
+    exact Jaccard of their shingles. The members of a label that is not its own label (a cluster wider than ROUNDS,
+    whose far documents' label is removed in turn) stay rather than name a removed document."""
     key, messages = key_messages
-    label, _, arriving, members = _labelled(messages)
-    if arriving < label:
+    own, arriving, members, _ = _labelled(messages)
+    if own is None:  # every message comes from a document in an edge, to one in an edge
+        raise RuntimeError(f"dedup: {key} got messages but has no state")
+    label, _ = own
+    if arriving is not None and arriving < label:
         yield TaggedOutput("unconverged", key)
-    stays = label == key
-    for member in members:
-        yield member, key if stays else member
+    if label != key:
+        return
+    (root_shingles,) = [shingles for member, shingles, _ in members if member == key]
+    for member, shingles, edge in sorted(members, key=lambda m: m[0]):
+        if member == key:
+            continue
+        if edge is not None:
+            yield _route(member, "exact" if edge[2] else "near", key, edge[1])
+        else:
+            yield _route(member, "near", key, round(text.jaccard(root_shingles, shingles), 6))
 
 
-def clusters(both, name: str):
-    """Edges both ways, (a, (b, similarity)) -> (key, the smallest key within ROUNDS edges, or the key itself where
-    that one is not its own label) for every key in an edge, and (tag ``unconverged``) each key whose label would
-    still change (none when every cluster is within ROUNDS). Each round is one shuffle of the documents' states
-    (label and neighbours) and labels sent, as a CoGroupByKey of labels and edges and a minimum per key were two."""
-    state = (
-        both
-        | f"{name}Neighbours" >> beam.Map(lambda kv: (kv[0], kv[1][0]))
-        | f"{name}Group0" >> beam.GroupByKey()
-        | f"{name}Start" >> beam.FlatMap(_start)
-    )
+def clusters(both, shingles, name: str):
+    """Edges both ways, (a, (b, similarity, exact)), and (key, shingles) of the documents set aside -> the route of
+    each document that is not its cluster's smallest (within ROUNDS edges) and whose cluster's smallest is its own
+    label, and (tag ``unconverged``) each key whose label would still change (none when every cluster is within
+    ROUNDS). Each round is one shuffle of the documents' states (label and edges) and the labels they send, as a
+    CoGroupByKey of labels and edges and a minimum per key were two; the last also takes the shingles, and the check
+    after it settles each label and names the kept document (a shuffle of the labels' members, of the documents'
+    clusters and of the far members' roots before)."""
+    state = both | f"{name}Group0" >> beam.GroupByKey() | f"{name}Start" >> beam.FlatMap(_start)
+    tagged = shingles | f"{name}Shingles" >> beam.Map(lambda kv: (kv[0], ("shingles", kv[1])))
     for i in range(1, ROUNDS + 1):
+        if i == ROUNDS:
+            state = (state, tagged) | f"{name}WithShingles" >> beam.Flatten()
         state = state | f"{name}Group{i}" >> beam.GroupByKey() | f"{name}Round{i}" >> beam.FlatMap(_round, i == ROUNDS)
     return (
         state
         | f"{name}GroupCheck" >> beam.GroupByKey()
         | f"{name}Check"
-        >> beam.FlatMap(_check).with_output_types(typing.Any).with_outputs("unconverged", main="labels")
+        >> beam.FlatMap(_check).with_output_types(typing.Any).with_outputs("unconverged", main="routes")
     )
 
 
 def _route(key: DocKey, method: str, kept: DocKey, similarity: float) -> tuple[str, str]:
     return side_key(key), json.dumps(_mark(method, kept, similarity), sort_keys=True, ensure_ascii=False)
-
-
-def _decide(key_groups):
-    """(key, {shingles, label, edges, exact}) -> nothing (kept: its cluster's smallest), its route (the smallest is a
-    neighbour), or (smallest, (key, shingles)) to be compared with the smallest."""
-    key, groups = key_groups
-    (shingles,) = groups["shingles"]
-    root = min(groups["label"], default=key)
-    if root == key:
-        return
-    direct = [s for other, s in groups["edges"] if other == root]
-    if direct:
-        method = "exact" if direct[0] == 1.0 and any(o == root for o, _ in groups["exact"]) else "near"
-        yield _route(key, method, root, direct[0])
-    else:
-        yield TaggedOutput("far", (root, (key, shingles)))
-
-
-def _far_routes(root_groups):
-    root, groups = root_groups
-    if next(iter(groups["far"]), None) is None:
-        return
-    (root_shingles,) = groups["root"]
-    for key, shingles in sorted(groups["far"], key=lambda f: f[0]):
-        yield _route(key, "near", root, round(text.jaccard(root_shingles, shingles), 6))
 
 
 class DropDuplicates(beam.PTransform):
@@ -363,21 +367,13 @@ class DropDuplicates(beam.PTransform):
                 .with_output_types(typing.Any)
                 .with_outputs("compared", main="confirmed")
             )
-            edges = (confirmed["confirmed"], copies["edges"]) | "AllEdges" >> beam.Flatten()
+            edges = (
+                confirmed["confirmed"] | "NearEdges" >> beam.Map(lambda e: (e[0], (*e[1], False))),
+                copies["edges"] | "ExactEdges" >> beam.Map(lambda e: (e[0], (*e[1], True))),
+            ) | "AllEdges" >> beam.Flatten()
             both = edges | "EdgesBothWays" >> beam.FlatMap(_both_ways)
-            clustered = clusters(both, "Cluster")
-            decided = (
-                {
-                    "shingles": shingled["docs"],
-                    "label": clustered["labels"],
-                    "edges": both,
-                    "exact": copies["edges"],
-                }
-                | "DocClusters" >> beam.CoGroupByKey()
-                | "Decide" >> beam.FlatMap(_decide).with_output_types(typing.Any).with_outputs("far", main="routes")
-            )
-            far = {"far": decided["far"], "root": shingled["docs"]} | "FarAndRoots" >> beam.CoGroupByKey()
-            routes += [decided["routes"], far | "FarRoutes" >> beam.FlatMap(_far_routes)]
+            clustered = clusters(both, shingled["docs"], "Cluster")
+            routes.append(clustered["routes"])
             counted = [
                 pipeline | "NoneCounted" >> beam.Create([(name, 0) for name in STATS]),
                 confirmed["compared"] | "CountCandidates" >> beam.Map(lambda _: ("candidate_pairs", 1)),
