@@ -9,7 +9,8 @@ tokenizer trained once beforehand and passed with --tokenizer, not timed): witho
 ``--dedup near``; with ``--dedup near --decontaminate`` every fine-tuning file in ../shared/data/finetune. Printed:
 the median wall times, the ratios to the plain job (issue 35's target: at most 1.25), peak RSS of the process tree
 at half and all of the corpus, and what was removed. Each run's wall time and the 1-minute load average at its
-start are printed as it ends, and each round's ratio of each variant to that round's plain run (the jobs of a round
+start are printed as it ends, with its CPU time (user + system of the job's processes: less at the mercy of
+other work on the machine than the wall time), and each round's ratio of each variant to that round's plain run (the jobs of a round
 run back to back, so on a shared machine these ratios mean more than the medians).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -57,17 +59,24 @@ def main() -> None:
         for name, part in halves.items():
             write_corpus(part, root / name, 2)
         times: dict[str, list[float]] = {v: [] for v in variants}
+        cpu: dict[str, list[float]] = {v: [] for v in variants}
         peaks: dict[tuple[str, str], int] = {}
         manifests = {}
         for r in range(args.rounds):
             for v, extra in variants.items():
                 load = os.getloadavg()[0]
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 elapsed, manifests[v], peaks[(v, "all")] = run_job(
                     root / "all", tok_path, root / v, args.workers, extra
                 )
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[v].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
                 times[v].append(elapsed)
-                ratio = elapsed / times["plain"][-1]
-                print(f"round {r + 1} {v:>20}: {elapsed:6.2f} s  ratio {ratio:.2f}  load {load:.2f}", flush=True)
+                print(
+                    f"round {r + 1} {v:>20}: {elapsed:6.2f} s  ratio {elapsed / times['plain'][-1]:.2f}  "
+                    f"CPU {cpu[v][-1]:6.2f} s  ratio {cpu[v][-1] / cpu['plain'][-1]:.2f}  load {load:.2f}",
+                    flush=True,
+                )
         for v, extra in variants.items():
             if not args.no_half:
                 _, _, peaks[(v, "half")] = run_job(root / "half", tok_path, root / f"{v}-half", args.workers, extra)
