@@ -375,7 +375,7 @@ class DropDuplicates(beam.PTransform):
             clustered = clusters(both, shingled["docs"], "Cluster")
             routes.append(clustered["routes"])
             counted = [
-                pipeline | "NoneCounted" >> beam.Create([(name, 0) for name in STATS]),
+                pipeline | "NoneCounted" >> beam.Create([(name, 0) for name in STATS], reshuffle=False),
                 confirmed["compared"] | "CountCandidates" >> beam.Map(lambda _: ("candidate_pairs", 1)),
                 confirmed["confirmed"] | "CountConfirmed" >> beam.Map(lambda _: ("confirmed_pairs", 1)),
                 clustered["unconverged"] | "CountUnconverged" >> beam.Map(lambda _: ("unconverged", 1)),
