@@ -116,17 +116,20 @@ def _star_pairs(band_members, cap: int):
 
 
 def _route_copies(kept_groups):
-    """(kept key, {copies, pairs}) -> a final exact mark per copy, or the copy and its kept document set aside for
-    confirmation when that one is in a candidate pair (its cluster may have a smaller document)."""
+    """(kept key, {copies, pairs}) -> a final exact mark per copy, or, when the kept document is in a candidate pair
+    (its cluster may have a smaller document), what the confirmation pass sets aside (tag ``deferred``, the multimap
+    its documents look up): each of the document's pairs, once however many bands it shares, and each copy."""
     kept, groups = kept_groups
     copies = sorted(groups["copies"])
-    if next(iter(groups["pairs"]), None) is None:
+    pairs = sorted(set(groups["pairs"]))
+    if not pairs:
         for copy in copies:
             yield side_key(copy), json.dumps(_mark("exact", kept, 1.0), sort_keys=True, ensure_ascii=False)
         return
-    yield TaggedOutput("deferred", kept)
+    for pair in pairs:
+        yield TaggedOutput("deferred", (side_key(kept), json.dumps(pair, ensure_ascii=False)))
     for copy in copies:
-        yield TaggedOutput("deferred", copy)
+        yield TaggedOutput("deferred", (side_key(copy), DEFER))
         yield TaggedOutput("edges", (copy, (kept, 1.0)))
 
 
@@ -145,25 +148,22 @@ class _SplitFn(beam.DoFn):
 
 
 class _SetAsideFn(beam.DoFn):
-    """The confirmation pass: a document to be confirmed -> (its key, its sorted distinct shingles)."""
+    """The confirmation pass: a document set aside -> (pair, (its key, its sorted distinct shingles)) per candidate
+    pair it is in, and (tag ``docs``) (its key, its shingles)."""
 
     def __init__(self, shingle: int):
         self._shingle = shingle
 
     def process(self, doc: Document, deferred):
         key = doc_key(doc)
-        if next(iter(deferred[side_key(key)]), None) is not None:
-            yield key, text.shingles_of(text.analyse(doc.text)[0], self._shingle)
-
-
-class _PairShinglesFn(beam.DoFn):
-    """(key, {shingles, pairs}) -> (pair, (key, shingles)) per candidate pair, and (key, shingles) for the rest."""
-
-    def process(self, key_groups):
-        key, groups = key_groups
-        shingles = next(iter(groups["shingles"]))
-        for pair in sorted(set(groups["pairs"])):
-            yield pair, (key, shingles)
+        found = list(deferred[side_key(key)])
+        if not found:
+            return
+        shingles = text.shingles_of(text.analyse(doc.text)[0], self._shingle)
+        for value in found:
+            if value != DEFER:
+                a, b = json.loads(value)
+                yield (tuple(a), tuple(b)), (key, shingles)
         yield TaggedOutput("docs", (key, shingles))
 
 
@@ -332,8 +332,7 @@ class DropDuplicates(beam.PTransform):
                 .with_output_types(typing.Any)
                 .with_outputs("capped", main="pairs")
             )
-            # A pair sharing several bands comes once per band: the ends' steps need only know a pair exists
-            # (_route_copies, the deferred keys) or take each once (_PairShinglesFn).
+            # A pair sharing several bands comes once per band: _route_copies takes each once.
             ends = star["pairs"] | "PairEnds" >> beam.FlatMap(lambda p: [(p[0], p), (p[1], p)])
             copies = (
                 {"copies": exact["copies"] | "ByKept" >> beam.Map(lambda c: (c[1], c[0])), "pairs": ends}
@@ -344,23 +343,12 @@ class DropDuplicates(beam.PTransform):
                 .with_outputs("deferred", "edges", main="routes")
             )
             routes.append(copies["routes"])
-            deferred = (
-                (copies["deferred"], ends | "PairMembers" >> beam.Map(lambda e: e[0]))
-                | "AllDeferred" >> beam.Flatten()
-                | "DeferKeys" >> beam.Map(lambda k: (side_key(k), DEFER)).with_output_types(tuple[str, str])
-                | "OneDefer" >> beam.Distinct()
-            )
+            deferred = copies["deferred"] | "DeferKeys" >> beam.Map(lambda kv: kv).with_output_types(tuple[str, str])
             set_aside = inputs["confirm"] | "SetAside" >> beam.ParDo(
                 _SetAsideFn(params.shingle), beam.pvalue.AsMultiMap(deferred)
-            )
-            shingled = (
-                {"shingles": set_aside, "pairs": ends}
-                | "ShinglesAndPairs" >> beam.CoGroupByKey()
-                | "PairShingles"
-                >> beam.ParDo(_PairShinglesFn()).with_output_types(typing.Any).with_outputs("docs", main="pairs")
-            )
+            ).with_output_types(typing.Any).with_outputs("docs", main="pairs")
             confirmed = (
-                shingled["pairs"]
+                set_aside["pairs"]
                 | "GroupByPair" >> beam.GroupByKey()
                 | "Confirm"
                 >> beam.ParDo(_ConfirmFn(params.threshold))
@@ -372,7 +360,7 @@ class DropDuplicates(beam.PTransform):
                 copies["edges"] | "ExactEdges" >> beam.Map(lambda e: (e[0], (*e[1], True))),
             ) | "AllEdges" >> beam.Flatten()
             both = edges | "EdgesBothWays" >> beam.FlatMap(_both_ways)
-            clustered = clusters(both, shingled["docs"], "Cluster")
+            clustered = clusters(both, set_aside["docs"], "Cluster")
             routes.append(clustered["routes"])
             counted = [
                 pipeline | "NoneCounted" >> beam.Create([(name, 0) for name in STATS], reshuffle=False),
