@@ -44,6 +44,7 @@ MODES = ("off", "exact", "near")
 ROUNDS = 6  # label propagation rounds: clusters up to this many confirmed pairs across are exact
 DEFER = "d"  # the confirmation pass sets the document's shingles aside
 DROP = ""  # left out and recorded elsewhere (contaminated)
+STATS = ("candidate_pairs", "confirmed_pairs", "unconverged", "buckets_capped")  # near's counts in the manifest
 
 
 def doc_key(d: Document) -> DocKey:
@@ -115,17 +116,20 @@ def _star_pairs(band_members, cap: int):
 
 
 def _route_copies(kept_groups):
-    """(kept key, {copies, pairs}) -> a final exact mark per copy, or the copy and its kept document set aside for
-    confirmation when that one is in a candidate pair (its cluster may have a smaller document)."""
+    """(kept key, {copies, pairs}) -> a final exact mark per copy, or, when the kept document is in a candidate pair
+    (its cluster may have a smaller document), what the confirmation pass sets aside (tag ``deferred``, the multimap
+    its documents look up): each of the document's pairs, once however many bands it shares, and each copy."""
     kept, groups = kept_groups
     copies = sorted(groups["copies"])
-    if next(iter(groups["pairs"]), None) is None:
+    pairs = sorted(set(groups["pairs"]))
+    if not pairs:
         for copy in copies:
             yield side_key(copy), json.dumps(_mark("exact", kept, 1.0), sort_keys=True, ensure_ascii=False)
         return
-    yield TaggedOutput("deferred", kept)
+    for pair in pairs:
+        yield TaggedOutput("deferred", (side_key(kept), json.dumps(pair, ensure_ascii=False)))
     for copy in copies:
-        yield TaggedOutput("deferred", copy)
+        yield TaggedOutput("deferred", (side_key(copy), DEFER))
         yield TaggedOutput("edges", (copy, (kept, 1.0)))
 
 
@@ -133,7 +137,8 @@ class _SplitFn(beam.DoFn):
     """The main pass: each document as it is read -> kept, removed (its record), or left out silently."""
 
     def process(self, doc: Document, routes):
-        found = next(iter(routes[side_key(doc_key(doc))]), None)  # at most one route per document
+        # At most a route and DROP per document: contaminated wins (its record is written by DropContaminated).
+        found = min(routes[side_key(doc_key(doc))], default=None)
         if found is None:
             yield doc
         elif found != DROP:
@@ -143,30 +148,28 @@ class _SplitFn(beam.DoFn):
 
 
 class _SetAsideFn(beam.DoFn):
-    """The confirmation pass: a document to be confirmed -> (its key, its sorted distinct shingles)."""
+    """The confirmation pass: a document set aside -> (pair, (its key, its sorted distinct shingles)) per candidate
+    pair it is in, and (tag ``docs``) (its key, its shingles)."""
 
     def __init__(self, shingle: int):
         self._shingle = shingle
 
     def process(self, doc: Document, deferred):
         key = doc_key(doc)
-        if next(iter(deferred[side_key(key)]), None) is not None:
-            yield key, text.shingles_of(text.analyse(doc.text)[0], self._shingle)
-
-
-class _PairShinglesFn(beam.DoFn):
-    """(key, {shingles, pairs}) -> (pair, (key, shingles)) per candidate pair, and (key, shingles) for the rest."""
-
-    def process(self, key_groups):
-        key, groups = key_groups
-        shingles = next(iter(groups["shingles"]))
-        for pair in sorted(set(groups["pairs"])):
-            yield pair, (key, shingles)
+        found = list(deferred[side_key(key)])
+        if not found:
+            return
+        shingles = text.shingles_of(text.analyse(doc.text)[0], self._shingle)
+        for value in found:
+            if value != DEFER:
+                a, b = json.loads(value)
+                yield (tuple(a), tuple(b)), (key, shingles)
         yield TaggedOutput("docs", (key, shingles))
 
 
 class _ConfirmFn(beam.DoFn):
-    """(pair, the two (key, shingles)) -> (b, (a, similarity)) when the exact Jaccard reaches the threshold."""
+    """(pair, the two (key, shingles)) -> (b, (a, similarity)) when the exact Jaccard reaches the threshold; each
+    pair compared (once: each end sends a pair once, however many bands it shares) -> tag ``compared``."""
 
     def __init__(self, threshold: float):
         self._threshold = threshold
@@ -175,93 +178,122 @@ class _ConfirmFn(beam.DoFn):
         _, ends = pair_shingles
         (a, shingles_a), (b, shingles_b) = sorted(ends, key=lambda end: end[0])
         similarity = text.jaccard(shingles_a, shingles_b)
+        yield TaggedOutput("compared", None)
         if similarity >= self._threshold:
             yield b, (a, round(similarity, 6))
 
 
 def _both_ways(edge):
-    b, (a, similarity) = edge
-    yield a, (b, similarity)
-    yield b, (a, similarity)
+    """(b, (a, similarity, exact)) -> the edge from each end."""
+    b, (a, similarity, exact) = edge
+    yield a, (b, similarity, exact)
+    yield b, (a, similarity, exact)
 
 
-def _spread(key_groups):
-    """One round: a document's label to itself and to each neighbour (the smallest arriving wins)."""
-    key, groups = key_groups
-    label = min(groups["label"])
-    yield key, label
-    for other, _ in groups["edges"]:
-        yield other, label
+Neighbour = tuple[DocKey, float, bool]  # another document, their similarity, whether they are exact copies
 
 
-def clusters(edges, name: str):
-    """(b, (a, similarity)) edges -> (key, the smallest key within ROUNDS edges) for every key in an edge, and the
-    number of keys whose label would still change (0 when every cluster is within ROUNDS)."""
-    both = edges | f"{name}BothWays" >> beam.FlatMap(_both_ways)
-    labels = (
-        both
-        | f"{name}Start" >> beam.Map(lambda kv: (kv[0], min(kv[0], kv[1][0])))
-        | f"{name}Min0" >> beam.CombinePerKey(min)
-    )
+def _send(key: DocKey, label: DocKey, neighbours: tuple[Neighbour, ...], shingles=None):
+    """One round's messages from a document: its own state, and its label to each neighbour; after the last round
+    (``shingles`` given) also a member's message to its label's document: the key, its shingles, and its edge to
+    that document when it has one (``_check``)."""
+    yield key, ("state", (label, neighbours))
+    for other, _, _ in neighbours:
+        yield other, ("label", label)
+    if shingles is not None:
+        edge = next((n for n in neighbours if n[0] == label), None)
+        yield label, ("member", (key, shingles, edge))
+
+
+def _start(key_neighbours):
+    """(key, its edges) -> round 1's messages: the label is the smallest of the key and its neighbours."""
+    key, neighbours = key_neighbours
+    neighbours = tuple(sorted(set(neighbours)))
+    yield from _send(key, min(key, neighbours[0][0]), neighbours)
+
+
+def _labelled(messages) -> tuple[tuple | None, DocKey | None, list, list]:
+    """A round's messages to a document -> (its state or None, the smallest label arriving, its members, its
+    shingles)."""
+    own = None
+    arriving, members, shingles = [], [], []
+    for kind, value in messages:
+        if kind == "state":
+            own = value
+        elif kind == "label":
+            arriving.append(value)
+        elif kind == "member":
+            members.append(value)
+        else:
+            shingles.append(value)
+    return own, min(arriving, default=None), members, shingles
+
+
+def _round(key_messages, last: bool):
+    """One round of smallest-label propagation: the smallest of a document's label and its neighbours' labels. The
+    last round also gets the shingles of every document set aside (those in no edge have no state: nothing)."""
+    key, messages = key_messages
+    own, arriving, _, shingles = _labelled(messages)
+    if own is None:
+        return
+    label, neighbours = own
+    label = label if arriving is None else min(label, arriving)
+    if last:
+        (one,) = shingles
+        yield from _send(key, label, neighbours, one)
+    else:
+        yield from _send(key, label, neighbours)
+
+
+def _check(key_messages):
+    """After the last round, at each document: whether its label would still change (tag ``unconverged``), and, when
+    it is its own label (it stays: its cluster's smallest), the route of every other member of its label: named
+    with their edge's similarity (``exact`` when they are exact copies), or for a member further away with the
+    exact Jaccard of their shingles. The members of a label that is not its own label (a cluster wider than ROUNDS,
+    whose far documents' label is removed in turn) stay rather than name a removed document."""
+    key, messages = key_messages
+    own, arriving, members, _ = _labelled(messages)
+    if own is None:  # every message comes from a document in an edge, to one in an edge
+        raise RuntimeError(f"dedup: {key} got messages but has no state")
+    label, _ = own
+    if arriving is not None and arriving < label:
+        yield TaggedOutput("unconverged", key)
+    if label != key:
+        return
+    (root_shingles,) = [shingles for member, shingles, _ in members if member == key]
+    for member, shingles, edge in sorted(members, key=lambda m: m[0]):
+        if member == key:
+            continue
+        if edge is not None:
+            yield _route(member, "exact" if edge[2] else "near", key, edge[1])
+        else:
+            yield _route(member, "near", key, round(text.jaccard(root_shingles, shingles), 6))
+
+
+def clusters(both, shingles, name: str):
+    """Edges both ways, (a, (b, similarity, exact)), and (key, shingles) of the documents set aside -> the route of
+    each document that is not its cluster's smallest (within ROUNDS edges) and whose cluster's smallest is its own
+    label, and (tag ``unconverged``) each key whose label would still change (none when every cluster is within
+    ROUNDS). Each round is one shuffle of the documents' states (label and edges) and the labels they send, as a
+    CoGroupByKey of labels and edges and a minimum per key were two; the last also takes the shingles, and the check
+    after it settles each label and names the kept document (a shuffle of the labels' members, of the documents'
+    clusters and of the far members' roots before)."""
+    state = both | f"{name}Group0" >> beam.GroupByKey() | f"{name}Start" >> beam.FlatMap(_start)
+    tagged = shingles | f"{name}Shingles" >> beam.Map(lambda kv: (kv[0], ("shingles", kv[1])))
     for i in range(1, ROUNDS + 1):
-        labels = (
-            {"label": labels, "edges": both}
-            | f"{name}Join{i}" >> beam.CoGroupByKey()
-            | f"{name}Spread{i}" >> beam.FlatMap(_spread)
-            | f"{name}Min{i}" >> beam.CombinePerKey(min)
-        )
-    again = (
-        {"label": labels, "edges": both}
-        | f"{name}JoinCheck" >> beam.CoGroupByKey()
-        | f"{name}SpreadCheck" >> beam.FlatMap(_spread)
-        | f"{name}MinCheck" >> beam.CombinePerKey(min)
+        if i == ROUNDS:
+            state = (state, tagged) | f"{name}WithShingles" >> beam.Flatten()
+        state = state | f"{name}Group{i}" >> beam.GroupByKey() | f"{name}Round{i}" >> beam.FlatMap(_round, i == ROUNDS)
+    return (
+        state
+        | f"{name}GroupCheck" >> beam.GroupByKey()
+        | f"{name}Check"
+        >> beam.FlatMap(_check).with_output_types(typing.Any).with_outputs("unconverged", main="routes")
     )
-    unconverged = (
-        {"before": labels, "after": again}
-        | f"{name}Compare" >> beam.CoGroupByKey()
-        | f"{name}Changed" >> beam.Filter(lambda kv: list(kv[1]["before"]) != list(kv[1]["after"]))
-        | f"{name}CountChanged" >> beam.combiners.Count.Globally()
-    )
-    return labels, unconverged
-
-
-def _settled(label_groups):
-    """(label, {members, own}) -> (member, label) when the label's document is labelled itself (it stays), else
-    (member, member): in a cluster wider than ROUNDS a far document's label may be one that is removed in turn;
-    that document then stays rather than name a removed one."""
-    label, groups = label_groups
-    stays = min(groups["own"], default=label) == label
-    for member in groups["members"]:
-        yield member, label if stays else member
 
 
 def _route(key: DocKey, method: str, kept: DocKey, similarity: float) -> tuple[str, str]:
     return side_key(key), json.dumps(_mark(method, kept, similarity), sort_keys=True, ensure_ascii=False)
-
-
-def _decide(key_groups):
-    """(key, {shingles, label, edges, exact}) -> nothing (kept: its cluster's smallest), its route (the smallest is a
-    neighbour), or (smallest, (key, shingles)) to be compared with the smallest."""
-    key, groups = key_groups
-    (shingles,) = groups["shingles"]
-    root = min(groups["label"], default=key)
-    if root == key:
-        return
-    direct = [s for other, s in groups["edges"] if other == root]
-    if direct:
-        method = "exact" if direct[0] == 1.0 and any(o == root for o, _ in groups["exact"]) else "near"
-        yield _route(key, method, root, direct[0])
-    else:
-        yield TaggedOutput("far", (root, (key, shingles)))
-
-
-def _far_routes(root_groups):
-    root, groups = root_groups
-    if next(iter(groups["far"]), None) is None:
-        return
-    (root_shingles,) = groups["root"]
-    for key, shingles in sorted(groups["far"], key=lambda f: f[0]):
-        yield _route(key, "near", root, round(text.jaccard(root_shingles, shingles), 6))
 
 
 class DropDuplicates(beam.PTransform):
@@ -285,8 +317,8 @@ class DropDuplicates(beam.PTransform):
             | "ExactCopies"
             >> beam.FlatMap(_exact_copies).with_output_types(typing.Any).with_outputs("bands", main="copies")
         )
-        dropped = inputs.get("dropped") or (pipeline | "NoneDropped" >> beam.Create([]))
-        routes = [dropped | "DropRoutes" >> beam.Map(lambda k: (side_key(k), DROP))]
+        dropped = inputs.get("dropped")
+        routes = [] if dropped is None else [dropped | "DropRoutes" >> beam.Map(lambda k: (side_key(k), DROP))]
         stats: list = []
         params = self._params
         if params is None:
@@ -300,8 +332,8 @@ class DropDuplicates(beam.PTransform):
                 .with_output_types(typing.Any)
                 .with_outputs("capped", main="pairs")
             )
-            pairs = star["pairs"] | "DistinctPairs" >> beam.Distinct()
-            ends = pairs | "PairEnds" >> beam.FlatMap(lambda p: [(p[0], p), (p[1], p)])
+            # A pair sharing several bands comes once per band: _route_copies takes each once.
+            ends = star["pairs"] | "PairEnds" >> beam.FlatMap(lambda p: [(p[0], p), (p[1], p)])
             copies = (
                 {"copies": exact["copies"] | "ByKept" >> beam.Map(lambda c: (c[1], c[0])), "pairs": ends}
                 | "CopiesAndPairs" >> beam.CoGroupByKey()
@@ -311,62 +343,37 @@ class DropDuplicates(beam.PTransform):
                 .with_outputs("deferred", "edges", main="routes")
             )
             routes.append(copies["routes"])
-            deferred = (
-                (copies["deferred"], ends | "PairMembers" >> beam.Map(lambda e: e[0]))
-                | "AllDeferred" >> beam.Flatten()
-                | "DeferKeys" >> beam.Map(lambda k: (side_key(k), DEFER)).with_output_types(tuple[str, str])
-                | "OneDefer" >> beam.Distinct()
-            )
+            deferred = copies["deferred"] | "DeferKeys" >> beam.Map(lambda kv: kv).with_output_types(tuple[str, str])
             set_aside = inputs["confirm"] | "SetAside" >> beam.ParDo(
                 _SetAsideFn(params.shingle), beam.pvalue.AsMultiMap(deferred)
-            )
-            shingled = (
-                {"shingles": set_aside, "pairs": ends}
-                | "ShinglesAndPairs" >> beam.CoGroupByKey()
-                | "PairShingles"
-                >> beam.ParDo(_PairShinglesFn()).with_output_types(typing.Any).with_outputs("docs", main="pairs")
-            )
+            ).with_output_types(typing.Any).with_outputs("docs", main="pairs")
             confirmed = (
-                shingled["pairs"]
+                set_aside["pairs"]
                 | "GroupByPair" >> beam.GroupByKey()
-                | "Confirm" >> beam.ParDo(_ConfirmFn(params.threshold))
+                | "Confirm"
+                >> beam.ParDo(_ConfirmFn(params.threshold))
+                .with_output_types(typing.Any)
+                .with_outputs("compared", main="confirmed")
             )
-            edges = (confirmed, copies["edges"]) | "AllEdges" >> beam.Flatten()
-            labels, unconverged = clusters(edges, "Cluster")
-            labels = (
-                {"members": labels | "ByLabel" >> beam.Map(lambda kv: (kv[1], kv[0])), "own": labels}
-                | "LabelsAndOwn" >> beam.CoGroupByKey()
-                | "Settled" >> beam.FlatMap(_settled)
-            )
-            decided = (
-                {
-                    "shingles": shingled["docs"],
-                    "label": labels,
-                    "edges": edges | "EdgesBothWays" >> beam.FlatMap(_both_ways),
-                    "exact": copies["edges"],
-                }
-                | "DocClusters" >> beam.CoGroupByKey()
-                | "Decide" >> beam.FlatMap(_decide).with_output_types(typing.Any).with_outputs("far", main="routes")
-            )
-            far = {"far": decided["far"], "root": shingled["docs"]} | "FarAndRoots" >> beam.CoGroupByKey()
-            routes += [decided["routes"], far | "FarRoutes" >> beam.FlatMap(_far_routes)]
-            stats = [
-                pairs
-                | "CountCandidates" >> beam.combiners.Count.Globally()
-                | "NameCandidates" >> beam.Map(lambda n: ("candidate_pairs", n)),
-                confirmed
-                | "CountConfirmed" >> beam.combiners.Count.Globally()
-                | "NameConfirmed" >> beam.Map(lambda n: ("confirmed_pairs", n)),
-                unconverged | "NameUnconverged" >> beam.Map(lambda n: ("unconverged", n)),
-                star["capped"]
-                | "CountCapped" >> beam.combiners.Count.Globally()
-                | "NameCapped" >> beam.Map(lambda n: ("buckets_capped", n)),
+            edges = (
+                confirmed["confirmed"] | "NearEdges" >> beam.Map(lambda e: (e[0], (*e[1], False))),
+                copies["edges"] | "ExactEdges" >> beam.Map(lambda e: (e[0], (*e[1], True))),
+            ) | "AllEdges" >> beam.Flatten()
+            both = edges | "EdgesBothWays" >> beam.FlatMap(_both_ways)
+            clustered = clusters(both, set_aside["docs"], "Cluster")
+            routes.append(clustered["routes"])
+            counted = [
+                pipeline | "NoneCounted" >> beam.Create([(name, 0) for name in STATS], reshuffle=False),
+                confirmed["compared"] | "CountCandidates" >> beam.Map(lambda _: ("candidate_pairs", 1)),
+                confirmed["confirmed"] | "CountConfirmed" >> beam.Map(lambda _: ("confirmed_pairs", 1)),
+                clustered["unconverged"] | "CountUnconverged" >> beam.Map(lambda _: ("unconverged", 1)),
+                star["capped"] | "CountCapped" >> beam.Map(lambda _: ("buckets_capped", 1)),
             ]
+            stats = [counted | "AllCounted" >> beam.Flatten() | "Counts" >> beam.CombinePerKey(sum)]
         route_pc = (
             routes
             | "AllRoutes" >> beam.Flatten()
             | "Routes" >> beam.Map(lambda kv: kv).with_output_types(tuple[str, str])
-            | "OneRoute" >> beam.CombinePerKey(min).with_output_types(tuple[str, str])  # contaminated wins: recorded
         )
         split = documents | "Split" >> beam.ParDo(_SplitFn(), beam.pvalue.AsMultiMap(route_pc)).with_output_types(
             typing.Any

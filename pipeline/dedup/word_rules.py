@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.dedup import word_table
+
 
 def runs(codepoints: list[int]) -> list[list[int]]:
     """``[first, last]`` of each run of consecutive code points in ``codepoints`` (sorted)."""
@@ -55,10 +57,9 @@ class _Rules:
     first_alone: int  # no code point below this is unspaced
 
 
-@functools.cache
-def rules() -> _Rules:
-    """The tables of the rule, built on first use (~0.4 s of scanning every code point: every job and worker imports
-    this module, most never compare a word)."""
+def scan() -> tuple[list[int], list[int], np.ndarray]:
+    """What the rule takes from this Python's Unicode tables, by scanning every code point (~0.4 s): the marks (every
+    code point of category M), the unspaced scripts' word characters, and per code point whether it is ``\\w``."""
     marks = [cp for cp in range(0x300, 0x110000) if unicodedata.category(chr(cp)).startswith("M")]
     unspaced = [
         cp
@@ -66,6 +67,35 @@ def rules() -> _Rules:
         for cp in range(a, b + 1)
         if re.match(r"\w", chr(cp)) and not unicodedata.category(chr(cp)).startswith("M")
     ]
+    everything = re.sub(r"\W", "\0", "".join(map(chr, range(0x110000))))  # U+0000 is no word character
+    word = np.frombuffer(everything.encode("utf-32-le", "surrogatepass"), dtype=np.uint32) != 0
+    return marks, unspaced, word
+
+
+def _parse(table: str) -> list[tuple[int, int]]:
+    """``"0300-036F 0483 ..."`` -> [(0x300, 0x36F), (0x483, 0x483), ...]."""
+    return [(int(a, 16), int(b or a, 16)) for a, _, b in (part.partition("-") for part in table.split())]
+
+
+def stored() -> tuple[list[int], list[int], np.ndarray] | None:
+    """:func:`scan` as ``word_table`` recorded it, when this Python's Unicode tables are the version it was made
+    from (``tests/pipeline/test_word_table.py`` checks that it is what the scan gives); else None."""
+    if word_table.UNIDATA_VERSION != unicodedata.unidata_version:
+        return None
+    marks, unspaced = (
+        [cp for a, b in _parse(t) for cp in range(a, b + 1)] for t in (word_table.MARKS, word_table.UNSPACED)
+    )
+    word = np.zeros(0x110000, dtype=bool)
+    for a, b in _parse(word_table.WORD):
+        word[a : b + 1] = True
+    return marks, unspaced, word
+
+
+@functools.cache
+def rules() -> _Rules:
+    """The tables of the rule, built on first use from :func:`stored` (or a :func:`scan`, ~0.4 s, under another
+    Unicode version): every job and worker imports this module, most never compare a word."""
+    marks, unspaced, is_word = stored() or scan()
     mark_class = "[" + _ranges(marks) + "]"
     word = re.compile(
         "[" + _ranges(unspaced) + "]" + mark_class + r"*|(?:[^\W" + _ranges(unspaced) + "]|" + mark_class + ")+"
@@ -73,13 +103,13 @@ def rules() -> _Rules:
     accents = re.compile(
         "(?<=[" + _ACCENTED + "])[" + _ranges([cp for cp in marks if unicodedata.combining(chr(cp))]) + "]+"
     )
-    return _Rules(marks, unspaced, word, accents, *_owners(marks, unspaced), min(unspaced))
+    return _Rules(marks, unspaced, word, accents, *_owners(marks, unspaced, is_word), min(unspaced))
 
 
 _NONE, _ALL, _VOICING_ONLY = 0, 1, 2
 
 
-def _owners(marks: list[int], unspaced: list[int]) -> tuple[re.Pattern, re.Pattern, np.ndarray]:
+def _owners(marks: list[int], unspaced: list[int], is_word: np.ndarray) -> tuple[re.Pattern, re.Pattern, np.ndarray]:
     """The marks the current rule removes (docs/DEDUP.md, "Marks"): the combining marks (non-zero combining class)
     and non-spacing marks (Mn), in a run after anything but a letter or digit of a script other than Latin, Greek,
     Cyrillic and Han, or a mark that such a letter keeps: after a Latin, Greek or Cyrillic letter (its accents), a
@@ -87,8 +117,7 @@ def _owners(marks: list[int], unspaced: list[int]) -> tuple[re.Pattern, re.Patte
     that begin the run. A mark after a letter of another script is a letter of that word (``दिल`` is not ``दल``).
     The patterns of a run of such marks and of one after a Latin, Greek or Cyrillic letter, and per code point what
     such a run after it keeps."""
-    everything = re.sub(r"\W", "\0", "".join(map(chr, range(0x110000))))  # U+0000 is no word character
-    owners = (np.frombuffer(everything.encode("utf-32-le", "surrogatepass"), dtype=np.uint32) != 0).astype(np.uint8)
+    owners = is_word.astype(np.uint8)
     for a, b in _ACCENTED_RANGES:
         owners[a : b + 1] = _NONE
     alone = np.array(unspaced)

@@ -167,7 +167,8 @@ class ReadDocuments(beam.PTransform):
 
     def _read_listed_files(self, pbegin):
         """Whole files only, listed by the caller: each read gives its file's one summary part."""
-        records = self._read(pbegin | "ListedFiles" >> beam.Create(self._whole_files))
+        # no reshuffle of its own: SpreadReads spreads the reads (two would cost a stage each, per read of the input)
+        records = self._read(pbegin | "ListedFiles" >> beam.Create(self._whole_files, reshuffle=False))
         summaries = (
             records[INPUT_SUMMARIES]
             | "OnePart" >> beam.Map(lambda part: (part.path, [part]))
