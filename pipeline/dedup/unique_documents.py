@@ -36,6 +36,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
+from pipeline import faults
 from pipeline.dedup import minhash, text
 from pipeline.elements import DUPLICATE, Document, RemovedDocument, preview
 
@@ -71,6 +72,7 @@ class _SignFn(beam.DoFn):
         self._no_words = Metrics.counter("dedup", "documents_without_words")
 
     def process(self, doc: Document):
+        faults.reached("sign")
         hashes, digest = text.analyse(doc.text)
         if digest is None:
             self._no_words.inc()  # nothing to compare: never a duplicate
@@ -98,6 +100,7 @@ def _star_pairs(band_members, cap: int):
     members, streamed through a heap (the step holds ``cap`` keys, whatever the bucket's size), and a bucket past
     the cap is counted (tag ``capped``). A document is in a bucket once: its band keys differ by band index, and
     only one document per digest signs."""
+    faults.reached("bands")
     _, members = band_members
     size = 0
 
@@ -117,6 +120,7 @@ def _star_pairs(band_members, cap: int):
 def _route_copies(kept_groups):
     """(kept key, {copies, pairs}) -> a final exact mark per copy, or the copy and its kept document set aside for
     confirmation when that one is in a candidate pair (its cluster may have a smaller document)."""
+    faults.reached("copies")
     kept, groups = kept_groups
     copies = sorted(groups["copies"])
     if next(iter(groups["pairs"]), None) is None:
@@ -133,6 +137,7 @@ class _SplitFn(beam.DoFn):
     """The main pass: each document as it is read -> kept, removed (its record), or left out silently."""
 
     def process(self, doc: Document, routes):
+        faults.reached("split")
         found = next(iter(routes[side_key(doc_key(doc))]), None)  # at most one route per document
         if found is None:
             yield doc
@@ -149,6 +154,7 @@ class _SetAsideFn(beam.DoFn):
         self._shingle = shingle
 
     def process(self, doc: Document, deferred):
+        faults.reached("set-aside")
         key = doc_key(doc)
         if next(iter(deferred[side_key(key)]), None) is not None:
             yield key, text.shingles_of(text.analyse(doc.text)[0], self._shingle)
@@ -158,6 +164,7 @@ class _PairShinglesFn(beam.DoFn):
     """(key, {shingles, pairs}) -> (pair, (key, shingles)) per candidate pair, and (key, shingles) for the rest."""
 
     def process(self, key_groups):
+        faults.reached("shingles")
         key, groups = key_groups
         shingles = next(iter(groups["shingles"]))
         for pair in sorted(set(groups["pairs"])):
@@ -172,6 +179,7 @@ class _ConfirmFn(beam.DoFn):
         self._threshold = threshold
 
     def process(self, pair_shingles):
+        faults.reached("confirm")
         _, ends = pair_shingles
         (a, shingles_a), (b, shingles_b) = sorted(ends, key=lambda end: end[0])
         similarity = text.jaccard(shingles_a, shingles_b)
@@ -187,6 +195,7 @@ def _both_ways(edge):
 
 def _spread(key_groups):
     """One round: a document's label to itself and to each neighbour (the smallest arriving wins)."""
+    faults.reached("labels")
     key, groups = key_groups
     label = min(groups["label"])
     yield key, label
@@ -242,6 +251,7 @@ def _route(key: DocKey, method: str, kept: DocKey, similarity: float) -> tuple[s
 def _decide(key_groups):
     """(key, {shingles, label, edges, exact}) -> nothing (kept: its cluster's smallest), its route (the smallest is a
     neighbour), or (smallest, (key, shingles)) to be compared with the smallest."""
+    faults.reached("decide")
     key, groups = key_groups
     (shingles,) = groups["shingles"]
     root = min(groups["label"], default=key)
