@@ -257,6 +257,9 @@ def watch_prism(active: bool, watch: PrismWatch) -> Iterator[PrismWatch]:
     previous_handler = signal.signal(signal.SIGUSR1, stop)
     lock, closed = threading.Lock(), threading.Event()
     handlers = list(logging.getLogger().handlers)
+    for handler in handlers:  # an earlier failed job's, in the same process (a test's): its job is over
+        for old in [f for f in handler.filters if isinstance(f, _Gate)]:
+            handler.removeFilter(old)
     gates = [_Gate(handler, lock, closed) for handler in handlers]
     for handler, gate in zip(handlers, gates, strict=True):
         handler.addFilter(heard)

@@ -181,3 +181,6 @@ def test_once_the_job_failed_no_line_of_prisms_comes_after_and_stream_errors_are
         threading.excepthook = previous_hook
     assert root_handler.lines == ["job failed (error: panic: x (Go stack trace left out)", "the launcher's own line"]
     assert reported == ['ValueError("another thread\'s own error")']
+    with prism_watch.watch_prism(True, prism_watch.PrismWatch()):  # the next job in the same process
+        _prism_says("pipeline is running")
+    assert root_handler.lines[-1] == "pipeline is running" and not root_handler.filters
