@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from pipeline.runners import prism_watch
+from pipeline.runners import lost_workers, prism_watch
 from tests.conftest import free_port
 
 
@@ -184,3 +184,13 @@ def test_once_the_job_failed_no_line_of_prisms_comes_after_and_stream_errors_are
     with prism_watch.watch_prism(True, prism_watch.PrismWatch()):  # the next job in the same process
         _prism_says("pipeline is running")
     assert root_handler.lines[-1] == "pipeline is running" and not root_handler.filters
+
+
+def test_a_sender_still_being_started_as_the_job_ends_is_not_joined(monkeypatch):
+    """``threading.enumerate`` lists a thread whose ``start`` has not returned yet (in Python's ``_limbo``); joining
+    it raised "cannot join thread before it is started" in place of the job's error."""
+    starting = threading.Thread(target=lambda: None, name="prism_gives_up")  # created, not started
+    monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread(), starting])
+    interrupt = lost_workers.Interrupt()
+    interrupt.end("prism_gives_up")
+    assert interrupt.done.is_set()
