@@ -1,7 +1,8 @@
 """A local worker process that dies stops the job (the FnApiRunner's worker processes, ``--direct_running_mode
 multi_processing``): :func:`stop_the_job`, which ``pipeline.runners.jobs.run_pipeline`` runs the pipeline inside. Linux only
 for the part that ends the other workers (it reads ``/proc``); elsewhere the job still stops when the lost worker held
-no bundle the others wait for."""
+no bundle the others wait for. :class:`Interrupt` (a thread interrupting the main thread's wait) also serves
+``pipeline.runners.prism_watch``, which does the same for a job on Prism."""
 
 from __future__ import annotations
 
