@@ -36,6 +36,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
+from pipeline import faults
 from pipeline.dedup import minhash, text
 from pipeline.elements import DUPLICATE, Document, RemovedDocument, preview
 
@@ -72,6 +73,7 @@ class _SignFn(beam.DoFn):
         self._no_words = Metrics.counter("dedup", "documents_without_words")
 
     def process(self, doc: Document):
+        faults.reached("sign")
         hashes, digest = text.analyse(doc.text)
         if digest is None:
             self._no_words.inc()  # nothing to compare: never a duplicate
@@ -99,6 +101,7 @@ def _star_pairs(band_members, cap: int):
     members, streamed through a heap (the step holds ``cap`` keys, whatever the bucket's size), and a bucket past
     the cap is counted (tag ``capped``). A document is in a bucket once: its band keys differ by band index, and
     only one document per digest signs."""
+    faults.reached("bands")
     _, members = band_members
     size = 0
 
@@ -119,6 +122,7 @@ def _route_copies(kept_groups):
     """(kept key, {copies, pairs}) -> a final exact mark per copy, or, when the kept document is in a candidate pair
     (its cluster may have a smaller document), what the confirmation pass sets aside (tag ``deferred``, the multimap
     its documents look up): each of the document's pairs, once however many bands it shares, and each copy."""
+    faults.reached("copies")
     kept, groups = kept_groups
     copies = sorted(groups["copies"])
     pairs = sorted(set(groups["pairs"]))
@@ -137,6 +141,7 @@ class _SplitFn(beam.DoFn):
     """The main pass: each document as it is read -> kept, removed (its record), or left out silently."""
 
     def process(self, doc: Document, routes):
+        faults.reached("split")
         # At most a route and DROP per document: contaminated wins (its record is written by DropContaminated).
         found = min(routes[side_key(doc_key(doc))], default=None)
         if found is None:
@@ -155,6 +160,7 @@ class _SetAsideFn(beam.DoFn):
         self._shingle = shingle
 
     def process(self, doc: Document, deferred):
+        faults.reached("set-aside")
         key = doc_key(doc)
         found = list(deferred[side_key(key)])
         if not found:
@@ -175,6 +181,7 @@ class _ConfirmFn(beam.DoFn):
         self._threshold = threshold
 
     def process(self, pair_shingles):
+        faults.reached("confirm")
         _, ends = pair_shingles
         (a, shingles_a), (b, shingles_b) = sorted(ends, key=lambda end: end[0])
         similarity = text.jaccard(shingles_a, shingles_b)
@@ -232,6 +239,7 @@ def _labelled(messages) -> tuple[tuple | None, DocKey | None, list, list]:
 def _round(key_messages, last: bool):
     """One round of smallest-label propagation: the smallest of a document's label and its neighbours' labels. The
     last round also gets the shingles of every document set aside (those in no edge have no state: nothing)."""
+    faults.reached("labels")
     key, messages = key_messages
     own, arriving, _, shingles = _labelled(messages)
     if own is None:
@@ -251,6 +259,7 @@ def _check(key_messages):
     with their edge's similarity (``exact`` when they are exact copies), or for a member further away with the
     exact Jaccard of their shingles. The members of a label that is not its own label (a cluster wider than ROUNDS,
     whose far documents' label is removed in turn) stay rather than name a removed document."""
+    faults.reached("decide")
     key, messages = key_messages
     own, arriving, members, _ = _labelled(messages)
     if own is None:  # every message comes from a document in an edge, to one in an edge

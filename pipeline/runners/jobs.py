@@ -50,7 +50,7 @@ with without_pandas():
     from apache_beam.io.filesystems import FileSystems
 
 from pipeline import output, progress  # noqa: E402
-from pipeline.runners import lost_workers, sdk_worker  # noqa: E402
+from pipeline.runners import lost_workers, prism_watch, sdk_worker  # noqa: E402
 from pipeline.runners.state_cache import in_process_state_cache  # noqa: E402
 from schemas import format as fmt  # noqa: E402
 
@@ -396,12 +396,6 @@ def one_line_error(e: BaseException) -> str | None:
     return found.group(1).split(" [while running")[0].strip() if found else None
 
 
-def _after_the_failure(record: logging.LogRecord) -> bool:
-    """Drops the lines a runner's own server process still prints once the job has failed (Prism's "Bundle Failed",
-    "job failed", read off its output by Beam's ``log_stdout`` thread): the job's one line is the last one."""
-    return "(log_stdout)" not in (record.threadName or "")
-
-
 def run_pipeline(
     options,
     build: Callable[[beam.Pipeline], None],
@@ -425,12 +419,13 @@ def run_pipeline(
     quiet = _QuietUserErrors()
     for name in _BEAM_LOGGERS:
         logging.getLogger(name).addFilter(quiet)
+    on_prism = runner_name(options.view_as(StandardOptions).runner) == "PrismRunner"
+    prism = prism_watch.PrismWatch()  # on Prism: a lost worker, seen by the launcher (prism_watch.watch_prism)
     try:
-        on_prism = runner_name(options.view_as(StandardOptions).runner) == "PrismRunner"
         with (
             progress.reporting(options, total_bytes, local, unit),
             lost_workers.stop_the_job(runner is not None),
-            lost_workers.prism_gives_up(on_prism),
+            prism_watch.watch_prism(on_prism, prism),
         ):
             with in_process_state_cache(options), beam.Pipeline(runner=runner, options=options) as p:
                 build(p)
@@ -438,12 +433,11 @@ def run_pipeline(
         message = one_line_error(e)  # a bad input a step refused: the output location, an evaluation file
         if message:
             raise UsageError(message) from None
-        if not _LOST_WORKER.search(str(e)):
+        reason = prism.explains(e) if on_prism else None
+        if not (reason or _LOST_WORKER.search(str(e))):
             raise
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(_after_the_failure)
         raise WorkerLost(
-            f"the runner lost a worker process and the job failed ({_first_line(e)}); it wrote no manifest, so "
+            f"the runner lost a worker process and the job failed ({reason or _first_line(e)}); it wrote no manifest, so "
             "the output is an incomplete build that pipeline.verify rejects: rerun with --overwrite"
         ) from None
     finally:

@@ -9,7 +9,8 @@ level. Here the root logger gets a handler in the jobs' format (:data:`LOG_FORMA
 *before* Beam is imported, then Beam's worker runs as it would. ``pipeline.runners.jobs`` starts the FnApiRunner's worker
 processes with this module, and ``pipeline.worker_pool`` its workers with :func:`install_logging`. Importing it does
 not import Beam. The worker runs without pandas, as the launcher does (:func:`without_pandas`, ``pipeline.runners.jobs``), and
-ends without the interpreter's teardown once its harness returns (``schemas.quick_exit``).
+ends without the interpreter's teardown once its harness returns (``schemas.quick_exit``). It arms the test hook
+``SPANPREP_FAULT`` (``pipeline/faults.py``), as the worker pool's harness does.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import contextlib
 import logging
 import sys
 import typing
+
+from pipeline import faults
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every job's lines, launcher and workers
 QUIET = ("apitools not found", "Logging handler created.")
@@ -116,6 +119,7 @@ def shorten_state_sampling() -> None:
 
 def main() -> None:
     install_logging()
+    faults.arm()  # the test hook SPANPREP_FAULT: read in SDK worker processes only
     sys.stderr = typing.cast(typing.TextIO, _QuietStderr(sys.stderr))  # print() of a bundle's failure goes here
     with without_pandas():  # as the launcher runs the job: Beam's import took 0.3 s more for pandas in each worker
         from apache_beam.runners.worker import sdk_worker_main

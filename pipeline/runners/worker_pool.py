@@ -37,6 +37,7 @@ def sdk_worker_command(request: beam_fn_api_pb2.StartWorkerRequest, state_cache_
     """The command of Beam's pool for one SDK worker, with this interpreter in place of ``python``."""
     harness = (
         "from pipeline.runners.sdk_worker import install_logging, shorten_state_sampling; install_logging(); "  # before Beam
+        "from pipeline import faults; faults.arm(); "  # the test hook SPANPREP_FAULT, in SDK workers only
         "from apache_beam.runners.worker.sdk_worker import SdkHarness; shorten_state_sampling(); "
         f"SdkHarness({request.control_endpoint.url!r}, worker_id={request.worker_id!r}, "
         f"state_cache_size={int(state_cache_size)}, data_buffer_time_limit_ms={int(buffer_ms)}).run()"

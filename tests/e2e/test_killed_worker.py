@@ -5,14 +5,18 @@ clear line (exit 1) within 60 s, write no manifest, release its build lock, and 
 build gives, byte for byte.
 
 The kill is real: SIGKILL to one ``pipeline.sdk_worker`` process (the Python process under Beam's ``/bin/sh -c``)
-as the workers start, while the input is read, in the dedup stages of a ``--dedup near`` build, and while shards are
-written (tests/support/killed_workers.py). Before the fix in ``pipeline/runners/lost_workers.py`` (``end_local_workers``) a
-kill as the workers started left the job waiting for ever for the other worker to exit (the ``starting`` case).
-The same on Prism, with its SDK worker in the project's worker pool (``EXTERNAL``).
+as the workers start, while the input is read and while shards are written (tests/support/killed_workers.py), and,
+from inside the worker (the test hook ``SPANPREP_FAULT=kill:STAGE``, pipeline/faults.py), in each stage of a
+``--dedup near`` build. Before the fix in ``pipeline/runners/lost_workers.py`` (``end_local_workers``) a kill as the
+workers started left the job waiting for ever for the other worker to exit (the ``starting`` case).
+The same on Prism, with its SDK worker in the project's worker pool (``EXTERNAL``): before
+``pipeline/runners/prism_watch.py`` a kill while writing hung about 1 run in 4 (Prism never failed the job) or
+ended with Prism's Go stack trace.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pipeline import faults
 from pipeline.runners import prism
 from tests.conftest import REPO
 from tests.e2e.test_portability import _build_shards_options, assert_identical
@@ -54,6 +59,7 @@ def uninterrupted(dedup_corpus, tmp_path_factory) -> Path:
 
 
 def assert_failed_in_one_line(ending: killed_workers.Ending, out: Path, job: str = "build_shards") -> None:
+    print(f"exit {ending.status}, {ending.seconds_after_kill:.1f} s after the kill: {ending.last_line}")  # -rP
     assert ending.status == 1, ending.stderr[-3000:]
     assert ending.seconds_after_kill < KILL_TO_EXIT_S, ending.seconds_after_kill
     assert ending.last_line.startswith(f"{job}: error: the runner lost a worker process and the job failed ("), (
@@ -93,17 +99,13 @@ def worker_pool(tmp_path_factory):
 
 
 # Not "starting" (a worker Prism never heard from fails the job after Prism's 60 s wait: RUNNING.md), nor "dedup":
-# Prism keeps its workers' log lines, so the test cannot see the input's first read end.
-# Prism v2.77.0 itself sometimes never fails a job whose SDK worker was SIGKILLed while writing: 2 runs in about 8
-# hung with only "pipeline is running" every minute and no "SDK worker disconnected" line (the launcher's watchdog,
-# lost_workers.prism_gives_up, needs that line). Until that is understood the case is not run; issue 44 stays open.
-PRISM_WRITING_HANGS = pytest.mark.skip(reason="Prism v2.77.0 sometimes never fails the job (issue 44, open)")
-
-
-@pytest.mark.parametrize("phase", ["reading", pytest.param("writing", marks=PRISM_WRITING_HANGS)])
+# Prism keeps its workers' log lines, so the test cannot see the input's first read end (the dedup stages are
+# killed from inside, below).
+@pytest.mark.parametrize("phase", ["reading", "writing"])
 def test_a_killed_worker_fails_the_job_on_prism_in_one_line(phase, dedup_corpus, uninterrupted, worker_pool, tmp_path):
     """Prism's SDK worker (started by the worker pool, EXTERNAL) SIGKILLed: Prism fails the job ("SDK worker
-    disconnected"), which ends in one line, exit 1, no manifest, lock released."""
+    disconnected"), or the launcher does when Prism does not (pipeline/runners/prism_watch.py), in one line, exit 1,
+    no manifest, lock released."""
     assert prism.built_binary() is not None, f"no Prism binary at {prism.checkout_binary()}: run `make prism`"
     pool, address, log = worker_pool
     out = tmp_path / "out"
@@ -111,7 +113,8 @@ def test_a_killed_worker_fails_the_job_on_prism_in_one_line(phase, dedup_corpus,
     on_prism = ["--runner", "PrismRunner", "--environment_type", "EXTERNAL", "--environment_config", address]
     ending = killed_workers.run_and_kill(argv + on_prism, out, phase, tmp_path / "stderr", pool, log)
     assert_failed_in_one_line(ending, out)
-    assert "SDK worker disconnected" in ending.last_line
+    assert "SDK worker" in ending.last_line
+    assert not re.search(r"goroutine \d+ \[", ending.stderr), ending.stderr[-3000:]  # Prism's Go stack traces
     if phase != "writing":
         return
     rerun = subprocess.run(argv + on_prism + ["--overwrite"], cwd=REPO, capture_output=True)
@@ -119,3 +122,38 @@ def test_a_killed_worker_fails_the_job_on_prism_in_one_line(phase, dedup_corpus,
     options = _build_shards_options() - {"overwrite", "output"}
     manifest = assert_identical({"uninterrupted": uninterrupted, "rerun on Prism": out}, options)
     assert manifest["counts"]["documents_written"] > 0 and manifest["counts"]["documents_duplicate"] > 0
+
+
+@pytest.fixture(scope="module")
+def stages_corpus(tmp_path_factory) -> Path:
+    """The demo corpus three times: an exact copy and a near copy of each document (every dedup stage has work)."""
+    return killed_workers.corpus(tmp_path_factory.mktemp("stages") / "in.jsonl", 3, near=True, documents=10)
+
+
+@pytest.mark.parametrize("stage", faults.STAGES)
+def test_a_worker_killed_in_each_dedup_stage_fails_the_local_job_in_one_line(stage, stages_corpus, tmp_path):
+    """An SDK worker process SIGKILLs itself as it reaches ``stage`` (``SPANPREP_FAULT=kill:STAGE``)."""
+    out = tmp_path / "out"
+    argv = build_argv(stages_corpus, out) + LOCAL_WORKERS
+    assert_failed_in_one_line(killed_workers.run_killing_itself(argv, stage, tmp_path / "stderr"), out)
+
+
+@pytest.mark.parametrize("stage", faults.STAGES)
+def test_a_worker_killed_in_each_dedup_stage_fails_the_job_on_prism_in_one_line(stage, stages_corpus, tmp_path):
+    """The same with Prism's worker, from a worker pool started with ``SPANPREP_FAULT=kill:STAGE``."""
+    assert prism.built_binary() is not None, f"no Prism binary at {prism.checkout_binary()}: run `make prism`"
+    log = tmp_path / "pool.log"
+    pool, port = beam_services.start(
+        beam_services.WORKER_POOL, log, env={**beam_services.checkout_env(), faults.ENV: f"kill:{stage}"}
+    )
+    out = tmp_path / "out"
+    argv = build_argv(stages_corpus, out) + ["--runner", "PrismRunner", "--environment_type", "EXTERNAL"]
+    try:
+        ending = killed_workers.run_killing_itself(
+            argv + ["--environment_config", f"localhost:{port}"], stage, tmp_path / "stderr", log
+        )
+    finally:
+        beam_services.stop(pool)
+    assert_failed_in_one_line(ending, out)
+    assert "SDK worker" in ending.last_line
+    assert not re.search(r"goroutine \d+ \[", ending.stderr), ending.stderr[-3000:]  # Prism's Go stack traces

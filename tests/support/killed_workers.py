@@ -8,13 +8,18 @@ Used by ``tests/e2e/test_killed_worker.py`` (the FnApiRunner's worker processes)
 - ``reading``: every worker has connected to the runner (a TCP connection established) and no input file has been
   read to its end yet;
 - ``dedup``: the input has been read once (its ``read FILE: N records`` line): with ``--dedup near`` the job is in
-  its dedup stages (MinHash signatures, bands, the second read that keeps one document of each group);
+  its dedup stages (no test kills here any more: :func:`run_killing_itself` reaches each stage exactly);
 - ``writing``: shards are being spilled to sorted runs (``OUTPUT/_tmp`` exists).
+
+Each stage of a ``--dedup near`` build is reached from inside instead: :func:`run_killing_itself` runs the job with
+the test hook ``SPANPREP_FAULT=kill:STAGE`` (``pipeline/faults.py``) in the SDK workers' environment, and a worker
+SIGKILLs itself when it first processes an element of that stage.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -22,19 +27,23 @@ from pathlib import Path
 
 import psutil
 
+from pipeline import faults
 from tests.conftest import DEMO_CORPUS, REPO
 
-PHASES = ("starting", "reading", "dedup", "writing")
+PHASES = ("starting", "reading", "writing")  # the tests' (each dedup stage: run_killing_itself)
 
 
-def corpus(path: Path, copies: int) -> Path:
-    """The demo corpus ``copies`` times, with distinct ids (near-duplicates of each other for ``--dedup near``)."""
-    lines = DEMO_CORPUS.read_text(encoding="utf-8").splitlines()
+def corpus(path: Path, copies: int, near: bool = False, documents: int | None = None) -> Path:
+    """The demo corpus (its first ``documents``) ``copies`` times, with distinct ids: exact copies of each other,
+    or with ``near`` every third copy a near copy (one word added: every stage of ``--dedup near`` has work)."""
+    lines = DEMO_CORPUS.read_text(encoding="utf-8").splitlines()[:documents]
     with path.open("w", encoding="utf-8") as f:
         for c in range(copies):
             for line in lines:
                 record = json.loads(line)
                 record["id"] = f"{record['id']}-{c}"
+                if near and c % 3 == 2:
+                    record["text"] += f" Copy{c}."
                 f.write(json.dumps(record) + "\n")
     return path
 
@@ -106,6 +115,40 @@ def run_and_kill(
             time.sleep(0.05)
         text = stderr_path.read_text(errors="replace")
         assert killed_at is not None, f"no SDK worker to kill {phase} before the job ended:\n{text[-3000:]}"
+        status = job.wait(timeout=120)
+        seconds = time.monotonic() - killed_at
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    text = stderr_path.read_text(errors="replace")
+    return Ending(status, seconds, text.strip().splitlines()[-1], text)
+
+
+def run_killing_itself(
+    argv: list[str], stage: str, stderr_path: Path, fault_log: Path | None = None, timeout_s: float = 240
+) -> Ending:
+    """Run ``argv`` with ``SPANPREP_FAULT=kill:STAGE`` (the SDK workers of its FnApiRunner inherit it; a worker
+    pool's must have been started with it) and wait for it to end; the kill's time is when the worker's line
+    (``SPANPREP_FAULT: SIGKILL of SDK worker pid N in dedup stage STAGE``) shows in ``fault_log`` (default: the
+    job's stderr, where the FnApiRunner's workers write)."""
+    fault_log = fault_log or stderr_path
+    seen = fault_log.stat().st_size if fault_log.exists() else 0
+    line = f"{faults.ENV}: SIGKILL of SDK worker pid ".encode()
+    env = {**os.environ, faults.ENV: f"kill:{stage}"}
+    with stderr_path.open("wb") as stderr:
+        job = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+    killed_at = None
+    try:
+        deadline = time.monotonic() + timeout_s
+        while job.poll() is None and time.monotonic() < deadline:
+            if killed_at is None and line in fault_log.read_bytes()[seen:]:
+                killed_at = time.monotonic()
+            time.sleep(0.05)
+        if killed_at is None and line in fault_log.read_bytes()[seen:]:
+            killed_at = time.monotonic()  # it ended within the last poll
+        text = stderr_path.read_text(errors="replace")
+        assert killed_at is not None, f"no SDK worker reached dedup stage {stage} before the job ended:\n{text[-3000:]}"
         status = job.wait(timeout=120)
         seconds = time.monotonic() - killed_at
     finally:

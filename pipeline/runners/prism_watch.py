@@ -1,0 +1,284 @@
+"""A job on Prism whose SDK worker process dies fails within :data:`PRISM_GRACE_S` seconds, in one line, whatever
+Prism does: :func:`watch_prism`, which ``pipeline.runners.jobs.run_pipeline`` runs a Prism job inside.
+
+Prism v2.77.0 fails such a job itself only when the worker held a bundle that had not yet answered. When the
+worker's control stream ends (``worker.(*W).Control``), Prism answers each *active* instruction "SDK worker
+disconnected" and marks the worker stopped; its data stream just ends. Seen in SIGKILLs while shards were written
+(about 1 run in 4 under load; goroutine dumps in docs/RUNNING.md, "A worker lost mid-job"):
+
+- the only active bundle had already answered and waited for the rest of its data (Prism logs "additional bundle
+  response (... SDK worker disconnected ...)"; the other active instruction was a progress request), or none was
+  active (then Prism logs nothing at all above debug): no bundle fails, and ``stage.Execute`` waits for the data or
+  the answer for ever (its progress loop, ``stage.go:206``); the job logs "pipeline is running" every minute;
+- the next bundle given to the stopped worker (``worker.(*B).ProcessOn``) selects between the worker's closed
+  ``StoppedChan`` and a send on its closed request channel, and Go picks either at random: the send panics ("send
+  on closed channel", the job's failure, with a Go stack trace), the other waits for ever as above.
+
+No process keeps the dead worker's connections open (its sockets close with it; Prism shows no connection from it
+any more): the cause is in Prism. So the launcher watches the worker itself, through two things Prism shows:
+
+- a line of Prism's log saying an SDK worker disconnected (read by Beam's ``log_stdout`` thread);
+- the processes connected to Prism: Prism (the launcher's child ``prism ... --job_port N``) serves its SDK workers
+  on the port of its job service; the processes at the other end of the connections it accepted, other than the
+  launcher and Prism itself, are its workers (found once per new connection, in ``/proc``: Linux), and one that has
+  ended (killed, out of memory; a zombie counts) is a lost worker, whether or not Prism noticed.
+
+Either starts the grace; when it is over and the job still runs, the launcher's main thread, waiting for the job's
+state, is interrupted as ``lost_workers.stop_the_job`` does it and raises the lost worker's line
+(``jobs.run_pipeline`` reports it as ``WorkerLost``). A job that fails once a loss was seen (Prism's panic) is a
+lost worker too (:meth:`PrismWatch.explains`). Once a Prism job has failed, what Prism's server still prints and
+the errors of Beam's threads reading its closed streams are dropped, so the job's one line is the last; a Go stack
+trace in a line of Prism's is cut off where it starts (:func:`without_go_stack`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import threading
+from collections.abc import Iterator
+
+from pipeline.runners import lost_workers
+
+# How long Prism may take to fail a job once its worker is seen lost before the launcher fails it.
+PRISM_GRACE_S = 10.0
+_GAVE_UP = "did not fail the job"
+POLL_S = 0.5  # how often the processes connected to Prism are looked at
+_GO_STACK = re.compile(r",?\s*(?:stackTrace:|\n?goroutine \d+ \[)")
+
+
+def without_go_stack(text: str) -> str:
+    """``text`` up to where a Go stack trace starts ("stackTrace:", "goroutine N ["), marked as left out."""
+    found = _GO_STACK.search(text)
+    return text if found is None else text[: found.start()].rstrip(" ,\n") + " (Go stack trace left out)"
+
+
+def _prism_process() -> int | None:
+    """The launcher's Prism process: a descendant running ``prism ... --job_port N``."""
+    for pid in lost_workers.descendants(os.getpid()):
+        argv = _read(f"/proc/{pid}/cmdline").split("\0")
+        if os.path.basename(argv[0]).startswith("prism") and "--job_port" in argv:
+            return pid
+    return None
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:  # the process ended meanwhile
+        return ""
+
+
+def _sockets(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds (its ``/proc/PID/fd`` links ``socket:[INODE]``)."""
+    found = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    found.add(link[8:-1])
+    return found
+
+
+def _tcp_table(pid: int) -> list[tuple[str, str, str, str]]:
+    """(local address:port, remote address:port, state, inode) of every TCP socket in ``pid``'s network namespace,
+    as ``/proc/PID/net/tcp`` and ``tcp6`` give them (hex; state 0A listening, 01 established)."""
+    rows = []
+    for name in ("tcp", "tcp6"):
+        for line in _read(f"/proc/{pid}/net/{name}").splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 9:
+                rows.append((fields[1], fields[2], fields[3], fields[9]))
+    return rows
+
+
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1], 16)
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (``/proc/PID/stat``'s field 22), or None when it has ended (or is a zombie)."""
+    stat = _read(f"/proc/{pid}/stat")
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 and fields[0] != "Z" else None
+
+
+class _Workers:
+    """The processes connected to Prism's worker endpoint, and which of them has ended."""
+
+    def __init__(self) -> None:
+        self.prism: int | None = None
+        self.seen: set[tuple[int, int]] = set()  # the connections (peer's port, Prism's port) already looked up
+        self.workers: dict[int, str] = {}  # pid -> when it started
+
+    def _peers(self) -> set[tuple[int, int]]:
+        """(the peer's port, Prism's port) of every connection accepted on Prism's worker endpoint (by port: an
+        IPv4 peer of an IPv6 socket has another address in each table)."""
+        if self.prism is None:
+            self.prism = _prism_process()
+            if self.prism is None:
+                return set()
+        held, table = _sockets(self.prism), _tcp_table(self.prism)
+        listening = {_port(local) for local, _, state, inode in table if state == "0A" and inode in held}
+        return {
+            (_port(remote), _port(local))
+            for local, remote, state, inode in table
+            if state == "01" and inode in held and _port(local) in listening
+        }
+
+    def _owners(self, peers: set[tuple[int, int]]) -> None:
+        """Note the processes holding the sockets at the other end of ``peers`` (other than this one)."""
+        assert self.prism is not None
+        inodes = {
+            inode
+            for local, remote, state, inode in _tcp_table(self.prism)
+            if state == "01" and (_port(local), _port(remote)) in peers
+        }
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) not in (os.getpid(), self.prism) and _sockets(int(entry)) & inodes:
+                started = _started(int(entry))
+                if started is not None:
+                    self.workers.setdefault(int(entry), started)
+
+    def poll(self) -> str | None:
+        """Look up new connections' processes; the line of a worker that has ended, if one has."""
+        new = self._peers() - self.seen
+        if new:
+            self.seen |= new
+            self._owners(new)
+        for pid, started in self.workers.items():
+            if _started(pid) != started:
+                return f"the SDK worker process {pid} connected to Prism ended"
+        return None
+
+
+class _Gate(logging.Filter):
+    """On a root handler during a Prism job: Prism's lines (Beam's ``log_stdout`` thread) are written under one lock,
+    and none once :meth:`close` has run (the job failed), so none can come after the job's line. Cuts Go stack
+    traces off every line (:func:`without_go_stack`)."""
+
+    def __init__(self, handler: logging.Handler, lock: threading.Lock, closed: threading.Event) -> None:
+        super().__init__()
+        self.handler, self.lock, self.closed = handler, lock, closed
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "goroutine " in message or "stackTrace:" in message:
+            record.msg, record.args = without_go_stack(message), None
+        if "(log_stdout)" not in (record.threadName or ""):
+            return True
+        with self.lock:
+            if not self.closed.is_set():
+                self.handler.acquire()
+                try:
+                    self.handler.emit(record)
+                finally:
+                    self.handler.release()
+        return False
+
+
+class PrismWatch:
+    """What :func:`watch_prism` saw: :attr:`lost` holds the line of a lost worker, once one was seen."""
+
+    def __init__(self) -> None:
+        self.lost: list[str] = []
+        self.workers = _Workers()
+
+    def explains(self, error: BaseException) -> str | None:
+        """The line for the job's failure ``error`` when a lost worker caused it: the watch's own (Prism did not
+        fail the job), or Prism's failure once a worker was seen lost (looked for once more here: Prism's failure
+        may come first); None otherwise."""
+        text = str(error)
+        if _GAVE_UP in text:
+            return text.splitlines()[0]
+        if not self.lost:
+            with contextlib.suppress(OSError):
+                found = self.workers.poll()
+                if found:
+                    self.lost.append(found)
+        if not self.lost or "SDK worker disconnected" in text:
+            return None  # not lost, or Prism's own line says it (jobs._LOST_WORKER)
+        prisms = without_go_stack(text).splitlines()[0].split(", stage: &{")[0]
+        return f"{self.lost[0]}; then {prisms}"[:400]
+
+
+def _quiet_stream_errors(previous):
+    """A ``threading.excepthook`` that drops gRPC's errors (Beam's threads reading the failed job's closed streams,
+    e.g. ``wait_until_finish_read``: "Stream removed (Socket closed)") and passes on the rest."""
+
+    def hook(args) -> None:
+        if type(args.exc_value).__module__.split(".")[0] != "grpc":
+            previous(args)
+
+    return hook
+
+
+@contextlib.contextmanager
+def watch_prism(active: bool, watch: PrismWatch) -> Iterator[PrismWatch]:
+    """Inside, on Prism: a lost SDK worker fails the job within :data:`PRISM_GRACE_S` (the module docstring says
+    how it is seen); if the job fails, Prism's later lines and Beam's stream errors are dropped for good."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield watch
+        return
+    interrupt = lost_workers.Interrupt()
+
+    def lose(line: str) -> None:
+        if not watch.lost:
+            watch.lost.append(line)
+            threading.Thread(target=give_up, name="prism_gives_up", daemon=True).start()
+
+    def give_up() -> None:
+        if not interrupt.done.wait(PRISM_GRACE_S):
+            interrupt.send()
+
+    def look() -> None:
+        while not interrupt.done.wait(POLL_S) and not watch.lost:
+            try:
+                found = watch.workers.poll()
+            except (OSError, ValueError):  # a process or socket gone as it was read: look again
+                continue
+            if found:
+                lose(found)
+
+    def heard(record: logging.LogRecord) -> bool:
+        if "(log_stdout)" in (record.threadName or "") and "SDK worker disconnected" in record.getMessage():
+            lose("Prism: SDK worker disconnected")
+        return True
+
+    def stop(signum, frame) -> None:
+        if interrupt.first():
+            raise RuntimeError(f"{watch.lost[0]} and Prism {_GAVE_UP} within {PRISM_GRACE_S:.0f} s")
+
+    previous_handler = signal.signal(signal.SIGUSR1, stop)
+    lock, closed = threading.Lock(), threading.Event()
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:  # an earlier failed job's, in the same process (a test's): its job is over
+        for old in [f for f in handler.filters if isinstance(f, _Gate)]:
+            handler.removeFilter(old)
+    gates = [_Gate(handler, lock, closed) for handler in handlers]
+    for handler, gate in zip(handlers, gates, strict=True):
+        handler.addFilter(heard)
+        handler.addFilter(gate)
+    threading.Thread(target=look, name="prism_workers", daemon=True).start()
+    failed = False
+    try:
+        yield watch
+    except BaseException:
+        failed = True
+        with lock:
+            closed.set()  # no line of Prism's after this one: the job's line comes last
+        threading.excepthook = _quiet_stream_errors(threading.excepthook)
+        raise
+    finally:
+        interrupt.end("prism_gives_up")
+        interrupt.end("prism_workers")
+        for handler, gate in zip(handlers, gates, strict=True):
+            handler.removeFilter(heard)
+            if not failed:
+                handler.removeFilter(gate)
+        signal.signal(signal.SIGUSR1, previous_handler)

@@ -1,0 +1,196 @@
+"""A job on Prism fails within ``PRISM_GRACE_S`` once its SDK worker is lost, even when Prism itself never fails the
+job (pipeline/runners/prism_watch.py says when Prism v2.77.0 does not): seen in Prism's log line, or in the process
+at the other end of a connection Prism accepted having ended. Real signals, threads, sockets and processes: a
+stand-in for Prism (this interpreter under the name ``prism``, with ``--job_port``, accepting connections) and a
+worker process connected to it, SIGKILLed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from pipeline.runners import lost_workers, prism_watch
+from tests.conftest import free_port
+
+
+def _prism_says(message: str) -> None:
+    def log() -> None:
+        logging.getLogger("PrismRunner").warning(message)
+
+    thread = threading.Thread(target=log, name="Thread-7 (log_stdout)")  # as Beam's reader of Prism's output
+    thread.start()
+    thread.join()
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def root_handler(monkeypatch):
+    monkeypatch.setattr(prism_watch, "PRISM_GRACE_S", 0.3)
+    handler = _Lines()
+    logging.getLogger().addHandler(handler)
+    yield handler
+    logging.getLogger().removeHandler(handler)
+    for f in list(handler.filters):
+        handler.removeFilter(f)
+
+
+def _wait_to_be_interrupted() -> None:
+    for _ in range(300):  # the launcher waiting for the job's state, 30 s at most
+        time.sleep(0.1)
+
+
+def test_the_wait_ends_once_prism_said_a_worker_disconnected_and_did_not_fail_the_job(root_handler):
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="SDK worker disconnected and Prism did not fail the job"):
+        with prism_watch.watch_prism(True, prism_watch.PrismWatch()):
+            _prism_says("additional bundle response (error: 'SDK worker disconnected: worker[...]')")
+            _wait_to_be_interrupted()
+    assert time.monotonic() - started < 20
+
+
+def test_other_lines_and_a_job_that_ends_in_time_are_left_alone(root_handler):
+    with prism_watch.watch_prism(True, prism_watch.PrismWatch()):
+        _prism_says("pipeline is running")
+        time.sleep(1.0)  # past the grace: nothing was lost, nothing is raised
+    with prism_watch.watch_prism(True, prism_watch.PrismWatch()):
+        _prism_says("bundle failed: SDK worker disconnected")  # Prism fails the job itself, at once
+    time.sleep(1.0)  # the context was left in time: no signal comes later
+    assert root_handler.lines == ["pipeline is running", "bundle failed: SDK worker disconnected"]
+    assert not root_handler.filters  # a job that did not fail leaves the handlers as they were
+
+
+_PRISM = """
+import socket, sys, time
+server = socket.create_server(("127.0.0.1", int(sys.argv[2])))
+accepted = []
+while True:
+    accepted.append(server.accept())
+"""
+_WORKER = "import socket, sys, time; c = socket.create_connection(('127.0.0.1', int(sys.argv[1]))); time.sleep(600)"
+
+
+@pytest.fixture
+def prism_and_worker(tmp_path):
+    """A stand-in for Prism (a child of this process named ``prism``, run with ``--job_port``) and a worker process
+    connected to it; both ended at the end."""
+    os.symlink(sys.executable, tmp_path / "prism")
+    port = free_port()
+    prism = subprocess.Popen([str(tmp_path / "prism"), "-c", _PRISM, "--job_port", str(port)])
+    worker = None
+    try:
+        for _ in range(100):
+            try:
+                worker = subprocess.Popen([sys.executable, "-c", _WORKER, str(port)], stderr=subprocess.PIPE)
+                worker.wait(timeout=0.5)  # refused: Prism does not listen yet
+                worker = None
+                time.sleep(0.1)
+            except subprocess.TimeoutExpired:
+                break  # connected and waiting
+        assert worker is not None, "the worker never connected"
+        yield prism, worker
+    finally:
+        for p in (prism, worker):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_a_worker_process_connected_to_prism_that_dies_ends_the_wait_without_any_line_of_prisms(
+    root_handler, prism_and_worker
+):
+    _, worker = prism_and_worker
+    watch = prism_watch.PrismWatch()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=f"the SDK worker process {worker.pid} connected to Prism ended and Prism"):
+        with prism_watch.watch_prism(True, watch):
+            while worker.pid not in watch.workers.workers and time.monotonic() - started < 20:
+                time.sleep(0.1)  # the watch has found it (the launcher's own connection would not count)
+            assert worker.pid in watch.workers.workers and os.getpid() not in watch.workers.workers
+            os.kill(worker.pid, signal.SIGKILL)  # not reaped: a zombie, as in the worker pool
+            _wait_to_be_interrupted()
+    assert time.monotonic() - started < 25
+    assert worker.poll() == -signal.SIGKILL
+
+
+def test_a_living_worker_is_no_loss_and_a_failure_without_one_is_not_explained(root_handler, prism_and_worker):
+    _, worker = prism_and_worker
+    watch = prism_watch.PrismWatch()
+    with prism_watch.watch_prism(True, watch):
+        time.sleep(1.5)  # three polls, past the grace
+    assert worker.pid in watch.workers.workers and not watch.lost
+    assert watch.explains(RuntimeError("Pipeline job-001 failed in state FAILED: a step raised")) is None
+
+
+def test_prisms_panic_after_a_lost_worker_is_the_lost_worker_in_one_line():
+    watch = prism_watch.PrismWatch()
+    watch.lost.append("Prism: SDK worker disconnected")
+    panic = (
+        "Pipeline job-001 failed in state FAILED: panic in stage.Execute bundle processing goroutine: send on closed"
+        " channel, stage: &{ID:stage-166 transforms:[ref_AppliedPTransform_WriteRemoved-KeyByReason_383]},stackTrace:"
+        "\ngoroutine 154 [running]:\nruntime/debug.Stack()\n\t/usr/local/go/src/runtime/debug/stack.go:26 +0x5e"
+    )
+    assert watch.explains(RuntimeError(panic)) == (
+        "Prism: SDK worker disconnected; then Pipeline job-001 failed in state FAILED: panic in stage.Execute bundle"
+        " processing goroutine: send on closed channel"
+    )
+    assert prism_watch.without_go_stack("Bundle Failed. (\nerror:\npanic: x\ngoroutine 154 [running]:\nmain()\n)") == (
+        "Bundle Failed. (\nerror:\npanic: x (Go stack trace left out)"
+    )
+
+
+def _raise_in_a_thread(error: BaseException) -> None:
+    def run() -> None:
+        raise error
+
+    thread = threading.Thread(target=run, name="wait_until_finish_read")
+    thread.start()
+    thread.join()
+
+
+def test_once_the_job_failed_no_line_of_prisms_comes_after_and_stream_errors_are_dropped(root_handler):
+    import grpc
+
+    previous_hook = threading.excepthook
+    reported: list[str] = []
+    threading.excepthook = lambda args: reported.append(repr(args.exc_value))
+    try:
+        with pytest.raises(RuntimeError, match="the job failed"):
+            with prism_watch.watch_prism(True, prism_watch.PrismWatch()):
+                _prism_says("job failed (error: panic: x\ngoroutine 7 [running]:\nmain()\n)")
+                raise RuntimeError("the job failed")
+        _prism_says("Bundle Failed.")  # after the failure: dropped
+        logging.getLogger("pipeline.build_shards").warning("the launcher's own line")  # kept
+        _raise_in_a_thread(grpc.RpcError("Stream removed (Socket closed)"))  # Beam's reader of the closed stream
+        _raise_in_a_thread(ValueError("another thread's own error"))  # still reported
+    finally:
+        threading.excepthook = previous_hook
+    assert root_handler.lines == ["job failed (error: panic: x (Go stack trace left out)", "the launcher's own line"]
+    assert reported == ['ValueError("another thread\'s own error")']
+    with prism_watch.watch_prism(True, prism_watch.PrismWatch()):  # the next job in the same process
+        _prism_says("pipeline is running")
+    assert root_handler.lines[-1] == "pipeline is running" and not root_handler.filters
+
+
+def test_a_sender_still_being_started_as_the_job_ends_is_not_joined(monkeypatch):
+    """``threading.enumerate`` lists a thread whose ``start`` has not returned yet (in Python's ``_limbo``); joining
+    it raised "cannot join thread before it is started" in place of the job's error."""
+    starting = threading.Thread(target=lambda: None, name="prism_gives_up")  # created, not started
+    monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread(), starting])
+    interrupt = lost_workers.Interrupt()
+    interrupt.end("prism_gives_up")
+    assert interrupt.done.is_set()
