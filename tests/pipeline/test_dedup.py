@@ -137,6 +137,19 @@ def test_minhash_agreement_estimates_jaccard():
     assert abs(agree - s) < 4 * math.sqrt(s * (1 - s) / 1024)
 
 
+def test_minhash_signature_is_its_definition_across_chunks():
+    """Value i is min over shingles h of ((a_i * h + b_i) mod 2**64) >> 32, computed here with Python integers, for a
+    set longer than the chunk the products are made in."""
+    hashes = np.random.default_rng(3).integers(0, 2**64, size=minhash._CHUNK + 5, dtype=np.uint64, endpoint=False)
+    a, b = minhash._permutations(4)
+    values = [int(h) for h in hashes]
+    expected = [min(((int(ai) * h + int(bi)) % 2**64) >> 32 for h in values) for ai, bi in zip(a, b)]
+    assert minhash.signature(hashes, 4).tolist() == expected
+    assert minhash.signature(hashes[:3], 4).tolist() == [
+        min(((int(ai) * h + int(bi)) % 2**64) >> 32 for h in values[:3]) for ai, bi in zip(a, b)
+    ]
+
+
 def test_near_params_are_checked_and_bands_follow_the_s_curve():
     with pytest.raises(ValueError, match="--dedup-threshold"):
         minhash.NearParams(threshold=1.5)
@@ -180,6 +193,10 @@ def test_fast_analysis_gives_the_words_of_the_reference_rule_on_real_text():
         # CJK punctuation, a Han ideograph, a kana (its voicing kept), a Devanagari letter, an ASCII letter
         "\u0301x \u2209 y\u3001\u0300z \u65e5\u0300\u304b\u3099\u0301 \u0915\u093f\u0301 a\u0338\u0941 \u2192\u20d7",
         "\u4e2d\u56fd\u4eba\u6c11\u89e3\u653e\u519b\uff0c\u957f\u6c5f\u662f\u4e9a\u6d32\u7b2c\u4e00\u957f\u6cb3",
+        # U+FFFF joins the non-ASCII runs in normalise: a text holding it is normalised run by run
+        "Caf\u00e9\uffff\u0301x \u00c9t\u00e9\uffff",
+        "\u00e9",
+        "\u00e9A\u0301\u00c0B",
     ]
     pages = [p["text"] for p in wikipedia_pages(300)]
     assert sum(not t.isascii() for t in pages) > 100
@@ -188,6 +205,7 @@ def test_fast_analysis_gives_the_words_of_the_reference_rule_on_real_text():
     for body in tricky + pages:
         reference = text._WORD.findall(text.normalise_reference(body))
         assert text.normalise(body) == text.normalise_reference(body)
+        assert text.normalise(body, erase=False) == text.normalise_reference(body, erase=False)
         assert text.words(body) == reference
         hashes, digest = text.analyse(body)
         assert np.array_equal(hashes, text.word_hashes(reference)), body[:80]
