@@ -186,6 +186,25 @@ def test_once_the_job_failed_no_line_of_prisms_comes_after_and_stream_errors_are
     assert root_handler.lines[-1] == "pipeline is running" and not root_handler.filters
 
 
+def test_a_line_of_prisms_being_filtered_as_the_job_fails_still_meets_the_gate(root_handler):
+    """Beam's log_stdout thread goes through the handler's filter list (``logging.Filterer.filter``) while the job
+    fails in the main thread. The watch used to ``removeFilter`` its own filter in that list as the job ended: a thread
+    past it then stepped over the gate, and a line of Prism's came after the job's line (the CI run of 2026-11-29, and
+    1 run in ~7 of the Prism kill while reading under load). Here that thread's walk is replayed step by step."""
+    walk = None
+    with pytest.raises(RuntimeError, match="the job failed"):
+        with prism_watch.watch_prism(True, prism_watch.PrismWatch()):
+            walk = iter(root_handler.filters)  # the list the logging thread goes through, as Filterer.filter does
+            first = next(walk)  # the thread is in the filter before the gate...
+            assert not isinstance(first, prism_watch._Gate)
+            raise RuntimeError("the job failed")  # ...when the job fails
+    rest = list(walk)
+    assert [type(f) for f in rest] == [prism_watch._Gate]  # the thread still meets the gate, which drops the line
+    line = logging.LogRecord("PrismRunner", logging.WARNING, "", 0, "Bundle Failed.", None, None)
+    line.threadName = "Thread-7 (log_stdout)"
+    assert not rest[0].filter(line) and root_handler.lines == []
+
+
 def test_a_sender_still_being_started_as_the_job_ends_is_not_joined(monkeypatch):
     """``threading.enumerate`` lists a thread whose ``start`` has not returned yet (in Python's ``_limbo``); joining
     it raised "cannot join thread before it is started" in place of the job's error."""
