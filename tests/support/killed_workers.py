@@ -97,6 +97,7 @@ def run_and_kill(
     with stderr_path.open("wb") as stderr:
         job = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr)
     killed_at = None
+    connected_at: dict[int, float] = {}  # pid -> when the worker was first seen connected
     try:
         deadline = time.monotonic() + timeout_s
         while killed_at is None and job.poll() is None and time.monotonic() < deadline:
@@ -106,7 +107,13 @@ def run_and_kill(
             pool_log = worker_log.read_bytes()[seen:].decode(errors="replace") if worker_log else ""
             # every worker has connected to the runner, but for "starting"; the first one started is killed,
             # whether it holds a bundle or not
-            started = len(workers) >= min_workers and all(_connected(w) for w in workers)
+            # (for 0.5 s: a worker killed once its TCP connection was open but before its control stream had
+            # started is, to Prism, a worker that never came: Prism's own 60 s wait, as when killed starting)
+            now = time.monotonic()
+            for w in workers:
+                if _connected(w):
+                    connected_at.setdefault(w.pid, now)
+            started = len(workers) >= min_workers and all(now - connected_at.get(w.pid, now) >= 0.5 for w in workers)
             if phase == "starting":
                 started = len(workers) >= min_workers
             if started and _in_phase(phase, log, output, pool_log):
@@ -139,6 +146,7 @@ def run_killing_itself(
     with stderr_path.open("wb") as stderr:
         job = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
     killed_at = None
+    connected_at: dict[int, float] = {}  # pid -> when the worker was first seen connected
     try:
         deadline = time.monotonic() + timeout_s
         while job.poll() is None and time.monotonic() < deadline:
