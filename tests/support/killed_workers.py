@@ -146,7 +146,6 @@ def run_killing_itself(
     with stderr_path.open("wb") as stderr:
         job = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
     killed_at = None
-    connected_at: dict[int, float] = {}  # pid -> when the worker was first seen connected
     try:
         deadline = time.monotonic() + timeout_s
         while job.poll() is None and time.monotonic() < deadline:
