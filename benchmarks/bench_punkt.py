@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
-import json
 import os
 import re
 import sys
@@ -24,29 +22,13 @@ import time
 from pathlib import Path
 
 import punkt
-import zstandard
 from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLE = (
-    Path(os.environ.get("SPANPREP_SHARED_DATA") or REPO.parent / "shared" / "data")
-    / "wikipedia-en-sample"
-    / "pages.jsonl.zst"
-)
 sys.path.insert(0, str(REPO))
+from benchmarks.bench_shards import load_texts  # noqa: E402  (the sample, as the shard benchmark reads it)
+
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
-
-
-def load_texts(n: int | None) -> list[str]:
-    texts = []
-    with open(SAMPLE, "rb") as f:
-        for line in io.TextIOWrapper(
-            zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), encoding="utf-8"
-        ):
-            texts.append(json.loads(line)["text"])
-            if n and len(texts) >= n:
-                break
-    return texts
 
 
 def nltk_reference() -> PunktSentenceTokenizer:
@@ -83,7 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=None, help="first N documents (default: all)")
     args = parser.parse_args()
-    texts = load_texts(args.docs)
+    texts = [row["text"] for row in load_texts(args.docs)]
     from pipeline.tokenize.sentences import sentence_spans
 
     sentence_spans("Warm up. The imports and the model load are not timed.")

@@ -86,6 +86,23 @@ class Ending:
     stderr: str
 
 
+def _end_if_running(job: subprocess.Popen) -> None:
+    if job.poll() is None:
+        job.kill()
+        job.wait()
+
+
+def _ending(job: subprocess.Popen, killed_at: float | None, stderr_path: Path, no_kill: str) -> Ending:
+    """Wait (120 s at most) for ``job``, whose worker died at ``killed_at`` (``time.monotonic()``; ``no_kill`` says
+    why none did), and say how it ended: its status, the seconds from the kill, its last line and its stderr."""
+    text = stderr_path.read_text(errors="replace")
+    assert killed_at is not None, f"{no_kill}:\n{text[-3000:]}"
+    status = job.wait(timeout=120)
+    seconds = time.monotonic() - killed_at
+    text = stderr_path.read_text(errors="replace")
+    return Ending(status, seconds, text.strip().splitlines()[-1], text)
+
+
 def run_and_kill(
     argv: list[str], output: Path, phase: str, stderr_path: Path, workers_of: psutil.Process | None = None,
     worker_log: Path | None = None, min_workers: int = 1, timeout_s: float = 240,
@@ -120,16 +137,9 @@ def run_and_kill(
                 workers[0].kill()
                 killed_at = time.monotonic()
             time.sleep(0.05)
-        text = stderr_path.read_text(errors="replace")
-        assert killed_at is not None, f"no SDK worker to kill {phase} before the job ended:\n{text[-3000:]}"
-        status = job.wait(timeout=120)
-        seconds = time.monotonic() - killed_at
+        return _ending(job, killed_at, stderr_path, f"no SDK worker to kill {phase} before the job ended")
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
-    text = stderr_path.read_text(errors="replace")
-    return Ending(status, seconds, text.strip().splitlines()[-1], text)
+        _end_if_running(job)
 
 
 def run_killing_itself(
@@ -154,13 +164,6 @@ def run_killing_itself(
             time.sleep(0.05)
         if killed_at is None and line in fault_log.read_bytes()[seen:]:
             killed_at = time.monotonic()  # it ended within the last poll
-        text = stderr_path.read_text(errors="replace")
-        assert killed_at is not None, f"no SDK worker reached dedup stage {stage} before the job ended:\n{text[-3000:]}"
-        status = job.wait(timeout=120)
-        seconds = time.monotonic() - killed_at
+        return _ending(job, killed_at, stderr_path, f"no SDK worker reached dedup stage {stage} before the job ended")
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
-    text = stderr_path.read_text(errors="replace")
-    return Ending(status, seconds, text.strip().splitlines()[-1], text)
+        _end_if_running(job)
