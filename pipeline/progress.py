@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator
 from typing import BinaryIO, TypeVar, cast
 
 from apache_beam.metrics import Metrics
+from apache_beam.metrics.execution import MetricsEnvironment
 from apache_beam.options.pipeline_options import PipelineOptions
 
 ENV = "SPANPREP_PROGRESS_DIR"
@@ -77,6 +78,9 @@ class _Tally:
         # phase -> [documents, bytes, wall time of its first count]: flushed, and not yet in the Beam counters
         self.counts: dict[str, list] = {}
         self.pending: dict[str, list] = {}
+        # [documents, bytes] counted inside a Beam bundle and not yet in the Beam counters: a count made outside one
+        # (a launcher reading input itself) is this process's, never a later bundle's step's
+        self.for_beam = [0, 0]
         self.flushed_at = 0.0
         self.lock = threading.Lock()
 
@@ -101,6 +105,9 @@ def add(documents: int = 0, nbytes: int = 0, phase: str | None = None) -> None:
             counts = tally.pending[phase] = [0, 0, time.time()]
         counts[0] += documents
         counts[1] += nbytes
+        if MetricsEnvironment.current_container() is not None:
+            tally.for_beam[0] += documents
+            tally.for_beam[1] += nbytes
     if time.monotonic() - tally.flushed_at >= FLUSH_EVERY_S:
         flush()
 
@@ -124,7 +131,7 @@ def counting_as(phase: str, items: Iterable[T]) -> Iterator[T]:
 def reset() -> None:
     """Forget this process's counts (a launcher that read input itself before its job, e.g. to train a tokenizer)."""
     with _tally.lock:
-        _tally.counts, _tally.pending = {}, {}
+        _tally.counts, _tally.pending, _tally.for_beam = {}, {}, [0, 0]
 
 
 def bytes_read_here() -> int:
@@ -138,17 +145,18 @@ def flush() -> None:
     tally = _tally
     with tally.lock:
         pending, tally.pending = tally.pending, {}
+        documents = nbytes = 0
+        if MetricsEnvironment.current_container() is not None:  # (outside a bundle they would go nowhere: keep them)
+            (documents, nbytes), tally.for_beam = tally.for_beam, [0, 0]
         directory = os.environ.get(ENV)
         if directory != tally.directory:  # a new run in this process: start again
             tally.directory, tally.counts = directory, {}
-        for phase, (documents, nbytes, first) in pending.items():
+        for phase, (docs, size, first) in pending.items():
             counts = tally.counts.setdefault(phase, [0, 0, first])
-            counts[0] += documents
-            counts[1] += nbytes
+            counts[0] += docs
+            counts[1] += size
         tally.flushed_at = time.monotonic()
         snapshot = json.dumps(tally.counts)
-    documents = sum(c[0] for c in pending.values())
-    nbytes = sum(c[1] for c in pending.values())
     if documents:
         _documents_counter.inc(documents)
     if nbytes:
