@@ -98,11 +98,14 @@ def signature(shingles: np.ndarray, num_perm: int) -> np.ndarray:
     return (sig >> _SHIFT).astype(np.uint32)
 
 
-def band_keys(sig: np.ndarray, params: NearParams) -> list[tuple[int, int]]:
-    """``(band index, 64-bit hash of the band's values)`` for each band: two documents share a key when their
-    signatures agree on all ``rows`` values of that band."""
-    keys = []
-    for i in range(params.bands):
-        part = sig[i * params.rows : (i + 1) * params.rows].tobytes()
-        keys.append((i, int.from_bytes(hashlib.blake2b(part, digest_size=8).digest(), "little")))
-    return keys
+def band_keys(sig: np.ndarray, params: NearParams) -> list[bytes]:
+    """The band index (2 bytes) and a 64-bit hash of the band's values, for each band: two documents share a key when
+    their signatures agree on all ``rows`` values of that band. Bytes, not an int: Beam's coder writes a bytes key
+    as it is, while an int past 2**63 (half of all 64-bit hashes) went through pickle, a quarter of the bands stage."""
+    rows = params.rows
+    data = sig.tobytes()
+    width = sig.itemsize * rows
+    return [
+        i.to_bytes(2, "big") + hashlib.blake2b(data[i * width : (i + 1) * width], digest_size=8).digest()
+        for i in range(params.bands)
+    ]
