@@ -102,11 +102,16 @@ def _star_pairs(band_members, cap: int):
     the cap is counted (tag ``capped``). A document is in a bucket once: its band keys differ by band index, and
     only one document per digest signs."""
     faults.reached("bands")
-    _, members = band_members
-    size = 0
+    members = iter(band_members[1])
+    first, second = next(members, None), next(members, None)
+    if second is None:  # a bucket of one, nearly every bucket: no heap
+        return
+    size = 2
 
     def counted():
         nonlocal size
+        yield first
+        yield second
         for key in members:
             size += 1
             yield key

@@ -300,6 +300,10 @@ def test_a_capped_bucket_pairs_its_smallest_members_with_the_smallest_in_any_ord
         assert out[:-1] == [(smallest[0], b) for b in smallest[1:]] and out[-1].tag == "capped"
         assert out[-1].value == 500
     assert list(_star_pairs(("band", iter(smallest)), 7)) == [(smallest[0], b) for b in smallest[1:]]
+    assert list(_star_pairs(("band", iter(smallest[:1])), 7)) == []  # a bucket of one
+    assert list(_star_pairs(("band", iter(smallest[1::-1])), 2)) == [(smallest[0], smallest[1])]
+    pair, capped = _star_pairs(("band", iter(smallest[2::-1])), 2)
+    assert pair == (smallest[0], smallest[1]) and (capped.tag, capped.value) == ("capped", 3)
 
 
 # -- the composite ------------------------------------------------------------------------------
