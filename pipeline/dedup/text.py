@@ -198,12 +198,11 @@ def _kind_table(cp: np.ndarray | None = None) -> np.ndarray:
 def _fill_plane(plane: int) -> None:
     """A plane's entries, made apart and copied in whole (two threads filling one plane write the same values)."""
     block = plane << 16
-    kinds = np.zeros(0x10000, dtype=np.uint8)
-    for m in _rules().word.finditer("".join(map(chr, range(block, block + 0x10000)))):
-        kinds[m.start() : m.end()] = _LETTER
+    # what _WORD matches: every \w character (the unspaced ones among them) and every mark, alone or in a run
+    kinds = _rules().is_word[block : block + 0x10000].astype(np.uint8) * np.uint8(_LETTER)
     marks, unspaced = (np.asarray(cps, dtype=np.int64) - block for cps in (_rules().marks, _rules().unspaced))
     marks = marks[(marks >= 0) & (marks < 0x10000)]
-    kinds[marks] = np.where(kinds[marks] > 0, _MARK, 0)
+    kinds[marks] = _MARK
     kinds[unspaced[(unspaced >= 0) & (unspaced < 0x10000)]] = _ALONE
     _TABLES[0][block : block + 0x10000] = kinds
     _TABLES[1][block : block + 0x10000] = kinds != 0
@@ -309,6 +308,11 @@ def word_hashes(found: list[str]) -> np.ndarray:
 
 
 def _digest(cp: np.ndarray) -> bytes:
+    """blake2b of the code points ``cp`` (the words joined by one space): as UTF-32-LE, or, when they are all ASCII,
+    as ASCII under blake2b's personalisation ``ascii`` (a quarter of the bytes to hash). Which one depends on the
+    words alone, never on the text around them (an em dash between ASCII words leaves them ASCII)."""
+    if cp.dtype == np.uint8 or not len(cp) or int(cp.max()) < 0x80:
+        return hashlib.blake2b(cp.astype(np.uint8).tobytes(), digest_size=16, person=b"ascii").digest()
     return hashlib.blake2b(cp.astype(np.uint32).tobytes(), digest_size=16).digest()
 
 
@@ -354,8 +358,8 @@ def text_digest(text: str, erase: bool = True) -> bytes | None:
 
 def analyse(text: str, erase: bool = True) -> tuple[np.ndarray, bytes | None]:
     """(the uint64 hashes of the normalised words of ``text``, 16 bytes naming the word sequence or None when there
-    is no word): the same as ``word_hashes(words(text))`` and ``blake2b`` of the words joined by one space (as
-    UTF-32-LE); ``erase``: :func:`normalise`'s. The same text object asked for twice in a row by one thread is
+    is no word): the same as ``word_hashes(words(text))`` and ``blake2b`` of the words joined by one space
+    (:func:`_digest`); ``erase``: :func:`normalise`'s. The same text object asked for twice in a row by one thread is
     analysed once."""
     if getattr(_last, "analysed", None) is text and _last.analysis_erase == erase:
         return _last.analysis
@@ -368,7 +372,7 @@ def analyse(text: str, erase: bool = True) -> tuple[np.ndarray, bytes | None]:
     hashes = _hash_words(cp, starts, ends)
     digest = None
     if len(starts) and not touching:
-        joined = cp.astype(np.uint32)
+        joined = cp.copy()
         joined[ends[:-1]] = 32  # one space after every word but the last, in the gap after it
         mask[ends[:-1]] = True
         digest = _digest(joined[mask])

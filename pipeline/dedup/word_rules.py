@@ -55,6 +55,7 @@ class _Rules:
     accented_run: re.Pattern  # such a run after a Latin, Greek or Cyrillic letter (all of it removed: the most)
     owners: np.ndarray  # uint8 per code point: what a run of such marks after it keeps (_NONE, _ALL, _VOICING_ONLY)
     first_alone: int  # no code point below this is unspaced
+    is_word: np.ndarray  # bool per code point: is it \\w (Python's re)
 
 
 def scan() -> tuple[list[int], list[int], np.ndarray]:
@@ -103,7 +104,7 @@ def rules() -> _Rules:
     accents = re.compile(
         "(?<=[" + _ACCENTED + "])[" + _ranges([cp for cp in marks if unicodedata.combining(chr(cp))]) + "]+"
     )
-    return _Rules(marks, unspaced, word, accents, *_owners(marks, unspaced, is_word), min(unspaced))
+    return _Rules(marks, unspaced, word, accents, *_owners(marks, unspaced, is_word), min(unspaced), is_word)
 
 
 _NONE, _ALL, _VOICING_ONLY = 0, 1, 2
