@@ -98,6 +98,9 @@ def signature(shingles: np.ndarray, num_perm: int) -> np.ndarray:
     return (sig >> _SHIFT).astype(np.uint32)
 
 
+BAND_KEY_BYTES = 10  # a band key: its band index (2 bytes, big-endian), then a 64-bit hash of the band's values
+
+
 def band_keys(sig: np.ndarray, params: NearParams) -> list[bytes]:
     """The band index (2 bytes) and a 64-bit hash of the band's values, for each band: two documents share a key when
     their signatures agree on all ``rows`` values of that band. Bytes, not an int: Beam's coder writes a bytes key

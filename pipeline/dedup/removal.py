@@ -110,7 +110,9 @@ def remove_documents(
             inputs["dropped"] = clean["removed"] | "ContaminatedKeys" >> beam.Map(
                 lambda r: (r.source.path, r.source.byte_offset, r.source.line, r.doc_id)
             )
-        unique = inputs | "DropDuplicates" >> DropDuplicates(o.dedup, near_params(o) if o.dedup == "near" else None)
+        params = near_params(o) if o.dedup == "near" else None
+        size = sum(n for _, n in files) if files is not None else None
+        unique = inputs | "DropDuplicates" >> DropDuplicates(o.dedup, params, size)
         documents = unique["documents"]
         removed.append(unique["removed"])
         extra["removal_stats"] = unique["stats"]

@@ -28,7 +28,6 @@ runner hold every document in memory before tokenizing).
 
 from __future__ import annotations
 
-import heapq
 import json
 import typing
 
@@ -37,7 +36,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
 from pipeline import faults
-from pipeline.dedup import minhash, text
+from pipeline.dedup import buckets, minhash, text
 from pipeline.elements import DUPLICATE, Document, RemovedDocument, preview
 
 DocKey = tuple[str, int, int, str]  # source path, byte offset, line, doc_id: the order "smallest" means
@@ -83,44 +82,6 @@ class _SignFn(beam.DoFn):
             windows = text.shingle_windows(hashes, self._params.shingle)  # a minimum needs no sorting or dedup
             bands = tuple(minhash.band_keys(minhash.signature(windows, self._params.num_perm), self._params))
         yield digest, (doc_key(doc), bands)
-
-
-def _exact_copies(digest_members):
-    """The smallest key of a digest stays (and goes on to the bands); every other -> (its key, the kept key)."""
-    _, members = digest_members
-    members = sorted(members)
-    kept, bands = members[0]
-    for band in bands:
-        yield TaggedOutput("bands", (band, kept))
-    for key, _ in members[1:]:
-        yield key, kept
-
-
-def _star_pairs(band_members, cap: int):
-    """Every member of a bucket with the bucket's smallest: m - 1 pairs, not m(m-1)/2; only the ``cap`` smallest
-    members, streamed through a heap (the step holds ``cap`` keys, whatever the bucket's size), and a bucket past
-    the cap is counted (tag ``capped``). A document is in a bucket once: its band keys differ by band index, and
-    only one document per digest signs."""
-    faults.reached("bands")
-    members = iter(band_members[1])
-    first, second = next(members, None), next(members, None)
-    if second is None:  # a bucket of one, nearly every bucket: no heap
-        return
-    size = 2
-
-    def counted():
-        nonlocal size
-        yield first
-        yield second
-        for key in members:
-            size += 1
-            yield key
-
-    keys = heapq.nsmallest(cap, counted())
-    for b in keys[1:]:
-        yield keys[0], b
-    if size > cap:
-        yield TaggedOutput("capped", size)
 
 
 def _route_copies(kept_groups):
@@ -315,11 +276,12 @@ class DropDuplicates(beam.PTransform):
     only), "dropped": keys to leave out silently (optional)}`` -> ``{"documents": kept, "removed": RemovedDocument,
     "stats": (name, count)}``."""
 
-    def __init__(self, mode: str, params: minhash.NearParams | None = None):
+    def __init__(self, mode: str, params: minhash.NearParams | None = None, input_bytes: int | None = None):
         super().__init__()
         if mode not in ("exact", "near"):
             raise ValueError(f"DropDuplicates: mode must be exact or near, got {mode!r}")
         self._params = (params or minhash.NearParams()) if mode == "near" else None
+        self._shards = buckets.shard_count(input_bytes)  # of the band keys (near): see pipeline/dedup/buckets.py
 
     def expand(self, inputs):
         documents, prepass = inputs["documents"], inputs["prepass"]
@@ -329,7 +291,9 @@ class DropDuplicates(beam.PTransform):
             | "Sign" >> beam.ParDo(_SignFn(self._params))
             | "GroupByDigest" >> beam.GroupByKey()
             | "ExactCopies"
-            >> beam.FlatMap(_exact_copies).with_output_types(typing.Any).with_outputs("bands", main="copies")
+            >> beam.ParDo(buckets.ExactCopiesFn(self._shards))
+            .with_output_types(typing.Any)
+            .with_outputs("bands", main="copies")
         )
         dropped = inputs.get("dropped")
         routes = [] if dropped is None else [dropped | "DropRoutes" >> beam.Map(lambda k: (side_key(k), DROP))]
@@ -342,7 +306,7 @@ class DropDuplicates(beam.PTransform):
                 exact["bands"]
                 | "GroupByBand" >> beam.GroupByKey()
                 | "StarPairs"
-                >> beam.FlatMap(_star_pairs, params.max_bucket)
+                >> beam.FlatMap(buckets.star_pairs, params.max_bucket)
                 .with_output_types(typing.Any)
                 .with_outputs("capped", main="pairs")
             )

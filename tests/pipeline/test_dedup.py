@@ -23,7 +23,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from pipeline import build_shards
 from pipeline import verify as verify_mod
 from pipeline.dedup import minhash, text, word_rules
-from pipeline.dedup.unique_documents import DropDuplicates, _star_pairs
+from pipeline.dedup.unique_documents import DropDuplicates
 from pipeline.elements import Document, Source
 from tests.conftest import WIKIPEDIA_SAMPLE, build
 
@@ -305,22 +305,6 @@ def test_a_bucket_larger_than_the_cap_gives_pairs_among_its_smallest_members_and
             beam.pvalue.AsSingleton(kept),
         )
         assert_that(result, equal_to([True]))
-
-
-def test_a_capped_bucket_pairs_its_smallest_members_with_the_smallest_in_any_order():
-    rng = random.Random(5)
-    keys = [("f", rng.randrange(10**6), i, f"d{i}") for i in range(500)]
-    smallest = sorted(keys)[:7]
-    for _ in range(5):
-        rng.shuffle(keys)
-        out = list(_star_pairs(("band", iter(keys)), 7))
-        assert out[:-1] == [(smallest[0], b) for b in smallest[1:]] and out[-1].tag == "capped"
-        assert out[-1].value == 500
-    assert list(_star_pairs(("band", iter(smallest)), 7)) == [(smallest[0], b) for b in smallest[1:]]
-    assert list(_star_pairs(("band", iter(smallest[:1])), 7)) == []  # a bucket of one
-    assert list(_star_pairs(("band", iter(smallest[1::-1])), 2)) == [(smallest[0], smallest[1])]
-    pair, capped = _star_pairs(("band", iter(smallest[2::-1])), 2)
-    assert pair == (smallest[0], smallest[1]) and (capped.tag, capped.value) == ("capped", 3)
 
 
 # -- the composite ------------------------------------------------------------------------------
