@@ -78,15 +78,17 @@ class _Tally:
         # phase -> [documents, bytes, wall time of its first count]: flushed, and not yet in the Beam counters
         self.counts: dict[str, list] = {}
         self.pending: dict[str, list] = {}
-        # [documents, bytes] counted inside a Beam bundle and not yet in the Beam counters: a count made outside one
-        # (a launcher reading input itself) is this process's, never a later bundle's step's
-        self.for_beam = [0, 0]
         self.flushed_at = 0.0
         self.lock = threading.Lock()
 
 
 _tally = _Tally()
-_current = threading.local()  # .phase: what this thread's reading counts as (MAIN unless counting_as says)
+# .phase: what this thread's reading counts as (MAIN unless counting_as says); .for_beam: [documents, bytes] this
+# thread's bundle counted and has not yet put in the Beam counters. Only a bundle's counts go there, and only its
+# own: a count made outside one (a launcher reading input itself, an earlier test in the process) is this process's
+# alone, and a bundle that failed before it flushed leaves nothing to the next (:func:`start_bundle`): a runner that
+# retries a failed bundle counts its input once.
+_current = threading.local()
 _documents_counter = Metrics.counter(NAMESPACE, "documents")
 _bytes_counter = Metrics.counter(NAMESPACE, "bytes")
 
@@ -105,11 +107,20 @@ def add(documents: int = 0, nbytes: int = 0, phase: str | None = None) -> None:
             counts = tally.pending[phase] = [0, 0, time.time()]
         counts[0] += documents
         counts[1] += nbytes
-        if MetricsEnvironment.current_container() is not None:
-            tally.for_beam[0] += documents
-            tally.for_beam[1] += nbytes
+    if MetricsEnvironment.current_container() is not None:
+        for_beam = getattr(_current, "for_beam", None)
+        if for_beam is None:
+            for_beam = _current.for_beam = [0, 0]
+        for_beam[0] += documents
+        for_beam[1] += nbytes
     if time.monotonic() - tally.flushed_at >= FLUSH_EVERY_S:
         flush()
+
+
+def start_bundle() -> None:
+    """A step that counts calls this as its bundle starts: what this thread counted for an earlier bundle that never
+    flushed (it failed) is not this bundle's."""
+    _current.for_beam = None
 
 
 def counting_as(phase: str, items: Iterable[T]) -> Iterator[T]:
@@ -131,7 +142,8 @@ def counting_as(phase: str, items: Iterable[T]) -> Iterator[T]:
 def reset() -> None:
     """Forget this process's counts (a launcher that read input itself before its job, e.g. to train a tokenizer)."""
     with _tally.lock:
-        _tally.counts, _tally.pending, _tally.for_beam = {}, {}, [0, 0]
+        _tally.counts, _tally.pending = {}, {}
+    _current.for_beam = None
 
 
 def bytes_read_here() -> int:
@@ -146,8 +158,10 @@ def flush() -> None:
     with tally.lock:
         pending, tally.pending = tally.pending, {}
         documents = nbytes = 0
-        if MetricsEnvironment.current_container() is not None:  # (outside a bundle they would go nowhere: keep them)
-            (documents, nbytes), tally.for_beam = tally.for_beam, [0, 0]
+        for_beam = getattr(_current, "for_beam", None)
+        if for_beam and MetricsEnvironment.current_container() is not None:  # (outside a bundle: they wait for it)
+            documents, nbytes = for_beam
+            _current.for_beam = None
         directory = os.environ.get(ENV)
         if directory != tally.directory:  # a new run in this process: start again
             tally.directory, tally.counts = directory, {}

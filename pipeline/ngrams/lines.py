@@ -18,6 +18,7 @@ class _CountLines(beam.DoFn):
 
     def start_bundle(self):
         self._lines = self._bytes = 0
+        progress.start_bundle()
 
     def process(self, element):
         self._lines += 1

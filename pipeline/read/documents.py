@@ -59,6 +59,9 @@ class _ReadFn(beam.DoFn):
         self._dead = Metrics.counter("read", "dead_letters")
         self._ranges = Metrics.counter("read", "ranges")
 
+    def start_bundle(self):
+        progress.start_bundle()
+
     def process(self, item: WholeFile | RangeRead):
         if isinstance(item, RangeRead):
             log.debug("reading %s from byte %d (range %d)", item.path, item.start, item.index)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import apache_beam as beam
+import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 
@@ -47,6 +48,26 @@ def test_input_read_outside_a_bundle_never_reaches_a_later_jobs_counters(tmp_pat
     (found by CI: the test above, after another test in the same worker read a file outside Beam)."""
     for _ in range(2):  # the first read's first count flushes at once (outside any bundle); the rest stays pending
         assert sum(1 for _ in read_file(str(DEMO_CORPUS), ReaderOptions(input_format="jsonl"))) == 41
+    p = TestPipeline(runner="FnApiRunner")
+    _ = p | ReadDocuments([str(DEMO_CORPUS)], ReaderOptions(input_format="jsonl"), split_bytes=16384)
+    counters = _counters(p.run())
+    assert counters["documents"] == 40 and counters["bytes"] == DEMO_CORPUS.stat().st_size
+
+
+class _ReadThenFail(beam.DoFn):
+    def process(self, path):
+        for _ in range(2):  # the first read's first count flushes at once; the rest waits for the bundle's end
+            assert sum(1 for _ in read_file(path, ReaderOptions(input_format="jsonl"))) == 41
+        raise ValueError("this bundle fails")
+
+
+def test_a_failed_bundle_leaves_its_counts_to_no_later_bundle():
+    """A bundle that counted its reading and failed before it flushed: a runner that retries it (Dataflow) or runs
+    another job in the process would have put those bytes in the next bundle's counters as well."""
+    p = TestPipeline(runner="FnApiRunner")
+    _ = p | beam.Create([str(DEMO_CORPUS)]) | beam.ParDo(_ReadThenFail())
+    with pytest.raises(Exception, match="this bundle fails"):
+        p.run()
     p = TestPipeline(runner="FnApiRunner")
     _ = p | ReadDocuments([str(DEMO_CORPUS)], ReaderOptions(input_format="jsonl"), split_bytes=16384)
     counters = _counters(p.run())
