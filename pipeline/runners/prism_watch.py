@@ -101,12 +101,14 @@ class _PoolChildren:
     were started after :meth:`start` for this job's Prism, and which of them has ended. A child is this job's SDK
     worker when its command line names the port Prism serves its workers on (the control endpoint the pool was
     given: another job's worker from the same pool names its own Prism's), or when it had ended when first seen (a
-    zombie shows no command line). No watch when the pool is on another machine (its address is not this machine's)
-    or no process here listens on its port."""
+    zombie shows no command line); one that still shows the pool's own command line (forked, not yet running the
+    worker's program) is looked at again at the next poll. No watch when the pool is on another machine (its address
+    is not this machine's) or no process here listens on its port."""
 
     def __init__(self, address: str | None) -> None:
         self.address = address
         self.pool: set[int] = set()  # the processes listening on the pool's port
+        self.commands: set[str] = set()  # their command lines
         self.before: set[tuple[int, str]] = set()  # (pid, start) of the children there when the watch started
         self.others: set[tuple[int, str]] = set()  # children another Prism asked for
         self.workers: dict[int, str] = {}  # pid -> start of this job's SDK workers
@@ -115,6 +117,7 @@ class _PoolChildren:
         """Find the pool's process and note the children it has before the job starts."""
         port = _local_port(self.address)
         self.pool = procfs.listeners(port) if port is not None else set()
+        self.commands = {procfs.command(pid) for pid in self.pool}
         self.before = {(pid, start) for pid, _, start in self._children()}
 
     def _children(self) -> list[tuple[int, str, str]]:
@@ -134,6 +137,8 @@ class _PoolChildren:
             if (pid, start) in self.before or (pid, start) in self.others or pid in self.workers:
                 continue
             command = procfs.command(pid) if state != "Z" else ""
+            if command in self.commands:
+                continue  # forked, not yet running the worker's program (its command line is the pool's)
             if command and not any(re.search(rf":{port}(?!\d)", command) for port in prism_ports):
                 self.others.add((pid, start))
             else:

@@ -6,6 +6,7 @@ worker process connected to it, SIGKILLed."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -286,6 +287,62 @@ def test_the_worker_pools_children_started_for_this_job_are_its_workers(worker_p
     _kill(quick)  # a zombie when first seen
     assert watch.poll(set()) is None and not watch.workers  # Prism is not known yet: nothing is this job's
     assert watch.poll({prism_port}) == f"the SDK worker process {quick} started by the worker pool at {address} ended"
+
+
+_FORKING_POOL = """
+import os, socket, sys, time
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+control_endpoint = sys.stdin.readline().strip()
+read_end, write_end = os.pipe()
+child = os.fork()
+if child == 0:  # a worker between fork and exec: the pool's own command line, until told to run its program
+    os.read(read_end, 1)
+    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)", control_endpoint])
+print(child, flush=True)
+sys.stdin.readline()
+os.write(write_end, b"x")
+time.sleep(60)
+"""
+
+
+def test_a_child_not_yet_running_its_own_program_is_decided_once_it_runs_it():
+    """A poll can find the pool's new child between its fork and its exec, still showing the pool's command line
+    (which names no Prism port): it is not set aside as another job's worker, and is this job's once it runs."""
+    prism_port = free_port()
+    pool = subprocess.Popen(
+        [sys.executable, "-c", _FORKING_POOL],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert pool.stdin is not None and pool.stdout is not None
+    child = None
+    try:
+        address = f"localhost:{int(pool.stdout.readline())}"
+        watch = prism_watch._PoolChildren(address)
+        watch.start()
+        assert watch.pool == {pool.pid} and not watch.before
+        pool.stdin.write(f"localhost:{prism_port}\n")  # fork a worker for it
+        pool.stdin.flush()
+        child = int(pool.stdout.readline())
+        assert watch.poll({prism_port}) is None
+        assert not watch.workers and not watch.others  # not decided yet
+        pool.stdin.write("exec\n")  # and let it run its program
+        pool.stdin.flush()
+        for _ in range(200):
+            if f"localhost:{prism_port}" in procfs.command(child):
+                break
+            time.sleep(0.05)
+        assert watch.poll({prism_port}) is None and list(watch.workers) == [child] and not watch.others
+        _kill(child)
+        assert (
+            watch.poll({prism_port}) == f"the SDK worker process {child} started by the worker pool at {address} ended"
+        )
+    finally:
+        for pid in (child, pool.pid):
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        pool.wait()
 
 
 def test_a_worker_pool_not_on_this_machine_or_not_found_is_not_watched():
