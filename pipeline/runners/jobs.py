@@ -411,7 +411,7 @@ def run_pipeline(
     The writer of the last file checks that the output's build lock is still this build's; when another
     build has taken the output over (``--overwrite``), that is this job's :class:`UsageError`.
     """
-    from apache_beam.options.pipeline_options import StandardOptions
+    from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
 
     worker_logging(options)
     local = runner_name(options.view_as(StandardOptions).runner) in ("FnApiRunner", "DirectRunner")
@@ -420,7 +420,8 @@ def run_pipeline(
     for name in _BEAM_LOGGERS:
         logging.getLogger(name).addFilter(quiet)
     on_prism = runner_name(options.view_as(StandardOptions).runner) == "PrismRunner"
-    prism = prism_watch.PrismWatch()  # on Prism: a lost worker, seen by the launcher (prism_watch.watch_prism)
+    portable = options.view_as(PortableOptions)  # an EXTERNAL job's worker pool: its children are watched too
+    prism = prism_watch.PrismWatch(prism_watch.pool_address(portable.environment_type, portable.environment_config))
     try:
         with (
             progress.reporting(options, total_bytes, local, unit),

@@ -15,15 +15,22 @@ disconnected" and marks the worker stopped; its data stream just ends. Seen in S
   on closed channel", the job's failure, with a Go stack trace), the other waits for ever as above.
 
 No process keeps the dead worker's connections open (its sockets close with it; Prism shows no connection from it
-any more): the cause is in Prism. So the launcher watches the worker itself, through two things Prism shows:
+any more): the cause is in Prism. So the launcher watches the worker itself, through three things:
 
 - a line of Prism's log saying an SDK worker disconnected (read by Beam's ``log_stdout`` thread);
 - the processes connected to Prism: Prism (the launcher's child ``prism ... --job_port N``) serves its SDK workers
   on the port of its job service; the processes at the other end of the connections it accepted, other than the
   launcher and Prism itself, are its workers (found once per new connection, in ``/proc``: Linux), and one that has
-  ended (killed, out of memory; a zombie counts) is a lost worker, whether or not Prism noticed.
+  ended (killed, out of memory; a zombie counts) is a lost worker, whether or not Prism noticed;
+- on an ``EXTERNAL`` job, the worker pool's child processes (:class:`_PoolChildren`): the process listening on the
+  port of ``--environment_config`` on this machine (found in ``/proc``; it need not be the launcher's descendant),
+  and its children started after the watch did for this job's Prism. One that ends is a lost worker too, even when it
+  never connected to Prism (killed as it started: Prism v2.77.0 fails the job only after 60 s, "didn't get control
+  connection", and the pool cannot tell Prism, which panics on a ``StartWorker`` error) or was killed before a poll
+  of the connections had found it. A pool on another machine, or one no process here listens for, is not watched.
+  A job that ends normally stops its worker as it ends: the grace covers that (the job leaves the watch first).
 
-Either starts the grace; when it is over and the job still runs, the launcher's main thread, waiting for the job's
+Any of them starts the grace; when it is over and the job still runs, the launcher's main thread, waiting for the job's
 state, is interrupted as ``lost_workers.stop_the_job`` does it and raises the lost worker's line
 (``jobs.run_pipeline`` reports it as ``WorkerLost``). A job that fails once a loss was seen (Prism's panic) is a
 lost worker too (:meth:`PrismWatch.explains`). Once a Prism job has failed, what Prism's server still prints and
@@ -34,20 +41,23 @@ trace in a line of Prism's is cut off where it starts (:func:`without_go_stack`)
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 
-from pipeline.runners import lost_workers
+from pipeline.runners import lost_workers, procfs
 
 # How long Prism may take to fail a job once its worker is seen lost before the launcher fails it.
 PRISM_GRACE_S = 10.0
 _GAVE_UP = "did not fail the job"
-POLL_S = 0.5  # how often the processes connected to Prism are looked at
+POLL_S = 0.5  # how often the processes connected to Prism and the pool's children are looked at
 _GO_STACK = re.compile(r",?\s*(?:stackTrace:|\n?goroutine \d+ \[)")
+_LOCAL_HOSTS = ("localhost", "::1", "[::1]", "0.0.0.0", "[::]", "")  # and 127.*: a worker pool on this machine
 
 
 def without_go_stack(text: str) -> str:
@@ -59,62 +69,96 @@ def without_go_stack(text: str) -> str:
 def _prism_process() -> int | None:
     """The launcher's Prism process: a descendant running ``prism ... --job_port N``."""
     for pid in lost_workers.descendants(os.getpid()):
-        argv = _read(f"/proc/{pid}/cmdline").split("\0")
+        argv = procfs.read(f"/proc/{pid}/cmdline").split("\0")
         if os.path.basename(argv[0]).startswith("prism") and "--job_port" in argv:
             return pid
     return None
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:  # the process ended meanwhile
-        return ""
+def pool_address(environment_type: str | None, environment_config: str | None) -> str | None:
+    """``HOST:PORT`` of an ``EXTERNAL`` environment's worker pool (``--environment_config``, or its JSON's ``url``);
+    None for another environment or a config that names none."""
+    if (environment_type or "").upper() != "EXTERNAL" or not environment_config:
+        return None
+    if environment_config.lstrip().startswith("{"):
+        try:
+            return str(json.loads(environment_config)["url"])
+        except (ValueError, KeyError, TypeError):
+            return None
+    return environment_config.strip()
 
 
-def _sockets(pid: int) -> set[str]:
-    """The inodes of the sockets process ``pid`` holds (its ``/proc/PID/fd`` links ``socket:[INODE]``)."""
-    found = set()
-    with contextlib.suppress(OSError):
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(OSError):
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if link.startswith("socket:["):
-                    found.add(link[8:-1])
-    return found
+def _local_port(address: str | None) -> int | None:
+    """The port of ``address`` when it names this machine (a loopback address, or this host's name)."""
+    host, _, port = (address or "").rpartition(":")
+    if not port.isdigit() or not (host in _LOCAL_HOSTS or host.startswith("127.") or host == socket.gethostname()):
+        return None
+    return int(port)
 
 
-def _tcp_table(pid: int) -> list[tuple[str, str, str, str]]:
-    """(local address:port, remote address:port, state, inode) of every TCP socket in ``pid``'s network namespace,
-    as ``/proc/PID/net/tcp`` and ``tcp6`` give them (hex; state 0A listening, 01 established)."""
-    rows = []
-    for name in ("tcp", "tcp6"):
-        for line in _read(f"/proc/{pid}/net/{name}").splitlines()[1:]:
-            fields = line.split()
-            if len(fields) > 9:
-                rows.append((fields[1], fields[2], fields[3], fields[9]))
-    return rows
+class _PoolChildren:
+    """The child processes of the worker pool at ``address`` (``--environment_config`` of an ``EXTERNAL`` job) that
+    were started after :meth:`start` for this job's Prism, and which of them has ended. A child is this job's SDK
+    worker when its command line names the port Prism serves its workers on (the control endpoint the pool was
+    given: another job's worker from the same pool names its own Prism's), or when it had ended when first seen (a
+    zombie shows no command line); one that still shows the pool's own command line (forked, not yet running the
+    worker's program) is looked at again at the next poll. No watch when the pool is on another machine (its address
+    is not this machine's) or no process here listens on its port."""
 
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+        self.pool: set[int] = set()  # the processes listening on the pool's port
+        self.commands: set[str] = set()  # their command lines
+        self.before: set[tuple[int, str]] = set()  # (pid, start) of the children there when the watch started
+        self.others: set[tuple[int, str]] = set()  # children another Prism asked for
+        self.workers: dict[int, str] = {}  # pid -> start of this job's SDK workers
 
-def _port(address: str) -> int:
-    return int(address.rsplit(":", 1)[1], 16)
+    def start(self) -> None:
+        """Find the pool's process and note the children it has before the job starts."""
+        port = _local_port(self.address)
+        self.pool = procfs.listeners(port) if port is not None else set()
+        self.commands = {procfs.command(pid) for pid in self.pool}
+        self.before = {(pid, start) for pid, _, start in self._children()}
 
+    def _children(self) -> list[tuple[int, str, str]]:
+        """(pid, state, start) of every child of the pool's processes."""
+        found = []
+        for pool in self.pool:
+            for pid in procfs.children(pool):
+                state = procfs.stat(pid)
+                if state is not None:  # not reaped meanwhile
+                    found.append((pid, *state))
+        return found
 
-def _started(pid: int) -> str | None:
-    """When process ``pid`` started (``/proc/PID/stat``'s field 22), or None when it has ended (or is a zombie)."""
-    stat = _read(f"/proc/{pid}/stat")
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 and fields[0] != "Z" else None
+    def poll(self, prism_ports: set[int]) -> str | None:
+        """Note the pool's new children that serve Prism at ``prism_ports`` (none while Prism is not known); the
+        line of one that has ended, if one has."""
+        for pid, state, start in self._children() if prism_ports else []:
+            if (pid, start) in self.before or (pid, start) in self.others or pid in self.workers:
+                continue
+            command = procfs.command(pid) if state != "Z" else ""
+            if command in self.commands:
+                continue  # forked, not yet running the worker's program (its command line is the pool's)
+            if command and not any(re.search(rf":{port}(?!\d)", command) for port in prism_ports):
+                self.others.add((pid, start))
+            else:
+                self.workers[pid] = start
+        for pid, start in self.workers.items():
+            if procfs.started(pid) != start:
+                return f"the SDK worker process {pid} started by the worker pool at {self.address} ended"
+        return None
 
 
 class _Workers:
-    """The processes connected to Prism's worker endpoint, and which of them has ended."""
+    """The processes connected to Prism's worker endpoint and the worker pool's children serving Prism, and which of
+    them has ended."""
 
-    def __init__(self) -> None:
+    def __init__(self, pool: str | None = None) -> None:
         self.prism: int | None = None
+        self.ports: set[int] = set()  # the ports Prism listens on (its job service's, where it serves its workers)
         self.seen: set[tuple[int, int]] = set()  # the connections (peer's port, Prism's port) already looked up
         self.workers: dict[int, str] = {}  # pid -> when it started
+        self.pool = _PoolChildren(pool)
 
     def _peers(self) -> set[tuple[int, int]]:
         """(the peer's port, Prism's port) of every connection accepted on Prism's worker endpoint (by port: an
@@ -123,12 +167,15 @@ class _Workers:
             self.prism = _prism_process()
             if self.prism is None:
                 return set()
-        held, table = _sockets(self.prism), _tcp_table(self.prism)
-        listening = {_port(local) for local, _, state, inode in table if state == "0A" and inode in held}
+        held, table = procfs.sockets(self.prism), procfs.tcp_table(self.prism)
+        listening = {
+            procfs.port(local) for local, _, state, inode in table if state == procfs.LISTENING and inode in held
+        }
+        self.ports |= listening
         return {
-            (_port(remote), _port(local))
+            (procfs.port(remote), procfs.port(local))
             for local, remote, state, inode in table
-            if state == "01" and inode in held and _port(local) in listening
+            if state == procfs.ESTABLISHED and inode in held and procfs.port(local) in listening
         }
 
     def _owners(self, peers: set[tuple[int, int]]) -> None:
@@ -136,25 +183,26 @@ class _Workers:
         assert self.prism is not None
         inodes = {
             inode
-            for local, remote, state, inode in _tcp_table(self.prism)
-            if state == "01" and (_port(local), _port(remote)) in peers
+            for local, remote, state, inode in procfs.tcp_table(self.prism)
+            if state == procfs.ESTABLISHED and (procfs.port(local), procfs.port(remote)) in peers
         }
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) not in (os.getpid(), self.prism) and _sockets(int(entry)) & inodes:
-                started = _started(int(entry))
+        for pid in procfs.processes():
+            if pid not in (os.getpid(), self.prism) and procfs.sockets(pid) & inodes:
+                started = procfs.started(pid)
                 if started is not None:
-                    self.workers.setdefault(int(entry), started)
+                    self.workers.setdefault(pid, started)
 
     def poll(self) -> str | None:
-        """Look up new connections' processes; the line of a worker that has ended, if one has."""
+        """Look up new connections' processes and the pool's new children; the line of a worker that has ended, if
+        one has."""
         new = self._peers() - self.seen
         if new:
             self.seen |= new
             self._owners(new)
         for pid, started in self.workers.items():
-            if _started(pid) != started:
+            if procfs.started(pid) != started:
                 return f"the SDK worker process {pid} connected to Prism ended"
-        return None
+        return self.pool.poll(self.ports)
 
 
 class _Gate(logging.Filter):
@@ -185,9 +233,9 @@ class _Gate(logging.Filter):
 class PrismWatch:
     """What :func:`watch_prism` saw: :attr:`lost` holds the line of a lost worker, once one was seen."""
 
-    def __init__(self) -> None:
+    def __init__(self, pool: str | None = None) -> None:
         self.lost: list[str] = []
-        self.workers = _Workers()
+        self.workers = _Workers(pool)  # pool: HOST:PORT of an EXTERNAL job's worker pool (pool_address)
 
     def explains(self, error: BaseException) -> str | None:
         """The line for the job's failure ``error`` when a lost worker caused it: the watch's own (Prism did not
@@ -261,6 +309,8 @@ def watch_prism(active: bool, watch: PrismWatch) -> Iterator[PrismWatch]:
         if interrupt.first():
             raise RuntimeError(f"{watch.lost[0]} and Prism {_GAVE_UP} within {PRISM_GRACE_S:.0f} s")
 
+    with contextlib.suppress(OSError, ValueError):  # the pool's children before the job: not its workers
+        watch.workers.pool.start()
     previous_handler = signal.signal(signal.SIGUSR1, stop)
     lock, closed = threading.Lock(), threading.Event()
     handlers = list(logging.getLogger().handlers)

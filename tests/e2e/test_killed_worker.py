@@ -11,7 +11,8 @@ from inside the worker (the test hook ``SPANPREP_FAULT=kill:STAGE``, pipeline/fa
 workers started left the job waiting for ever for the other worker to exit (the ``starting`` case).
 The same on Prism, with its SDK worker in the project's worker pool (``EXTERNAL``): before
 ``pipeline/runners/prism_watch.py`` a kill while writing hung about 1 run in 4 (Prism never failed the job) or
-ended with Prism's Go stack trace.
+ended with Prism's Go stack trace, and before it watched the worker pool's children, a worker killed as it started
+(``SPANPREP_FAULT=kill:start``, before it connected to Prism) failed the job only after Prism's own 60 s wait.
 """
 
 from __future__ import annotations
@@ -98,9 +99,9 @@ def worker_pool(tmp_path_factory):
         beam_services.stop(proc)
 
 
-# Not "starting" (a worker Prism never heard from fails the job after Prism's 60 s wait: RUNNING.md), nor "dedup":
-# Prism keeps its workers' log lines, so the test cannot see the input's first read end (the dedup stages are
-# killed from inside, below).
+# Not "starting" (the worker kills itself as it starts instead, below: the test's own kill cannot aim before the
+# worker has connected to Prism), nor "dedup": Prism keeps its workers' log lines, so the test cannot see the
+# input's first read end (the dedup stages are killed from inside, below).
 @pytest.mark.parametrize("phase", ["reading", "writing"])
 def test_a_killed_worker_fails_the_job_on_prism_in_one_line(phase, dedup_corpus, uninterrupted, worker_pool, tmp_path):
     """Prism's SDK worker (started by the worker pool, EXTERNAL) SIGKILLed: Prism fails the job ("SDK worker
@@ -138,16 +139,16 @@ def test_a_worker_killed_in_each_dedup_stage_fails_the_local_job_in_one_line(sta
     assert_failed_in_one_line(killed_workers.run_killing_itself(argv, stage, tmp_path / "stderr"), out)
 
 
-@pytest.mark.parametrize("stage", faults.STAGES)
-def test_a_worker_killed_in_each_dedup_stage_fails_the_job_on_prism_in_one_line(stage, stages_corpus, tmp_path):
-    """The same with Prism's worker, from a worker pool started with ``SPANPREP_FAULT=kill:STAGE``."""
+def _killing_itself_on_prism(stage: str, corpus: Path, tmp_path: Path) -> tuple[killed_workers.Ending, Path, str]:
+    """A build on Prism whose worker pool was started with ``SPANPREP_FAULT=kill:STAGE``: how it ended, its output,
+    and the pool's log."""
     assert prism.built_binary() is not None, f"no Prism binary at {prism.checkout_binary()}: run `make prism`"
     log = tmp_path / "pool.log"
     pool, port = beam_services.start(
         beam_services.WORKER_POOL, log, env={**beam_services.checkout_env(), faults.ENV: f"kill:{stage}"}
     )
     out = tmp_path / "out"
-    argv = build_argv(stages_corpus, out) + ["--runner", "PrismRunner", "--environment_type", "EXTERNAL"]
+    argv = build_argv(corpus, out) + ["--runner", "PrismRunner", "--environment_type", "EXTERNAL"]
     try:
         ending = killed_workers.run_killing_itself(
             argv + ["--environment_config", f"localhost:{port}"], stage, tmp_path / "stderr", log
@@ -157,3 +158,26 @@ def test_a_worker_killed_in_each_dedup_stage_fails_the_job_on_prism_in_one_line(
     assert_failed_in_one_line(ending, out)
     assert "SDK worker" in ending.last_line
     assert not re.search(r"goroutine \d+ \[", ending.stderr), ending.stderr[-3000:]  # Prism's Go stack traces
+    return ending, out, log.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("stage", faults.STAGES)
+def test_a_worker_killed_in_each_dedup_stage_fails_the_job_on_prism_in_one_line(stage, stages_corpus, tmp_path):
+    """The same with Prism's worker, from a worker pool started with ``SPANPREP_FAULT=kill:STAGE``."""
+    _killing_itself_on_prism(stage, stages_corpus, tmp_path)
+
+
+KILL_AS_IT_STARTS_TO_EXIT_S = 30  # Prism v2.77.0's own wait for a worker that never connected is 60 s
+
+
+def test_a_worker_killed_as_it_starts_fails_the_job_on_prism_in_one_line(stages_corpus, tmp_path):
+    """Prism's worker SIGKILLs itself as it starts (``SPANPREP_FAULT=kill:start``), before it has connected to
+    Prism: nothing connected to Prism ends, and Prism fails the job only after 60 s ("didn't get control
+    connection"). The launcher watches the worker pool's child processes too (pipeline/runners/prism_watch.py): the
+    job fails 10 s after the loss, in one line naming the worker."""
+    ending, _, pool_log = _killing_itself_on_prism(faults.START, stages_corpus, tmp_path)
+    assert ending.seconds_after_kill < KILL_AS_IT_STARTS_TO_EXIT_S, ending.seconds_after_kill
+    (pid,) = re.findall(rf"{faults.ENV}: SIGKILL of SDK worker pid (\d+) as it starts", pool_log)
+    assert re.search(
+        rf"\(the SDK worker process {pid} started by the worker pool at localhost:\d+ ended", ending.last_line
+    ), ending.last_line

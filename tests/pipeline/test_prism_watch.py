@@ -6,6 +6,7 @@ worker process connected to it, SIGKILLed."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -16,8 +17,9 @@ import time
 
 import pytest
 
-from pipeline.runners import lost_workers, prism_watch
+from pipeline.runners import lost_workers, prism_watch, procfs
 from tests.conftest import free_port
+from tests.support import beam_services
 
 
 def _prism_says(message: str) -> None:
@@ -213,3 +215,142 @@ def test_a_sender_still_being_started_as_the_job_ends_is_not_joined(monkeypatch)
     interrupt = lost_workers.Interrupt()
     interrupt.end("prism_gives_up")
     assert interrupt.done.is_set()
+
+
+@pytest.fixture
+def worker_pool(tmp_path):
+    """The project's worker pool in a process of its own (as a user starts it, not below this one): its process and
+    ``localhost:PORT``; stopped at the end with the SDK workers it started."""
+    proc, port = beam_services.start(beam_services.WORKER_POOL, tmp_path / "pool.log")
+    try:
+        yield proc, f"localhost:{port}"
+    finally:
+        beam_services.stop(proc)
+
+
+def _start_worker(pool: subprocess.Popen, address: str, worker_id: str, control_port: int) -> int:
+    """Ask the pool (its gRPC ``StartWorker``, as Prism does) for an SDK worker whose control endpoint is
+    ``localhost:control_port``, where nothing listens (the worker waits for it); the new child's pid."""
+    import grpc
+    from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc, endpoints_pb2
+
+    before = procfs.children(pool.pid)
+    with grpc.insecure_channel(address) as channel:
+        response = beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(channel).StartWorker(
+            beam_fn_api_pb2.StartWorkerRequest(
+                worker_id=worker_id,
+                control_endpoint=endpoints_pb2.ApiServiceDescriptor(url=f"localhost:{control_port}"),
+            ),
+            timeout=60,
+        )
+    assert not response.error, response.error
+    (child,) = procfs.children(pool.pid) - before
+    return child
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL ``pid`` (a child of the pool) and wait until it is a zombie: the pool reaps it only when told to stop
+    it."""
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(200):
+        if (procfs.stat(pid) or ("Z",))[0] == "Z":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} still runs 10 s after SIGKILL")
+
+
+def test_the_worker_pools_children_started_for_this_job_are_its_workers(worker_pool):
+    """Real pool, real children: a child that was there before the watch started, or that serves another Prism, is
+    not this job's worker; one started for this job's Prism that ends is a lost worker; so is one that had already
+    ended when the watch first saw it (killed as it started: no command line to read)."""
+    pool, address = worker_pool
+    prism_port = free_port()  # where this job's Prism would serve its workers, and another job's Prism
+    other_port = next(port for port in iter(free_port, None) if port != prism_port)
+    earlier = _start_worker(pool, address, "earlier", prism_port)
+    watch = prism_watch._PoolChildren(address)
+    watch.start()
+    assert watch.pool == {pool.pid} and {pid for pid, _ in watch.before} == {earlier}
+    other = _start_worker(pool, address, "other", other_port)
+    ours = _start_worker(pool, address, "ours", prism_port)
+    assert watch.poll({prism_port}) is None  # all of them run
+    assert list(watch.workers) == [ours] and {pid for pid, _ in watch.others} == {other}
+    _kill(earlier)
+    _kill(other)
+    assert watch.poll({prism_port}) is None
+    _kill(ours)
+    assert watch.poll({prism_port}) == f"the SDK worker process {ours} started by the worker pool at {address} ended"
+
+    watch = prism_watch._PoolChildren(address)  # the next job: the ended children are there before it
+    watch.start()
+    assert {pid for pid, _ in watch.before} == {earlier, other, ours}
+    quick = _start_worker(pool, address, "quick", prism_port)
+    _kill(quick)  # a zombie when first seen
+    assert watch.poll(set()) is None and not watch.workers  # Prism is not known yet: nothing is this job's
+    assert watch.poll({prism_port}) == f"the SDK worker process {quick} started by the worker pool at {address} ended"
+
+
+_FORKING_POOL = """
+import os, socket, sys, time
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+control_endpoint = sys.stdin.readline().strip()
+read_end, write_end = os.pipe()
+child = os.fork()
+if child == 0:  # a worker between fork and exec: the pool's own command line, until told to run its program
+    os.read(read_end, 1)
+    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)", control_endpoint])
+print(child, flush=True)
+sys.stdin.readline()
+os.write(write_end, b"x")
+time.sleep(60)
+"""
+
+
+def test_a_child_not_yet_running_its_own_program_is_decided_once_it_runs_it():
+    """A poll can find the pool's new child between its fork and its exec, still showing the pool's command line
+    (which names no Prism port): it is not set aside as another job's worker, and is this job's once it runs."""
+    prism_port = free_port()
+    pool = subprocess.Popen(
+        [sys.executable, "-c", _FORKING_POOL],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert pool.stdin is not None and pool.stdout is not None
+    child = None
+    try:
+        address = f"localhost:{int(pool.stdout.readline())}"
+        watch = prism_watch._PoolChildren(address)
+        watch.start()
+        assert watch.pool == {pool.pid} and not watch.before
+        pool.stdin.write(f"localhost:{prism_port}\n")  # fork a worker for it
+        pool.stdin.flush()
+        child = int(pool.stdout.readline())
+        assert watch.poll({prism_port}) is None
+        assert not watch.workers and not watch.others  # not decided yet
+        pool.stdin.write("exec\n")  # and let it run its program
+        pool.stdin.flush()
+        for _ in range(200):
+            if f"localhost:{prism_port}" in procfs.command(child):
+                break
+            time.sleep(0.05)
+        assert watch.poll({prism_port}) is None and list(watch.workers) == [child] and not watch.others
+        _kill(child)
+        assert (
+            watch.poll({prism_port}) == f"the SDK worker process {child} started by the worker pool at {address} ended"
+        )
+    finally:
+        for pid in (child, pool.pid):
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        pool.wait()
+
+
+def test_a_worker_pool_not_on_this_machine_or_not_found_is_not_watched():
+    for address in ("pool.example.com:50000", f"localhost:{free_port()}", None):  # elsewhere; nothing listens here
+        watch = prism_watch._PoolChildren(address)
+        watch.start()
+        assert not watch.pool and watch.poll({50000}) is None
+    assert prism_watch.pool_address("EXTERNAL", "localhost:50000") == "localhost:50000"
+    assert prism_watch.pool_address("external", '{"url": "127.0.0.1:50001"}') == "127.0.0.1:50001"
+    assert prism_watch.pool_address("LOOPBACK", "localhost:50000") is None
+    assert prism_watch.pool_address("EXTERNAL", '{"no url": 1}') is None

@@ -147,8 +147,8 @@ def run_killing_itself(
 ) -> Ending:
     """Run ``argv`` with ``SPANPREP_FAULT=kill:STAGE`` (the SDK workers of its FnApiRunner inherit it; a worker
     pool's must have been started with it) and wait for it to end; the kill's time is when the worker's line
-    (``SPANPREP_FAULT: SIGKILL of SDK worker pid N in dedup stage STAGE``) shows in ``fault_log`` (default: the
-    job's stderr, where the FnApiRunner's workers write)."""
+    (``SPANPREP_FAULT: SIGKILL of SDK worker pid N in dedup stage STAGE``, or ``... as it starts``) shows in
+    ``fault_log`` (default: the job's stderr, where the FnApiRunner's workers write)."""
     fault_log = fault_log or stderr_path
     seen = fault_log.stat().st_size if fault_log.exists() else 0
     line = f"{faults.ENV}: SIGKILL of SDK worker pid ".encode()
@@ -164,6 +164,7 @@ def run_killing_itself(
             time.sleep(0.05)
         if killed_at is None and line in fault_log.read_bytes()[seen:]:
             killed_at = time.monotonic()  # it ended within the last poll
-        return _ending(job, killed_at, stderr_path, f"no SDK worker reached dedup stage {stage} before the job ended")
+        where = "its start" if stage == faults.START else f"dedup stage {stage}"
+        return _ending(job, killed_at, stderr_path, f"no SDK worker reached {where} before the job ended")
     finally:
         _end_if_running(job)
