@@ -8,7 +8,8 @@ from pipeline import progress
 
 
 class _CountLines(beam.DoFn):
-    """Counts the lines and their bytes (with the newline) for ``pipeline/progress.py``; passes them on."""
+    """Counts the lines and their bytes (with their line end as the file has it: ``\\r\\n``, ``\\n`` or none at
+    the file's end) for ``pipeline/progress.py``; passes them on without their line end, as Beam would strip it."""
 
     BATCH = 4096  # lines counted here before they go to progress.add (one call per line would cost more)
 
@@ -21,12 +22,15 @@ class _CountLines(beam.DoFn):
         progress.start_bundle()
 
     def process(self, element):
+        line = element[1] if self._with_filename else element
         self._lines += 1
-        self._bytes += len(element[1] if self._with_filename else element) + 1
+        self._bytes += len(line)
         if self._lines >= self.BATCH:
             progress.add(self._lines, self._bytes, phase=self._phase)
             self._lines = self._bytes = 0
-        yield element
+        if line.endswith(b"\n"):  # Beam's line ends (strip_trailing_newlines): "\r\n" or "\n"
+            line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+        yield (element[0], line) if self._with_filename else line
 
     def finish_bundle(self):
         progress.add(self._lines, self._bytes, phase=self._phase)
@@ -56,6 +60,7 @@ class ReadLines(beam.PTransform):
                 desired_bundle_size=self._split_bytes,
                 coder=beam.coders.BytesCoder(),
                 with_filename=self._with_filename,
+                strip_trailing_newlines=False,  # _CountLines counts each line's own end, then strips it
             )
             | "CountLines" >> beam.ParDo(_CountLines(self._with_filename, self._phase))
         )

@@ -12,6 +12,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline import progress
 from pipeline.ngrams.lines import ReadLines
@@ -92,6 +93,30 @@ def test_the_ngram_line_reader_counts_lines_and_bytes(tmp_path):
     _ = p | beam.Create([str(corpus)]) | ReadLines(split_bytes=4096)
     counters = _counters(p.run())
     assert counters["documents"] == 3000 and counters["bytes"] == corpus.stat().st_size
+
+
+def test_the_ngram_line_reader_counts_the_raw_bytes_of_crlf_lines_and_of_a_last_line_without_newline(tmp_path):
+    """Beam strips a line's ``\\r\\n`` or ``\\n``; the reader counted one byte per line for it, so a CRLF file read
+    one byte short per line (11,000 of 14,000 bytes here) and a file without a final newline one byte over."""
+    crlf, unended = tmp_path / "crlf.tokens", tmp_path / "unended.tokens"
+    crlf.write_bytes(b"a b c\r\n\r\nd e\r\n" * 1000)
+    unended.write_bytes(b"a b c\n\nd e\n" * 1000 + b"f g")
+    p = TestPipeline(runner="FnApiRunner")
+    lines = p | beam.Create([str(crlf), str(unended)]) | ReadLines(split_bytes=4096, with_filename=True)
+    assert_that(
+        lines | beam.Map(lambda fl: (fl[0].rsplit("/", 1)[-1], fl[1])) | beam.combiners.Count.PerElement(),
+        equal_to(
+            [(("crlf.tokens", b"a b c"), 1000), (("crlf.tokens", b""), 1000), (("crlf.tokens", b"d e"), 1000)]
+            + [
+                (("unended.tokens", b"a b c"), 1000),
+                (("unended.tokens", b""), 1000),
+                (("unended.tokens", b"d e"), 1000),
+            ]
+            + [(("unended.tokens", b"f g"), 1)]
+        ),
+    )
+    counters = _counters(p.run())
+    assert counters["documents"] == 6001 and counters["bytes"] == crlf.stat().st_size + unended.stat().st_size
 
 
 def test_describe_gives_the_share_the_rate_and_an_eta():
