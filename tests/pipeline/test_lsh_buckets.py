@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pipeline.dedup import buckets
+from tests.conftest import build
+from tests.pipeline.test_dedup import planted_corpus
 
 
 def _band(index: int, value: int) -> bytes:
@@ -126,3 +129,29 @@ def test_shards_follow_the_input_size():
     mib = 1 << 20
     assert [buckets.shard_count(n) for n in (None, 0, 1, 64 * mib, 64 * mib + 1, 200 * mib)] == [256, 256, 1, 1, 2, 4]
     assert buckets.shard_count(10 << 40) == buckets.MAX_SHARDS
+
+
+def test_a_near_build_is_the_same_with_one_shard_of_band_keys_and_with_thousands_flushed_every_few_keys(
+    tmp_path, monkeypatch
+):
+    """End to end on real pages with planted near copies, with a cap of 2 (buckets capped in several bands): the
+    artifact built with one shard of the band keys (the input's size) equals, file for file and in the manifest's
+    ``dedup`` counts, the one built with 16,384 shards (``INPUT_BYTES_PER_SHARD`` of a byte) whose bundles hand their
+    batches on every 7 keys."""
+    corpus = tmp_path / "corpus.jsonl"
+    planted_corpus(corpus)
+    common = ["--train-tokenizer", "--vocab-size", "2000", "--num-shards", "2", "--dedup", "near"]
+    one = build(corpus, tmp_path / "one", *common, "--dedup-max-bucket", "2")
+    monkeypatch.setattr(buckets, "INPUT_BYTES_PER_SHARD", 1)
+    monkeypatch.setattr(buckets, "FLUSH_KEYS", 7)
+    assert buckets.shard_count(corpus.stat().st_size) == buckets.MAX_SHARDS
+    many = build(corpus, tmp_path / "many", *common, "--dedup-max-bucket", "2")
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    found_one, found_many = files(tmp_path / "one"), files(tmp_path / "many")
+    assert found_one.pop("manifest.json") and found_many.pop("manifest.json")
+    assert found_one == found_many and "removed/duplicate.jsonl" in found_one
+    assert one["dedup"] == many["dedup"] and one["counts"] == many["counts"]
+    assert one["dedup"]["buckets_capped"] > 0 and one["dedup"]["confirmed_pairs"] > 0
