@@ -1,15 +1,22 @@
 """LSH buckets in batches (``--dedup near``'s candidates, docs/DEDUP.md): the band keys of the documents exact kept go
 to the grouping a batch at a time, one batch per shard of the band keys, not one element per band key.
 
-A document has 20 band keys and nearly every bucket holds one document, so one element per key (what a
-``GroupByKey`` on the band key takes) made the two steps around that grouping cost Beam's per-element work 20 times
-per document: 0.4 s of the 2.7 s that near added to a 20 MB build, for 48,660 buckets of which 35 held two
-documents. Here :class:`ExactCopiesFn` gathers, per bundle, each shard's band keys (one bytes object, 10 bytes a
-key) and the kept document of each key, and :func:`star_pairs` takes a shard's batches: a first pass finds which
-band keys occur more than once (numpy, over a 64-bit number per key: 8 bytes per band key of the shard in memory),
-a second puts the members of those buckets only through the cap (at most ``2 * cap`` keys held per bucket, the
-``cap`` smallest kept). The pairs are what one element per band key gave: each member of a bucket's ``cap``
-smallest with the bucket's smallest, and a bucket past the cap counted (tag ``capped``).
+A document has 20 band keys and nearly every bucket holds one document, so one element per key (what a ``GroupByKey``
+on the band key takes) made the two steps around that grouping cost Beam's per-element work 20 times per document:
+0.4 s of the 2.7 s that near added to a 20 MB build, for 48,660 buckets of which 35 held two documents. Here
+:class:`ExactCopiesFn` gathers, per bundle, each shard's band keys (one bytes object, 10 bytes a key) and the kept
+document of each key, and :func:`star_pairs` takes a shard's batches: a first pass finds which band keys occur more
+than once (numpy, over a 64-bit number per key of the shard), a second puts the members of those buckets only through
+the cap (at most ``2 * cap`` keys held per bucket, the ``cap`` smallest kept). The pairs are what one element per band
+key gave: each member of a bucket's ``cap`` smallest with the bucket's smallest, and a bucket past the cap counted
+(tag ``capped``).
+
+Memory: the batches themselves are held too where the runner hands a group's values over whole (the FnApiRunner does;
+a runner that pages a large group through the state API, as Dataflow does, has the second pass read it again), and a
+batch carries the kept key once per band key, each decoded into an object of its own: about 310 bytes per band key
+with a 52-character path and 8-character ids (tracemalloc, 400,000 band keys), 6 KB per document of the shard with 20
+bands, where the first pass adds about 50 bytes per band key at its peak (the numbers, their concatenation and
+``np.unique``'s sort).
 
 The shards: :func:`shard_count` of the input's size, a power of two (one per 64 MiB of input, 256 when the size is
 not known), so a shard's batches stay a bounded part of the corpus however large it is; the pairs do not depend on
