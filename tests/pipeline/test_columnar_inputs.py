@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.testing.test_pipeline import TestPipeline
 
 from pipeline import progress
 from pipeline.elements import (
@@ -25,6 +27,7 @@ from pipeline.elements import (
     Document,
 )
 from pipeline.read import columnar, ranges
+from pipeline.read.documents import ReadDocuments
 from pipeline.read.records import ReaderOptions
 from tests.conftest import WIKIPEDIA_SAMPLE
 
@@ -134,6 +137,24 @@ def test_progress_counts_the_bytes_of_the_row_groups(pages, tmp_path):
     progress.reset()
     assert sum(1 for _ in columnar.read_part(str(path), PARQUET)) == len(pages) + 1
     assert progress.bytes_read_here() == expected > 0
+
+
+def test_the_job_counts_the_row_groups_of_byte_ranges_in_beam_counters_once(pages, tmp_path):
+    """The Beam counters a Parquet read gives (``progress:documents``, ``progress:bytes``): every row once and the bytes
+    of every row group once, with the file read as byte ranges by the job's reader."""
+    path = tmp_path / "pages.parquet"
+    pq.write_table(pa.Table.from_pylist(pages), path, row_group_size=15)
+    meta = pq.ParquetFile(path).metadata
+    expected = sum(
+        meta.row_group(g).column(c).total_compressed_size
+        for g in range(meta.num_row_groups)
+        for c in range(meta.row_group(g).num_columns)
+    )
+    p = TestPipeline(runner="FnApiRunner")
+    _ = p | ReadDocuments([str(path)], PARQUET, split_bytes=path.stat().st_size // 4)
+    found = p.run().metrics().query(MetricsFilter().with_namespace(progress.NAMESPACE))["counters"]
+    counters = {name: sum(c.committed for c in found if c.key.metric.name == name) for name in ("documents", "bytes")}
+    assert meta.num_row_groups == 8 and counters == {"documents": len(pages), "bytes": expected}
 
 
 def _dead_in(path: Path, opts: ReaderOptions = PARQUET) -> tuple[list, list, int]:
