@@ -27,20 +27,7 @@ KEPT = "\t\n\r"  # control characters every family reads as whitespace
 
 def parse_ranges(table: str) -> list[int]:
     """The code points of ``"0000-0008 000B ..."``, in order."""
-    out: list[int] = []
-    for part in table.split():
-        a, _, b = part.partition("-")
-        out.extend(range(int(a, 16), int(b or a, 16) + 1))
-    return out
-
-
-def _ranges_table(table: str) -> np.ndarray:
-    """bool per code point (0 to 0x10FFFF): is it in ``"0000-0008 000B ..."``?"""
-    out = np.zeros(0x110000, dtype=bool)
-    for part in table.split():
-        a, _, b = part.partition("-")
-        out[int(a, 16) : int(b or a, 16) + 1] = True
-    return out
+    return [cp for a, b in word_rules.parse(table) for cp in range(a, b + 1)]
 
 
 @functools.cache
@@ -56,8 +43,8 @@ def _table() -> np.ndarray:
     # category Cc is U+0000-U+001F and U+007F-U+009F, fixed by Unicode's stability policy
     table = np.zeros(0x110000, dtype=bool)
     table[[cp for cp in [*range(0x20), *range(0x7F, 0xA0)] if chr(cp) not in KEPT]] = True
-    ignorable = _ranges_table(DEFAULT_IGNORABLE)
-    families = np.logical_or.reduce([_ranges_table(t) for t in ERASED.values()])
+    ignorable = word_rules.table_of(DEFAULT_IGNORABLE)
+    families = np.logical_or.reduce([word_rules.table_of(t) for t in ERASED.values()])
     # the marks some family erases (an uncased WordPiece's accent stripping) stay, unless Default_Ignorable
     marks = np.zeros(0x110000, dtype=bool)
     marks[word_rules.rules().marks] = True  # every code point of category M

@@ -73,9 +73,17 @@ def scan() -> tuple[list[int], list[int], np.ndarray]:
     return marks, unspaced, word
 
 
-def _parse(table: str) -> list[tuple[int, int]]:
-    """``"0300-036F 0483 ..."`` -> [(0x300, 0x36F), (0x483, 0x483), ...]."""
+def parse(table: str) -> list[tuple[int, int]]:
+    """``"0300-036F 0483 ..."`` (the generated tables' hex ranges) -> [(0x300, 0x36F), (0x483, 0x483), ...]."""
     return [(int(a, 16), int(b or a, 16)) for a, _, b in (part.partition("-") for part in table.split())]
+
+
+def table_of(table: str) -> np.ndarray:
+    """bool per code point (0 to 0x10FFFF): is it in the hex ranges ``table``?"""
+    out = np.zeros(0x110000, dtype=bool)
+    for a, b in parse(table):
+        out[a : b + 1] = True
+    return out
 
 
 def stored() -> tuple[list[int], list[int], np.ndarray] | None:
@@ -84,12 +92,9 @@ def stored() -> tuple[list[int], list[int], np.ndarray] | None:
     if word_table.UNIDATA_VERSION != unicodedata.unidata_version:
         return None
     marks, unspaced = (
-        [cp for a, b in _parse(t) for cp in range(a, b + 1)] for t in (word_table.MARKS, word_table.UNSPACED)
+        [cp for a, b in parse(t) for cp in range(a, b + 1)] for t in (word_table.MARKS, word_table.UNSPACED)
     )
-    word = np.zeros(0x110000, dtype=bool)
-    for a, b in _parse(word_table.WORD):
-        word[a : b + 1] = True
-    return marks, unspaced, word
+    return marks, unspaced, table_of(word_table.WORD)
 
 
 @functools.cache

@@ -125,15 +125,17 @@ def test_struct_field_large_string_and_dictionary_columns_read_as_plain_ones(pag
     assert not dead and [(d.doc_id, d.text) for d in docs] == [("0", "a b"), ("1", "c"), ("2", "a b"), ("3", "d")]
 
 
+def _pages_file(pages: list[dict], path: Path, row_group_size: int) -> tuple[int, int]:
+    """``pages`` written to the Parquet file ``path``: (its row groups, their bytes as progress counts them)."""
+    pq.write_table(pa.Table.from_pylist(pages), path, row_group_size=row_group_size)
+    meta = pq.ParquetFile(path).metadata
+    groups = [meta.row_group(g) for g in range(meta.num_row_groups)]
+    return len(groups), sum(g.column(c).total_compressed_size for g in groups for c in range(g.num_columns))
+
+
 def test_progress_counts_the_bytes_of_the_row_groups(pages, tmp_path):
     path = tmp_path / "pages.parquet"
-    pq.write_table(pa.Table.from_pylist(pages), path, row_group_size=40)
-    meta = pq.ParquetFile(path).metadata
-    expected = sum(
-        meta.row_group(g).column(c).total_compressed_size
-        for g in range(meta.num_row_groups)
-        for c in range(meta.row_group(g).num_columns)
-    )
+    _, expected = _pages_file(pages, path, 40)
     progress.reset()
     assert sum(1 for _ in columnar.read_part(str(path), PARQUET)) == len(pages) + 1
     assert progress.bytes_read_here() == expected > 0
@@ -143,18 +145,12 @@ def test_the_job_counts_the_row_groups_of_byte_ranges_in_beam_counters_once(page
     """The Beam counters a Parquet read gives (``progress:documents``, ``progress:bytes``): every row once and the bytes
     of every row group once, with the file read as byte ranges by the job's reader."""
     path = tmp_path / "pages.parquet"
-    pq.write_table(pa.Table.from_pylist(pages), path, row_group_size=15)
-    meta = pq.ParquetFile(path).metadata
-    expected = sum(
-        meta.row_group(g).column(c).total_compressed_size
-        for g in range(meta.num_row_groups)
-        for c in range(meta.row_group(g).num_columns)
-    )
+    groups, expected = _pages_file(pages, path, 15)
     p = TestPipeline(runner="FnApiRunner")
     _ = p | ReadDocuments([str(path)], PARQUET, split_bytes=path.stat().st_size // 4)
     found = p.run().metrics().query(MetricsFilter().with_namespace(progress.NAMESPACE))["counters"]
     counters = {name: sum(c.committed for c in found if c.key.metric.name == name) for name in ("documents", "bytes")}
-    assert meta.num_row_groups == 8 and counters == {"documents": len(pages), "bytes": expected}
+    assert groups == 8 and counters == {"documents": len(pages), "bytes": expected}
 
 
 def _dead_in(path: Path, opts: ReaderOptions = PARQUET) -> tuple[list, list, int]:
